@@ -1,0 +1,4 @@
+from kvproof.cli import main
+import sys
+
+sys.exit(main())

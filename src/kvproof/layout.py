@@ -1,0 +1,292 @@
+"""The Layout: the one scenario type. JSON in and out, validated once here.
+
+A Layout describes what ``resolve_kv_cache_block_sizes`` sees: the KV cache
+groups (kind, block size, spec flags), the cache config (block size, prefix
+caching, prefix_match_unit, Mamba cache mode), the KV connector, the
+decode-context-parallel size and max_model_len. Everything downstream
+(bridge, Z3 model, fuzzer, corpus) takes a Layout and nothing looser.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+from kvproof.errors import LayoutError
+
+KINDS = ("full_attention", "sliding_window", "chunked_local", "mla", "mamba", "hidden_state")
+ATTENTION_KINDS = ("full_attention", "sliding_window", "chunked_local", "mla")
+MAMBA_MODES = ("align", "all", "none")
+MAX_BLOCK_SIZE = 1 << 24  # far above any real block size; keeps JSON sane
+META_KEY = "kvproof"  # corpus annotations ride along under this key, outside the hash
+
+_GROUP_KEYS = {"kind", "block_size", "prefix_cacheable", "dcp_sharded", "tokens_per_state",
+               "sliding_window", "attention_chunk_size", "mamba_cache_mode", "count"}
+_CACHE_KEYS = {"block_size", "enable_prefix_caching", "prefix_match_unit", "mamba_cache_mode"}
+_TOP_KEYS = {"groups", "cache", "kv_connector", "dcp", "max_model_len", META_KEY}
+
+
+@dataclass(frozen=True)
+class Group:
+    """One KV cache group. ``None`` flags mean "the release's default"."""
+
+    kind: str
+    block_size: int
+    prefix_cacheable: bool | None = None
+    dcp_sharded: bool | None = None
+    tokens_per_state: int | None = None
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+
+    @property
+    def is_attention(self) -> bool:
+        return self.kind in ATTENTION_KINDS
+
+
+@dataclass(frozen=True)
+class Cache:
+    """The parts of vLLM's CacheConfig the resolver reads."""
+
+    block_size: int
+    enable_prefix_caching: bool = True
+    prefix_match_unit: int | None = None
+    mamba_cache_mode: str = "align"
+
+
+@dataclass(frozen=True)
+class Layout:
+    groups: tuple[Group, ...]
+    cache: Cache
+    kv_connector: str | None = None
+    dcp: int = 1
+    max_model_len: int = 131072
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    # --- JSON edge -------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Any) -> "Layout":
+        return _parse_layout(data)
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "layout") -> "Layout":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise LayoutError(f"{where}: not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+        try:
+            return _parse_layout(data)
+        except LayoutError as err:
+            raise LayoutError(f"{where}: {err}") from None
+
+    def to_dict(self, with_meta: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "groups": [_group_dict(g) for g in self.groups],
+            "cache": {
+                "block_size": self.cache.block_size,
+                "enable_prefix_caching": self.cache.enable_prefix_caching,
+                "prefix_match_unit": self.cache.prefix_match_unit,
+                "mamba_cache_mode": self.cache.mamba_cache_mode,
+            },
+            "kv_connector": self.kv_connector,
+            "dcp": self.dcp,
+            "max_model_len": self.max_model_len,
+        }
+        if with_meta and self.meta:
+            out[META_KEY] = dict(self.meta)
+        return out
+
+    def canonical(self) -> str:
+        """The canonical JSON text: sorted keys, no spaces, defaults filled."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    def content_hash(self) -> str:
+        return hashlib.sha256(self.canonical().encode()).hexdigest()[:16]
+
+    def with_meta(self, **meta: Any) -> "Layout":
+        return replace(self, meta={**self.meta, **meta})
+
+    # --- derived facts used by contracts and the model --------------------
+    @property
+    def hashing_active(self) -> bool:
+        return self.cache.enable_prefix_caching or self.kv_connector is not None
+
+    @property
+    def has_mamba(self) -> bool:
+        return any(g.kind == "mamba" for g in self.groups)
+
+    def summary(self) -> str:
+        """Short human form: ``mamba:544x4,hidden_state:181 cache=181 pc``."""
+        parts: list[str] = []
+        for g in self.groups:
+            token = f"{g.kind}:{g.block_size}"
+            if parts and parts[-1].split("x")[0] == token:
+                n = int(parts[-1].split("x")[1]) if "x" in parts[-1] else 1
+                parts[-1] = f"{token}x{n + 1}"
+            else:
+                parts.append(token)
+        flags = [f"cache={self.cache.block_size}"]
+        if self.cache.enable_prefix_caching:
+            flags.append("pc")
+        if self.cache.prefix_match_unit is not None:
+            flags.append(f"pmu={self.cache.prefix_match_unit}")
+        if self.has_mamba:
+            flags.append(f"mamba={self.cache.mamba_cache_mode}")
+        if self.kv_connector:
+            flags.append(f"conn={self.kv_connector}")
+        if self.dcp != 1:
+            flags.append(f"dcp={self.dcp}")
+        return ",".join(parts) + " " + " ".join(flags)
+
+
+def _group_dict(g: Group) -> dict[str, Any]:
+    d: dict[str, Any] = {"kind": g.kind, "block_size": g.block_size}
+    for name in ("prefix_cacheable", "dcp_sharded", "tokens_per_state", "sliding_window",
+                 "attention_chunk_size"):
+        value = getattr(g, name)
+        if value is not None:
+            d[name] = value
+    return d
+
+
+# --- validation -------------------------------------------------------------
+
+def _int(value: Any, name: str, lo: int = 1, hi: int = MAX_BLOCK_SIZE) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LayoutError(f"{name} must be an integer, got {json.dumps(value)}")
+    if value < lo:
+        raise LayoutError(f"{name} must be >= {lo}, got {value}")
+    if value > hi:
+        raise LayoutError(f"{name} must be <= {hi}, got {value}")
+    return value
+
+
+def _opt_int(value: Any, name: str, hi: int = MAX_BLOCK_SIZE) -> int | None:
+    return None if value is None else _int(value, name, hi=hi)
+
+
+def _bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise LayoutError(f"{name} must be true or false, got {json.dumps(value)}")
+    return value
+
+
+def _opt_bool(value: Any, name: str) -> bool | None:
+    return None if value is None else _bool(value, name)
+
+
+def _object(value: Any, name: str, allowed: set[str]) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise LayoutError(f"{name} must be an object, got {type(value).__name__}")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise LayoutError(f"{name} has unknown field {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+    return value
+
+
+def _mode(value: Any, name: str) -> str:
+    if value not in MAMBA_MODES:
+        raise LayoutError(f"{name} must be one of {', '.join(MAMBA_MODES)}, got {json.dumps(value)}")
+    return value
+
+
+def _parse_group(raw: Any, i: int) -> tuple[list[Group], str | None]:
+    where = f"groups[{i}]"
+    obj = _object(raw, where, _GROUP_KEYS)
+    kind = obj.get("kind")
+    if kind not in KINDS:
+        raise LayoutError(f"{where}.kind must be one of {', '.join(KINDS)}, got {json.dumps(kind)}")
+    if "block_size" not in obj:
+        raise LayoutError(f"{where}.block_size is required")
+    mode = obj.get("mamba_cache_mode")
+    if mode is not None:
+        if kind != "mamba":
+            raise LayoutError(f"{where}.mamba_cache_mode is only valid on a mamba group")
+        mode = _mode(mode, f"{where}.mamba_cache_mode")
+    g = Group(
+        kind=kind,
+        block_size=_int(obj["block_size"], f"{where}.block_size"),
+        prefix_cacheable=_opt_bool(obj.get("prefix_cacheable"), f"{where}.prefix_cacheable"),
+        dcp_sharded=_opt_bool(obj.get("dcp_sharded"), f"{where}.dcp_sharded"),
+        tokens_per_state=_opt_int(obj.get("tokens_per_state"), f"{where}.tokens_per_state"),
+        sliding_window=_opt_int(obj.get("sliding_window"), f"{where}.sliding_window"),
+        attention_chunk_size=_opt_int(obj.get("attention_chunk_size"), f"{where}.attention_chunk_size"),
+    )
+    if g.sliding_window is not None and kind != "sliding_window":
+        raise LayoutError(f"{where}.sliding_window is only valid on a sliding_window group")
+    if g.attention_chunk_size is not None and kind != "chunked_local":
+        raise LayoutError(f"{where}.attention_chunk_size is only valid on a chunked_local group")
+    if g.tokens_per_state is not None and kind != "mamba":
+        raise LayoutError(f"{where}.tokens_per_state is only valid on a mamba group")
+    count = _int(obj.get("count", 1), f"{where}.count", hi=64)
+    return [g] * count, mode
+
+
+def _parse_layout(data: Any) -> Layout:
+    top = _object(data, "layout", _TOP_KEYS)
+    raw_groups = top.get("groups")
+    if not isinstance(raw_groups, list):
+        raise LayoutError("groups must be a list of group objects")
+    groups: list[Group] = []
+    group_modes: set[str] = set()
+    for i, raw in enumerate(raw_groups):
+        parsed, mode = _parse_group(raw, i)
+        groups.extend(parsed)
+        if mode is not None:
+            group_modes.add(mode)
+    if not groups:
+        raise LayoutError("groups must not be empty")
+    if len(groups) > 64:
+        raise LayoutError(f"at most 64 groups are supported, got {len(groups)}")
+    cache_raw = _object(top.get("cache", {}), "cache", _CACHE_KEYS)
+    # vLLM has one Mamba mode per engine (CacheConfig.mamba_cache_mode); a mode
+    # written on a group is accepted as shorthand and must agree everywhere.
+    modes = set(group_modes)
+    if cache_raw.get("mamba_cache_mode") is not None:
+        modes.add(_mode(cache_raw["mamba_cache_mode"], "cache.mamba_cache_mode"))
+    if len(modes) > 1:
+        raise LayoutError(f"conflicting mamba_cache_mode values {sorted(modes)}: vLLM has one per engine")
+    block_size = cache_raw.get("block_size")
+    cache = Cache(
+        # Default as the engine core does after KV init: the smallest group block size.
+        block_size=_int(block_size, "cache.block_size") if block_size is not None
+        else min(g.block_size for g in groups),
+        enable_prefix_caching=_bool(cache_raw.get("enable_prefix_caching", True), "cache.enable_prefix_caching"),
+        prefix_match_unit=_opt_int(cache_raw.get("prefix_match_unit"), "cache.prefix_match_unit"),
+        mamba_cache_mode=modes.pop() if modes else "align",
+    )
+    connector = top.get("kv_connector")
+    if connector is not None and (not isinstance(connector, str) or not connector):
+        raise LayoutError(f"kv_connector must be a connector name or null, got {json.dumps(connector)}")
+    meta = top.get(META_KEY, {})
+    if not isinstance(meta, dict):
+        raise LayoutError(f"{META_KEY} must be an object")
+    return Layout(
+        groups=tuple(groups),
+        cache=cache,
+        kv_connector=connector,
+        dcp=_int(top.get("dcp", 1), "dcp", hi=64),
+        max_model_len=_int(top.get("max_model_len", 131072), "max_model_len", hi=1 << 30),
+        meta=meta,
+    )
+
+
+def parse_groups_spec(spec: str) -> list[dict[str, Any]]:
+    """Parse the inline form ``mamba:544x4,hidden_state:181`` into group dicts."""
+    out: list[dict[str, Any]] = []
+    for token in (t.strip() for t in spec.split(",")):
+        if not token:
+            raise LayoutError(f"--groups {spec!r}: empty entry")
+        kind, sep, rest = token.partition(":")
+        if not sep:
+            raise LayoutError(f"--groups entry {token!r} must look like KIND:BLOCK_SIZE[xCOUNT]")
+        size, _, count = rest.partition("x")
+        try:
+            g: dict[str, Any] = {"kind": kind, "block_size": int(size)}
+            if count:
+                g["count"] = int(count)
+        except ValueError:
+            raise LayoutError(f"--groups entry {token!r}: block size and count must be integers") from None
+        out.append(g)
+    return out

@@ -1,0 +1,55 @@
+"""The Outcome: what one vLLM release did with one Layout.
+
+Produced by the bridge worker inside a vLLM environment (or by the Z3 model
+evaluated concretely), consumed by the contracts. Plain JSON both ways.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StageError:
+    """An exception a real vLLM stage raised, verbatim."""
+
+    type: str
+    message: str
+    frame: str = ""  # "file:line in function" of the raising frame
+
+    def line(self) -> str:
+        return f"{self.type}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    layout_hash: str
+    vllm_version: str
+    source: str = "vllm"  # "vllm" for the real code, "model:<revision>" for the Z3 model
+    fingerprint: str = ""  # sha256 prefix of the installed resolver's source
+    expressible: bool = True
+    not_expressible: str = ""  # why the release cannot express the layout
+    scheduler_block_size: int | None = None
+    hash_block_size: int | None = None
+    resolver_error: StageError | None = None
+    manager_attempted: bool = False
+    manager_error: StageError | None = None
+    coordinator: str = ""  # class name of the coordinator vLLM picked
+    group_block_sizes: list[int] = field(default_factory=list)  # as the resolver sees them (dcp applied)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def resolved(self) -> bool:
+        return self.resolver_error is None and self.hash_block_size is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Outcome":
+        d = dict(d)
+        for key in ("resolver_error", "manager_error"):
+            if d.get(key) is not None:
+                d[key] = StageError(**d[key])
+        return cls(**d)

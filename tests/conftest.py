@@ -1,0 +1,44 @@
+"""Shared fixtures: real vLLM workers, one per release per test session.
+
+`make test` builds every managed environment first and sets
+KVPROOF_REQUIRE_ENVS=1, so a missing environment fails there instead of
+silently skipping; a bare `pytest` on a machine without them skips.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kvproof import envs
+from kvproof.bridge.client import Worker
+from kvproof.errors import EnvError
+
+
+def require_env(release: str) -> envs.Env:
+    try:
+        return envs.find(release)
+    except EnvError as err:
+        if os.environ.get("KVPROOF_REQUIRE_ENVS") == "1":
+            pytest.fail(str(err))
+        pytest.skip(str(err))
+
+
+_workers: dict[str, Worker] = {}
+
+
+def worker_for(release: str) -> Worker:
+    """A live bridge worker for ``release`` (vLLM imported once per session)."""
+    if release not in _workers:
+        _workers[release] = Worker(require_env(release))
+        _workers[release].start()
+    return _workers[release]
+
+
+@pytest.fixture(scope="session")
+def workers():
+    yield worker_for
+    for w in _workers.values():
+        w.close()
+    _workers.clear()

@@ -1,0 +1,64 @@
+"""CLI edges that need no vLLM: bad input is one line and exit 2."""
+
+import subprocess
+import sys
+
+import pytest
+
+from kvproof import cli, explain
+from kvproof.errors import UsageError
+
+
+def run(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "kvproof", *args], capture_output=True, text=True, input=stdin)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["check"], "give layout files or --groups"),
+    (["check", "--groups", "mamba:x"], "block size and count must be integers"),
+    (["check", "--groups", "weird:16"], "kind must be one of"),
+    (["check", "--groups", "mamba:16", "--dcp", "0"], "dcp must be >= 1"),
+    (["check", "--groups", "mamba:16", "--dcp", "two"], "invalid int value"),
+    (["check", "/no/such/file.json"], "cannot read"),
+    (["check", "--groups", "mamba:16", "--vllm", "banana"], "not understood"),
+    (["explain", "nothing to see"], "no 'block_sizes=[...], hash_block_size=N'"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_usage_errors_are_one_line_exit_2(args, needle):
+    proc = run(*args)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_malformed_layout_file_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"groups": [{"kind": "mamba", "block_size": -4}]}')
+    proc = run("check", str(bad))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"kvproof: error: {bad}: groups[0].block_size must be >= 1, got -4"
+
+
+def test_explain_reconstructs_the_seed_as_the_mamba_fallback():
+    d = explain.diagnose("AssertionError: Each KV cache group's real block_size must be divisible by "
+                         "hash_block_size. block_sizes=[544, 544, 544, 544, 181], hash_block_size=98464")
+    assert d.known_bug
+    assert [g.kind for g in d.layout.groups] == ["mamba"] * 4 + ["hidden_state"]
+    assert d.layout.cache.block_size == 181 and d.layout.cache.mamba_cache_mode == "align"
+
+
+def test_explain_reads_a_non_lcm_hash_as_prefix_match_unit():
+    d = explain.diagnose("block_sizes=[16, 48], hash_block_size=32")
+    assert not d.known_bug and d.layout.cache.prefix_match_unit == 32
+
+
+def test_contracts_listing_names_every_contract(capsys):
+    assert cli.main(["contracts"]) == 0
+    out = capsys.readouterr().out
+    assert "hybrid.group_multiple_of_hash" in out and "HybridKVCacheCoordinator" in out
+
+
+def test_in_process_usage_error_is_raised_as_kvproof_error():
+    with pytest.raises(UsageError):
+        cli._parser().parse_args(["check", "--dcp", "x"])
