@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from kvproof import contracts
-from kvproof.bridge.client import Worker
+from kvproof.bridge.client import start_all
 from kvproof.envs import Env
 from kvproof.errors import CorpusError, LayoutError
 from kvproof.layout import Layout
@@ -69,11 +69,15 @@ def run(named: Sequence[tuple[str, Layout]], envs: Sequence[Env], manager: bool 
     """Every layout through every environment; returns rows and per-env worker info."""
     rows: list[Row] = []
     info: dict[str, dict] = {}
-    for env in envs:
-        with Worker(env) as worker:
-            info[env.name] = worker.info
+    workers = start_all(envs)
+    try:
+        for worker in workers:
+            info[worker.env.name] = worker.info
             outcomes = worker.run([layout for _, layout in named], manager=manager)
-        rows.extend(judge(n, lay, env.name, o) for (n, lay), o in zip(named, outcomes))
+            rows.extend(judge(n, lay, worker.env.name, o) for (n, lay), o in zip(named, outcomes))
+    finally:
+        for worker in workers:
+            worker.close()
     return rows, info
 
 

@@ -39,8 +39,9 @@ def test_seed_passes_on_fixed_releases_with_hash_1_warning(workers, release):
 
 @pytest.mark.parametrize("release", ["0.27.0", "0.32.0"])
 def test_bad_prefix_match_unit_is_the_resolvers_value_error(workers, release):
-    lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16},
-                                       {"kind": "mamba", "block_size": 32}],
+    # Mamba at the cache block size, so 0.27's Mamba fallback does not fire first.
+    lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 32},
+                                       {"kind": "mamba", "block_size": 16}],
                             "cache": {"block_size": 16, "prefix_match_unit": 5}})
     [out] = workers(release).run([lay])
     assert out.resolver_error is not None and out.resolver_error.type == "ValueError"

@@ -123,7 +123,15 @@ class Builder:
         key = (c, layout.kv_connector, layout.dcp)
         cfg = self._configs.get(key)
         if cfg is None:
-            cfg = self._configs[key] = self._make_vllm_config(layout)
+            try:
+                cfg = self._make_vllm_config(layout)
+            except NotExpressible:
+                raise
+            except Exception as err:  # the release's own config validation said no
+                lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+                detail = " ".join(lines[1:3]) if len(lines) > 1 else (lines[0] if lines else type(err).__name__)
+                raise NotExpressible(f"its config rejects it: {detail}") from None
+            self._configs[key] = cfg
         return cfg
 
     def _make_vllm_config(self, layout: Layout) -> Any:

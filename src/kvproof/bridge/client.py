@@ -52,11 +52,18 @@ class Worker:
         self.close()
 
     def start(self) -> dict:
+        self.spawn()
+        return self.handshake()
+
+    def spawn(self) -> None:
+        """Start the process (vLLM import begins); pair with ``handshake``."""
         self.proc = subprocess.Popen(
             [str(self.env.python), "-m", "kvproof.bridge.worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env=worker_env(), bufsize=1)
         threading.Thread(target=self._drain, daemon=True).start()
+
+    def handshake(self) -> dict:
         self.info = self._call({"op": "info"})
         return self.info
 
@@ -107,6 +114,21 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self.proc = None
+
+
+def start_all(envs: Sequence[Env]) -> list[Worker]:
+    """Start one worker per environment, importing vLLM in parallel."""
+    workers = [Worker(env) for env in envs]
+    try:
+        for w in workers:
+            w.spawn()
+        for w in workers:
+            w.handshake()
+    except BaseException:
+        for w in workers:
+            w.close()
+        raise
+    return workers
 
 
 def evaluate(env: Env, layouts: Sequence[Layout], manager: bool = True) -> list[Outcome]:
