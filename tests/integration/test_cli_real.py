@@ -1,0 +1,56 @@
+"""`kvproof check` / `explain` end to end against real releases (integration)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kvproof import envs
+
+pytestmark = pytest.mark.integration
+RELEASES = ("0.27.0", "0.28.0", "0.32.0")
+SEED_LINE = ("AssertionError: Each KV cache group's real block_size must be divisible by hash_block_size. "
+             "block_sizes=[544, 544, 544, 544, 181], hash_block_size=98464")
+
+
+def kvproof(*args):
+    return subprocess.run([sys.executable, "-m", "kvproof", *args], capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def seed_rows(tmp_path_factory):
+    from conftest import require_env
+    for r in RELEASES:
+        require_env(r)
+    f = tmp_path_factory.mktemp("layouts") / "seed.json"
+    f.write_text(json.dumps({"groups": [{"kind": "mamba", "block_size": 544, "count": 4, "mamba_cache_mode": "align"},
+                                        {"kind": "hidden_state", "block_size": 181}],
+                             "cache": {"block_size": 181, "enable_prefix_caching": True}}))
+    args = ["check", str(f), "--json"] + [a for r in RELEASES for a in ("--vllm", r)]
+    proc = kvproof(*args)
+    return proc, json.loads(proc.stdout)
+
+
+def test_check_file_json_gives_the_issue_table(seed_rows):
+    proc, data = seed_rows
+    assert proc.returncode == 1  # a FAIL on 0.27.0
+    got = {r["vllm"]: (r["scheduler_block_size"], r["hash_block_size"], r["verdict"]) for r in data["results"]}
+    assert got == {"0.27.0": (98464, 98464, "FAIL"), "0.28.0": (98464, 1, "WARN"), "0.32.0": (98464, 1, "WARN")}
+    fail = next(r for r in data["results"] if r["vllm"] == "0.27.0")
+    assert fail["violations"][0]["contract"] == "hybrid.group_multiple_of_hash"
+    assert "hash_block_size=98464" in fail["outcome"]["manager_error"]["message"]
+
+
+def test_explain_names_the_known_bug():
+    proc = kvproof("explain", SEED_LINE, *[a for r in RELEASES for a in ("--vllm", r)])
+    assert proc.returncode == 1, proc.stderr
+    assert "the known vLLM <= 0.27 Mamba align fallback bug: reproduced on 0.27.0" in proc.stdout
+
+
+def test_user_interpreter_via_python_flag():
+    env = envs.find("0.32.0")
+    proc = kvproof("check", "--groups", "full_attention:16,mamba:16", "--python", str(env.python), "--json")
+    assert proc.returncode == 0, proc.stderr
+    [row] = json.loads(proc.stdout)["results"]
+    assert row["vllm"] == "0.32.0" and row["verdict"] == "OK" and row["hash_block_size"] == 16
