@@ -1,0 +1,299 @@
+"""Fuzzer bytes -> Layout, and back (for seeds). Pure Python: no vLLM, no atheris.
+
+``decode(fdp, caps, premise)`` reads a Layout from anything with atheris'
+``FuzzedDataProvider`` API (the real one in a harness, ``PyFDP`` elsewhere).
+``encode(layout, caps, premise)`` writes bytes that decode to that Layout
+(round trip checked by tests/unit/test_fuzz_decode.py).
+
+What the bytes choose:
+
+- 1..4 distinct group specs, each repeated 1..8 times (at most 16 groups):
+  real models have runs of identical groups (``mamba:544x4``);
+- per spec: kind (every kind the release can express), block size from one of
+  six families (small 1..64, powers of two up to 2^20, odd values up to 2^20,
+  multiples of 16 up to 4096 as page alignment produces, a multiple of an
+  earlier group's size, a divisor-ish of one), and the flags the release has
+  (ring-buffer ``prefix_cacheable=false``, ``dcp_sharded``, ``tokens_per_state``,
+  sliding window / chunk sizes);
+- prefix caching on/off, a KV connector on/off, dcp in 1/2/4/8,
+  ``prefix_match_unit`` none or a value (a group size, a power of two, any),
+  max_model_len;
+- the Mamba cache mode and ``cache.block_size`` by *premise*:
+  ``engine`` (default) derives them the way a real engine does before the
+  resolver runs (mode "none" when prefix caching is off, "align" or the
+  release's other caching mode when on; cache block size = the smallest
+  prefix-cacheable group's block size, all groups if none), so a violation
+  is reachable by an engine boot; ``free`` lets the bytes choose both, as a
+  direct caller of ``resolve_kv_cache_block_sizes`` could. Without a Mamba
+  group the mode is irrelevant and always "align" (the Layout default), so
+  equivalent inputs share one content hash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+from typing import Any, Iterable
+
+from kvproof.layout import ATTENTION_KINDS, KINDS, Cache, Group, Layout
+
+MAX_SPECS = 4
+MAX_COUNT = 8
+MAX_GROUPS = 16
+DCP_SIZES = (1, 2, 4, 8)
+MAX_MODEL_LENS = (2048, 8192, 32768, 131072, 1 << 20)
+TOKENS_PER_STATE = (1, 2, 4, 8, 16, 32, 64, 128)
+CONNECTOR = "OffloadingConnector"  # HMA-capable in 0.27..0.32 (a non-HMA one turns hybrid layouts off); the resolver only asks "is one configured"
+PREMISES = ("engine", "free")
+BS_MAX = 1 << 20
+
+# Block-size families (selector values).
+BS_SMALL, BS_POW2, BS_ODD, BS_PAGE, BS_MULT, BS_DIV = range(6)
+
+
+@dataclass(frozen=True)
+class Caps:
+    """What a release can express; the harness introspects it from the Builder."""
+
+    kinds: tuple[str, ...] = KINDS
+    modes: tuple[str, ...] = ("align", "all", "none")
+    ring_buffer: bool = True  # CircularBufferSpec: prefix_cacheable=false on attention
+    dcp_sharded_attention: bool = True
+    dcp_sharded_mamba: bool = True
+    tokens_per_state_mamba: bool = True
+    tokens_per_state_attention: bool = False  # Layout allows tokens_per_state on mamba only
+    prefix_match_unit: bool = True
+
+    @property
+    def caching_modes(self) -> tuple[str, ...]:
+        """Modes an engine runs Mamba in with prefix caching on ("none" is switched away)."""
+        return tuple(m for m in self.modes if m != "none") or ("align",)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Caps":
+        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()})
+
+
+FULL = Caps()
+
+
+# --- decoding ------------------------------------------------------------------
+
+def _pick(fdp: Any, values: tuple) -> Any:
+    """``PickValueInList`` semantics on a tuple (atheris' own wants a list)."""
+    return values[fdp.ConsumeIntInRange(0, len(values) - 1)]
+
+
+def _block_size(fdp: Any, prev: list[int]) -> int:
+    sel = fdp.ConsumeIntInRange(0, 5)
+    if sel == BS_SMALL:
+        return fdp.ConsumeIntInRange(1, 64)
+    if sel == BS_POW2:
+        return 1 << fdp.ConsumeIntInRange(0, 20)
+    if sel == BS_ODD:
+        return 2 * fdp.ConsumeIntInRange(0, BS_MAX // 2 - 1) + 1
+    if sel == BS_PAGE:
+        return 16 * fdp.ConsumeIntInRange(1, 256)
+    base = prev[fdp.ConsumeIntInRange(0, len(prev) - 1)] if prev else 16
+    k = fdp.ConsumeIntInRange(1, 8)
+    if sel == BS_MULT:
+        return min(base * k, BS_MAX)
+    return max(1, base // k)
+
+
+def _spec(fdp: Any, caps: Caps, prev: list[int]) -> tuple[Group, int]:
+    # The bytes are read by the full schema whatever the release, so one input
+    # (a seed, a corpus entry) means the same layout everywhere it can; what
+    # the release lacks is then dropped (flags) or mapped (kind, mode).
+    kind = _pick(fdp, KINDS)
+    bs = _block_size(fdp, prev)
+    prefix_cacheable = dcp_sharded = tokens_per_state = sliding_window = chunk = None
+    attention = kind in ATTENTION_KINDS
+    if kind in ("full_attention", "sliding_window") and fdp.ConsumeBool() and caps.ring_buffer:
+        prefix_cacheable = False
+    if attention or kind == "mamba":
+        dcp_sharded = _pick(fdp, (None, True, False))
+        if kind == "mamba" and dcp_sharded is False:
+            dcp_sharded = None  # False is MambaSpec's default: one spelling only
+        if not (caps.dcp_sharded_attention if attention else caps.dcp_sharded_mamba):
+            dcp_sharded = None
+    if kind == "mamba" and fdp.ConsumeBool():
+        tokens_per_state = _pick(fdp, TOKENS_PER_STATE)
+        if not caps.tokens_per_state_mamba:
+            tokens_per_state = None
+    if kind == "sliding_window" and fdp.ConsumeBool():
+        sliding_window = fdp.ConsumeIntInRange(1, 1 << 17)
+    if kind == "chunked_local" and fdp.ConsumeBool():
+        chunk = fdp.ConsumeIntInRange(1, 1 << 17)
+    count = fdp.ConsumeIntInRange(1, MAX_COUNT)
+    if kind not in caps.kinds:  # e.g. no HiddenStateCacheSpec: the nearest plain attention group
+        return Group("full_attention", bs, prefix_cacheable, dcp_sharded), count
+    return Group(kind, bs, prefix_cacheable, dcp_sharded, tokens_per_state, sliding_window, chunk), count
+
+
+def engine_cache_block_size(groups: Iterable[Group]) -> int:
+    """What the engine core sets ``cache_config.block_size`` to after KV init.
+
+    0.32: the smallest prefix-cacheable group's block size (all groups if
+    none); 0.27/0.28 take all groups, which is the same thing there because
+    every group is prefix-cacheable in those releases (no ring buffers).
+    """
+    groups = list(groups)
+    cacheable = [g.block_size for g in groups if g.prefix_cacheable is not False]
+    return min(cacheable or [g.block_size for g in groups])
+
+
+def _pmu(fdp: Any, sizes: list[int]) -> int:
+    sel = fdp.ConsumeIntInRange(0, 3)
+    if sel == 0:
+        return sizes[fdp.ConsumeIntInRange(0, len(sizes) - 1)]
+    if sel == 1:
+        return max(1, gcd(*sizes) // fdp.ConsumeIntInRange(1, 4))
+    if sel == 2:
+        return 1 << fdp.ConsumeIntInRange(0, 12)
+    return fdp.ConsumeIntInRange(1, 4096)
+
+
+def decode(fdp: Any, caps: Caps = FULL, premise: str = "engine") -> Layout:
+    # Exhausted or zero bytes decode to two specs with prefix caching on: short
+    # inputs, which libFuzzer tries first, then already reach the hybrid paths.
+    n_specs = 1 + (fdp.ConsumeIntInRange(0, MAX_SPECS - 1) + 1) % MAX_SPECS
+    groups: list[Group] = []
+    sizes: list[int] = []
+    for _ in range(n_specs):
+        g, count = _spec(fdp, caps, sizes)
+        sizes.append(g.block_size)
+        groups.extend([g] * min(count, MAX_GROUPS - len(groups)))
+        if len(groups) >= MAX_GROUPS:
+            break
+    pc = not fdp.ConsumeBool()
+    connector = CONNECTOR if fdp.ConsumeBool() else None
+    dcp = _pick(fdp, DCP_SIZES)
+    pmu = _pmu(fdp, sizes) if fdp.ConsumeBool() else None
+    if not caps.prefix_match_unit:
+        pmu = None
+    max_model_len = _pick(fdp, MAX_MODEL_LENS)
+    has_mamba = any(g.kind == "mamba" for g in groups)
+    if premise == "engine":
+        mode = (_pick(fdp, FULL.caching_modes) if pc else "none") if has_mamba else "align"
+        cache_bs = engine_cache_block_size(groups)
+    else:
+        mode = _pick(fdp, FULL.modes) if has_mamba else "align"
+    if mode not in caps.modes:
+        mode = "align"  # 0.32 has no "all": the engine runs such a model in align mode
+    if premise != "engine":
+        sel = fdp.ConsumeIntInRange(0, 2)
+        if sel == 0:
+            cache_bs = engine_cache_block_size(groups)
+        elif sel == 1:
+            cache_bs = sizes[fdp.ConsumeIntInRange(0, len(sizes) - 1)]
+        else:
+            cache_bs = fdp.ConsumeIntInRange(1, BS_MAX)
+    return Layout(groups=tuple(groups), cache=Cache(cache_bs, pc, pmu, mode), kv_connector=connector,
+                  dcp=dcp, max_model_len=max_model_len)
+
+
+# --- encoding (seeds) ------------------------------------------------------------
+
+class NotEncodable(ValueError):
+    """The Layout is outside what the decoder can produce."""
+
+
+def _runs(groups: tuple[Group, ...]) -> list[tuple[Group, int]]:
+    runs: list[tuple[Group, int]] = []
+    for g in groups:
+        if runs and runs[-1][0] == g and runs[-1][1] < MAX_COUNT:
+            runs[-1] = (g, runs[-1][1] + 1)
+        else:
+            runs.append((g, 1))
+    return runs
+
+
+def _encode_block_size(enc: Any, bs: int) -> None:
+    if 1 <= bs <= 64:
+        enc.int(0, 5, BS_SMALL)
+        enc.int(1, 64, bs)
+    elif bs & (bs - 1) == 0 and bs <= BS_MAX:
+        enc.int(0, 5, BS_POW2)
+        enc.int(0, 20, bs.bit_length() - 1)
+    elif bs % 2 == 1 and bs < BS_MAX:
+        enc.int(0, 5, BS_ODD)
+        enc.int(0, BS_MAX // 2 - 1, bs // 2)
+    elif bs % 16 == 0 and bs <= 16 * 256:
+        enc.int(0, 5, BS_PAGE)
+        enc.int(1, 256, bs // 16)
+    else:
+        raise NotEncodable(f"block size {bs} is in no decoder family")
+
+
+def encode(layout: Layout, premise: str = "engine") -> bytes:
+    """Bytes that ``decode`` (full caps) turns back into ``layout`` (raises NotEncodable).
+
+    On a release with fewer caps the same bytes decode to the nearest layout
+    it can express (see ``_spec``).
+    """
+    from kvproof.fuzz.provider import Encoder
+
+    enc = Encoder()
+    runs = _runs(layout.groups)
+    if len(runs) > MAX_SPECS or len(layout.groups) > MAX_GROUPS:
+        raise NotEncodable(f"{len(runs)} runs / {len(layout.groups)} groups is more than the decoder makes")
+    enc.int(0, MAX_SPECS - 1, (len(runs) - 2) % MAX_SPECS)
+    for g, count in runs:
+        enc.pick(KINDS, g.kind)
+        _encode_block_size(enc, g.block_size)
+        attention = g.kind in ATTENTION_KINDS
+        if g.kind in ("full_attention", "sliding_window"):
+            enc.bool(g.prefix_cacheable is False)
+        elif g.prefix_cacheable is False:
+            raise NotEncodable("prefix_cacheable=false outside a ring-buffer kind")
+        if attention or g.kind == "mamba":
+            enc.pick((None, True, False), g.dcp_sharded)
+        elif g.dcp_sharded is not None:
+            raise NotEncodable("dcp_sharded not expressible")
+        if g.kind == "mamba":
+            enc.bool(g.tokens_per_state is not None)
+            if g.tokens_per_state is not None:
+                enc.pick(TOKENS_PER_STATE, g.tokens_per_state)
+        elif g.tokens_per_state is not None:
+            raise NotEncodable("tokens_per_state not expressible")
+        if g.kind == "sliding_window":
+            enc.bool(g.sliding_window is not None)
+            if g.sliding_window is not None:
+                enc.int(1, 1 << 17, g.sliding_window)
+        if g.kind == "chunked_local":
+            enc.bool(g.attention_chunk_size is not None)
+            if g.attention_chunk_size is not None:
+                enc.int(1, 1 << 17, g.attention_chunk_size)
+        enc.int(1, MAX_COUNT, count)
+    c = layout.cache
+    enc.bool(not c.enable_prefix_caching)
+    enc.bool(layout.kv_connector is not None)
+    if layout.kv_connector not in (None, CONNECTOR):
+        raise NotEncodable(f"connector {layout.kv_connector} (the decoder names {CONNECTOR})")
+    enc.pick(DCP_SIZES, layout.dcp)
+    enc.bool(c.prefix_match_unit is not None)
+    if c.prefix_match_unit is not None:
+        if c.prefix_match_unit > 4096:
+            raise NotEncodable("prefix_match_unit above 4096")
+        enc.int(0, 3, 3)
+        enc.int(1, 4096, c.prefix_match_unit)
+    enc.pick(MAX_MODEL_LENS, layout.max_model_len)
+    if premise == "engine":
+        if c.enable_prefix_caching and layout.has_mamba:
+            enc.pick(FULL.caching_modes, c.mamba_cache_mode)
+    else:
+        if layout.has_mamba:
+            enc.pick(FULL.modes, c.mamba_cache_mode)
+        enc.int(0, 2, 2)
+        enc.int(1, BS_MAX, c.block_size)
+    data = enc.data()
+    from kvproof.fuzz.provider import PyFDP
+
+    back = decode(PyFDP(data), FULL, premise)
+    if back != layout:
+        raise NotEncodable(f"layout is not in the {premise} premise's image (decodes to {back.summary()})")
+    return data

@@ -1,0 +1,304 @@
+"""The atheris harnesses. Run INSIDE a vLLM environment, on the real code.
+
+    <env>/bin/python -m kvproof.fuzz.harness contracts [libFuzzer flags] [corpus dirs]
+    <env>/bin/python -m kvproof.fuzz.harness conformance ...
+
+(``python -m kvproof.fuzz.run`` builds these command lines; ClusterFuzzLite
+uses the thin ``fuzz_contracts.py`` / ``fuzz_conformance.py`` entry points.)
+
+contracts
+    bytes -> Layout (``decode``) -> the bridge's ``evaluate`` (real resolver +
+    real ``KVCacheManager``: coordinator, block pool) -> ``oracle.judge``.
+    A violation of a *new* (contract, shape) class is stored as a corpus
+    Layout and raised, so libFuzzer stops (or, in fork mode with
+    ``-ignore_crashes=1``, records it and goes on); a known class is counted
+    and not raised, so a campaign keeps exploring instead of re-finding it.
+conformance
+    the real resolver's (scheduler, hash) or rejection versus the Z3 model's
+    prediction for the installed revision (``kvproof.spec``); a disagreement
+    is a model bug (or vLLM drift) and is stored under the campaign folder.
+
+Coverage: ``atheris.instrument_imports`` cannot reach ``kv_cache_utils``
+(``vllm.config`` imports it before any hook can be installed), so after the
+imports every function and method defined in the modules of ``COVERED`` is
+instrumented in place with ``atheris.instrument_func``.
+
+Configuration comes from the environment (libFuzzer owns argv):
+KVPROOF_FUZZ_WORKDIR (campaign folder: seen/, stats/, conformance/),
+KVPROOF_FUZZ_CORPUS_OUT (where crash Layouts go, default corpus/ of the checkout),
+KVPROOF_FUZZ_PREMISE (engine|free), KVPROOF_FUZZ_STRICT=1 (no waivers),
+KVPROOF_FUZZ_RAISE_KNOWN=1 (raise on known classes too),
+KVPROOF_FUZZ_INSTRUMENT=0 (no coverage instrumentation: for benchmarks),
+KVPROOF_FUZZ_FAST=0 (the bridge's own config cache, no manager memo: ``fastpath``),
+KVPROOF_FUZZ_MEMO=0 (prebuilt configs but no manager memo).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import types
+import typing
+from pathlib import Path
+
+_real_stdout_fd = None
+
+COVERED = (
+    "vllm.v1.core.kv_cache_utils",
+    "vllm.v1.core.kv_cache_coordinator",
+    "vllm.v1.core.kv_cache_manager",
+    "vllm.v1.core.block_pool",
+    "vllm.v1.core.single_type_kv_cache_manager",
+    "vllm.v1.kv_cache_interface",
+)
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+class ContractViolation(AssertionError):
+    """A contract of the catalogue broke on the real vLLM (the fuzzer's crash)."""
+
+
+class ModelDisagreement(AssertionError):
+    """The real resolver and the Z3 model of its revision disagree."""
+
+
+def instrument_module(module: types.ModuleType) -> int:
+    """Instrument every function defined in ``module`` (methods, properties too)."""
+    import atheris
+
+    done = 0
+    seen: set[int] = set()
+
+    def visit(fn: object) -> None:
+        nonlocal done
+        code = getattr(fn, "__code__", None)
+        if code is None or id(code) in seen or getattr(fn, "__module__", None) != module.__name__:
+            return
+        seen.add(id(code))
+        try:
+            atheris.instrument_func(fn)
+            done += 1
+        except Exception:  # a builtin, a C function, a frozen wrapper: skip
+            pass
+
+    for value in list(vars(module).values()):
+        if isinstance(value, types.FunctionType):
+            visit(value)
+        elif isinstance(value, type) and value.__module__ == module.__name__:
+            for attr in list(vars(value).values()):
+                if isinstance(attr, (staticmethod, classmethod)):
+                    attr = attr.__func__
+                if isinstance(attr, property):
+                    for f in (attr.fget, attr.fset):
+                        if f is not None:
+                            visit(f)
+                elif isinstance(attr, types.FunctionType):
+                    visit(attr)
+    return done
+
+
+def instrument_covered() -> dict[str, int]:
+    import importlib
+
+    return {name: instrument_module(importlib.import_module(name)) for name in COVERED}
+
+
+def release_caps(builder) -> "Caps":  # noqa: F821
+    """What the installed release can express, by introspection (never by version)."""
+    from vllm.config import cache as cache_mod
+
+    from kvproof.fuzz.decode import FULL, Caps
+
+    modes = tuple(typing.get_args(getattr(cache_mod, "MambaCacheMode", typing.Literal["align", "none"])))
+    kinds = tuple(k for k in FULL.kinds if k != "hidden_state" or builder.hidden_cls is not None)
+    return Caps(kinds=kinds, modes=modes, ring_buffer=builder.circular is not None,
+                dcp_sharded_attention="dcp_sharded" in builder.attn_fields,
+                dcp_sharded_mamba="dcp_sharded" in builder.mamba_fields,
+                tokens_per_state_mamba="tokens_per_state" in builder.mamba_fields,
+                tokens_per_state_attention=False,
+                prefix_match_unit="prefix_match_unit" in builder.cache_fields)
+
+
+class Stats:
+    """Counters flushed to ``<workdir>/stats/<target>-<pid>.json`` every second and on a crash."""
+
+    def __init__(self, workdir: Path | None, target: str, vllm: str) -> None:
+        self.path = workdir / "stats" / f"{target}-{os.getpid()}.json" if workdir else None
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.data: dict = {"target": target, "vllm": vllm, "pid": os.getpid(), "started": time.time(),
+                           "execs": 0, "verdicts": {}, "waived": {}, "crashes": 0, "known": 0,
+                           "first_crash_s": None, "bridge_errors": 0}
+        self._next = time.monotonic() + 1
+
+    def bump(self, section: str, key: str) -> None:
+        d = self.data[section]
+        d[key] = d.get(key, 0) + 1
+
+    def tick(self) -> None:
+        self.data["execs"] += 1
+        if self.path and time.monotonic() >= self._next:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.path:
+            return
+        self._next = time.monotonic() + 1
+        self.data["updated"] = time.time()
+        memo = (getattr(self, "fast", None) or {}).get("manager")
+        if memo is not None:
+            self.data["manager_memo"] = {"hits": memo.hits, "misses": memo.misses}
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data))
+        os.replace(tmp, self.path)
+
+
+def build(target: str):
+    """Import vLLM through the bridge, instrument, and return TestOneInput."""
+    import atheris
+
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    from kvproof.bridge import worker  # imports vLLM, builds the Builder (vLLM logs go to stderr)
+
+    sys.stdout = worker._real_stdout  # the bridge parks stdout on stderr; libFuzzer is not ours
+    import vllm
+
+    from kvproof import contracts
+    from kvproof.fuzz.decode import decode
+    from kvproof.fuzz.oracle import judge
+    from kvproof.fuzz.store import CrashStore
+
+    fast = None
+    if os.environ.get("KVPROOF_FUZZ_FAST", "1") != "0":
+        from kvproof.fuzz import fastpath
+
+        fast = fastpath.install(worker, memo_manager=os.environ.get("KVPROOF_FUZZ_MEMO", "1") != "0")
+    instrumented = instrument_covered() if os.environ.get("KVPROOF_FUZZ_INSTRUMENT", "1") != "0" else {}
+    caps = release_caps(worker.BUILDER)
+    premise = os.environ.get("KVPROOF_FUZZ_PREMISE", "engine")
+    strict = os.environ.get("KVPROOF_FUZZ_STRICT") == "1"
+    raise_known = os.environ.get("KVPROOF_FUZZ_RAISE_KNOWN") == "1"
+    workdir = Path(os.environ["KVPROOF_FUZZ_WORKDIR"]) if os.environ.get("KVPROOF_FUZZ_WORKDIR") else None
+    # In a checkout: its corpus/; in a bundled (ClusterFuzzLite) fuzzer: next to the run.
+    default_out = CHECKOUT / "corpus" if (CHECKOUT / "corpus").is_dir() else Path.cwd() / "kvproof-corpus"
+    corpus_out = Path(os.environ.get("KVPROOF_FUZZ_CORPUS_OUT") or default_out)
+    version = vllm.__version__
+    stats = Stats(workdir, target, version)
+    stats.data["caps"] = caps.to_dict()
+    stats.data["instrumented"] = instrumented
+    stats.fast = fast
+    store = CrashStore(corpus_out, (workdir or Path(os.environ.get("TMPDIR", "/tmp")) / f"kvproof-fuzz-{os.getpid()}")
+                       / "seen", version)
+    t0 = time.monotonic()
+    FuzzedDataProvider = atheris.FuzzedDataProvider
+    evaluate = worker.evaluate
+    print(f"kvproof.fuzz: {target} on vLLM {version} ({premise} premise), caps={caps.to_dict()}, "
+          f"instrumented={sum(instrumented.values())} functions in {len(instrumented)} modules",
+          file=sys.stderr, flush=True)
+
+    def contracts_one(data: bytes) -> None:
+        layout = decode(FuzzedDataProvider(data), caps, premise)
+        try:
+            out = evaluate(layout, manager=True)
+        except Exception as err:  # the bridge could not build a config vLLM accepts: a rejection
+            stats.bump("verdicts", "BRIDGE_REJECTED")
+            stats.data["bridge_errors"] += 1
+            stats.data.setdefault("last_bridge_error", f"{type(err).__name__}: {str(err)[:200]}")
+            stats.tick()
+            return
+        j = judge(layout, out, strict=strict)
+        for cid, why in j.waived:
+            stats.bump("waived", f"{cid}:{why}")
+        if not j.crash:
+            stats.bump("verdicts", contracts.verdict(layout, out)[0] if not j.waived else "WAIVED")
+            stats.tick()
+            return
+        stats.bump("verdicts", "FAIL")
+        detail = j.violations[0].line()
+        path, new = store.record(layout, j.contract, detail, data)
+        stats.tick()
+        if not new and not raise_known:
+            stats.data["known"] += 1
+            return
+        stats.data["crashes"] += 1
+        if stats.data["first_crash_s"] is None:
+            stats.data["first_crash_s"] = time.monotonic() - t0
+        stats.flush()
+        raise ContractViolation(f"{detail}\n  layout: {layout.summary()}\n  stored: {path}\n"
+                                f"  replay: kvproof check {path} --vllm {version}")
+
+    def conformance_one(data: bytes) -> None:
+        layout = decode(FuzzedDataProvider(data), caps, premise)
+        real = evaluate(layout, manager=False)
+        if not real.expressible:
+            stats.bump("verdicts", "NOT_EXPRESSIBLE")
+            stats.tick()
+            return
+        predicted = model_evaluate(layout, revision)
+        got = _summary(real)
+        want = _summary(predicted)
+        stats.tick()
+        if got == want:
+            stats.bump("verdicts", "AGREE")
+            return
+        stats.bump("verdicts", "DISAGREE")
+        stats.data["crashes"] += 1
+        folder = (workdir or Path("/tmp")) / "conformance"
+        from kvproof.fuzz.store import write_layout
+
+        path, _ = write_layout(layout.with_meta(vllm=version, contract="model.conformance", found_by="atheris",
+                                                detail=f"real {got} model:{revision} {want}"), folder)
+        stats.flush()
+        raise ModelDisagreement(f"real {got} != model:{revision} {want}\n  layout: {layout.summary()}\n"
+                                f"  stored: {path}")
+
+    if target == "contracts":
+        return contracts_one
+    if target != "conformance":
+        raise SystemExit(f"unknown target {target!r} (contracts, conformance)")
+    model_evaluate, revision_for = _model_api()
+    revision = revision_for(version)
+    stats.data["revision"] = revision
+    return conformance_one
+
+
+def _model_api():
+    try:
+        from kvproof.spec import evaluate, revision_for  # the documented API
+    except ImportError:
+        try:
+            from kvproof.spec.model import evaluate
+            from kvproof.spec.revisions import revision_for
+        except ImportError as err:
+            raise SystemExit(f"kvproof.fuzz conformance: the Z3 model is not available ({err})") from None
+    return evaluate, revision_for
+
+
+def _summary(out) -> tuple:
+    """What conformance compares: the pair, or that the resolver raised (and which type)."""
+    if out.resolver_error is not None:
+        return ("raises", out.resolver_error.type)
+    return (out.scheduler_block_size, out.hash_block_size)
+
+
+def main(target: str | None = None, argv: list[str] | None = None) -> None:
+    import atheris
+
+    argv = list(sys.argv if argv is None else argv)
+    if target is None:
+        if len(argv) < 2 or argv[1] not in ("contracts", "conformance"):
+            raise SystemExit("usage: python -m kvproof.fuzz.harness {contracts,conformance} [libFuzzer flags]")
+        target = argv.pop(1)
+    # libFuzzer's fork and merge modes re-run argv[0] as a program: the runner
+    # starts us through an executable wrapper and names it here.
+    if os.environ.get("KVPROOF_FUZZ_ARGV0"):
+        argv[0] = os.environ["KVPROOF_FUZZ_ARGV0"]
+    test_one = build(target)
+    atheris.Setup(argv, test_one)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,358 @@
+"""Run the atheris harnesses inside a vLLM environment: time-boxed or continuous.
+
+    python -m kvproof.fuzz.run                         # contracts, default release, 60 s
+    python -m kvproof.fuzz.run --vllm 0.27.0 --seconds 60
+    python -m kvproof.fuzz.run --continuous --jobs 2   # until killed; resumable
+    python -m kvproof.fuzz.run --target conformance --seconds 30
+
+This process never imports vLLM: it starts ``<env>/bin/python -m
+kvproof.fuzz.harness <target> <libFuzzer flags>`` with the bridge's
+``worker_env()`` (PYTHONPATH, offline switches) and reads the harness's stats
+files (``<workdir>/stats/*.json``) for its one-line status.
+
+Time-boxed (default): one libFuzzer process for ``--seconds``; it stops at the
+first violation of a class not seen in this run, which is already stored in
+``--crash-dir`` (default ``corpus/``) as a Layout JSON; exit code 1 then,
+0 when clean. Working folder ``.fuzz/<release>/<target>/`` in the checkout
+(git-ignored): its libFuzzer corpus persists between runs.
+
+Continuous (``--continuous``): ``--jobs`` parallel libFuzzer workers (default:
+all cores) sharing one corpus folder, in epochs of ``--merge-every`` seconds.
+Default ``--parallel jobs`` is libFuzzer's ``-jobs/-workers`` mode: each
+worker imports vLLM once per epoch. ``--parallel fork`` is libFuzzer's fork
+mode (``-fork=N -ignore_crashes=1``); it starts a fresh process per job and
+its jobs last 1, 2, 3 ... 300 s, so with a 10 s vLLM import per process it
+spends most of its first hour importing (measured: 9 execs/s after 3 min,
+against ~500/s per worker in jobs mode); after each epoch the corpus is merged/minimised
+(``-merge=1`` into a fresh folder, swapped in by rename). Everything lives in
+``~/.cache/kvproof/fuzz-corpus/<release>/<target>/`` (outside git): killing
+the runner at any point loses at most the current epoch's unmerged inputs,
+and the next start resumes from the folder. ``--seconds 0`` runs until
+killed. Totals over all sessions of a campaign: ``<workdir>/campaign.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kvproof import envs
+from kvproof.bridge.client import worker_env
+from kvproof.errors import KvproofError, UsageError
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+SEEDS = CHECKOUT / "fuzz" / "seeds"
+DICT = CHECKOUT / "fuzz" / "kvproof.dict"
+MAX_LEN = 256
+
+
+def campaign_home() -> Path:
+    if os.environ.get("KVPROOF_FUZZ_HOME"):
+        return Path(os.environ["KVPROOF_FUZZ_HOME"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "kvproof" / "fuzz-corpus"
+
+
+def read_stats(workdir: Path) -> dict:
+    """Sum of every harness process's counters in this campaign folder."""
+    total = {"execs": 0, "crashes": 0, "known": 0, "waived": 0, "processes": 0, "verdicts": {},
+             "first_crash_s": None}
+    for f in glob.glob(str(workdir / "stats" / "*.json")):
+        try:
+            d = json.loads(Path(f).read_text())
+        except (OSError, ValueError):
+            continue
+        total["processes"] += 1
+        total["execs"] += d.get("execs", 0)
+        total["crashes"] += d.get("crashes", 0)
+        total["known"] += d.get("known", 0)
+        total["waived"] += sum(d.get("waived", {}).values())
+        for k, v in d.get("verdicts", {}).items():
+            total["verdicts"][k] = total["verdicts"].get(k, 0) + v
+        if d.get("first_crash_s") is not None and total["first_crash_s"] is None:
+            total["first_crash_s"] = d["first_crash_s"]
+    return total
+
+
+def count_files(folder: Path) -> int:
+    try:
+        return sum(1 for p in folder.iterdir() if p.is_file())
+    except OSError:
+        return 0
+
+
+class Campaign:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        if args.python:
+            self.env = envs.from_python(args.python)
+            self.release = Path(args.python).resolve().parent.parent.name
+        else:
+            self.env = envs.find(args.vllm)
+            self.release = args.vllm
+        if args.continuous:
+            self.workdir = Path(args.workdir or campaign_home() / self.release / args.target)
+        else:
+            self.workdir = Path(args.workdir or CHECKOUT / ".fuzz" / self.release / args.target)
+        self.corpus = Path(args.corpus_dir) if args.corpus_dir else self.workdir / "corpus"
+        self.crash_dir = Path(args.crash_dir) if args.crash_dir else CHECKOUT / "corpus"
+        self.artifacts = self.workdir / "artifacts"
+        self.log_dir = self.workdir / "logs"
+        self._last = (time.monotonic(), 0)
+        self.started = time.monotonic()
+        self.base_execs = 0
+
+    # --- plumbing ------------------------------------------------------------
+    def prepare(self) -> None:
+        self._recover_merge()
+        for d in (self.workdir, self.corpus, self.artifacts, self.log_dir, self.workdir / "stats"):
+            d.mkdir(parents=True, exist_ok=True)
+        if not self.args.continuous:
+            shutil.rmtree(self.workdir / "seen", ignore_errors=True)  # each time-boxed run is its own campaign
+        self.base_execs = read_stats(self.workdir)["execs"]
+
+    def _recover_merge(self) -> None:
+        old, new = self.corpus.with_name(self.corpus.name + ".old"), self.corpus.with_name(self.corpus.name + ".new")
+        if old.exists() and (not self.corpus.exists() or not any(self.corpus.iterdir())):
+            if self.corpus.exists():
+                self.corpus.rmdir()
+            old.rename(self.corpus)  # killed between the two renames of a swap
+        shutil.rmtree(new, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def env_vars(self) -> dict[str, str]:
+        extra = {"KVPROOF_FUZZ_WORKDIR": str(self.workdir), "KVPROOF_FUZZ_CORPUS_OUT": str(self.crash_dir),
+                 "KVPROOF_FUZZ_PREMISE": self.args.premise, "VLLM_LOGGING_LEVEL": "ERROR",
+                 "PYTHONUNBUFFERED": "1"}
+        if self.args.strict:
+            extra["KVPROOF_FUZZ_STRICT"] = "1"
+        return worker_env(extra)
+
+    def wrapper(self) -> Path:
+        """An executable that runs the harness: libFuzzer's fork/merge modes re-execute argv[0]."""
+        path = self.workdir / f"fuzz_{self.args.target}"
+        text = ("#!/bin/sh\n# generated by python -m kvproof.fuzz.run: the harness in the vLLM environment\n"
+                f'KVPROOF_FUZZ_ARGV0="$0" exec {shlex.quote(str(self.env.python))} -m kvproof.fuzz.harness '
+                f'{self.args.target} "$@"\n')
+        if not path.exists() or path.read_text() != text:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.chmod(0o755)
+            os.replace(tmp, path)
+        return path
+
+    def command(self, flags: list[str], dirs: list[Path]) -> list[str]:
+        cmd = [str(self.wrapper()), f"-max_len={self.args.max_len}", f"-artifact_prefix={self.artifacts}/"]
+        if DICT.exists():
+            cmd.append(f"-dict={DICT}")
+        if self.args.seed is not None:
+            cmd.append(f"-seed={self.args.seed}")
+        cmd += flags + list(self.args.libfuzzer) + [str(d) for d in dirs]
+        return cmd
+
+    def seed_dirs(self) -> list[Path]:
+        return [SEEDS] if SEEDS.is_dir() and not self.args.no_seeds else []
+
+    def status(self, final: bool = False) -> str:
+        s = read_stats(self.workdir)
+        now = time.monotonic()
+        t0, e0 = self._last
+        rate = (s["execs"] - e0) / max(now - t0, 1e-9) if e0 else (s["execs"] - self.base_execs) / max(now - self.started, 1e-9)
+        self._last = (now, s["execs"])
+        elapsed = int(now - self.started)
+        return (f"[fuzz {self.args.target} vllm {self.release}] {elapsed // 60:02d}:{elapsed % 60:02d} "
+                f"execs={s['execs']:,} ({rate:,.0f}/s) corpus={count_files(self.corpus)} "
+                f"crashes={s['crashes']} known={s['known']} waived={s['waived']} "
+                f"artifacts={len(list(self.artifacts.glob('crash-*')))}" + (" (final)" if final else ""))
+
+    def run_process(self, cmd: list[str], seconds: float, label: str, stop_after: float | None = None) -> int:
+        log = self.log_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{label}.log"
+        with open(log, "w") as fh:
+            fh.write("$ " + " ".join(cmd) + "\n")
+            fh.flush()
+            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=self.env_vars(),
+                                    cwd=str(self.log_dir), start_new_session=True)
+            deadline = time.monotonic() + (stop_after or seconds + 120)  # import + final merge slack
+            stopping = False
+            next_status = time.monotonic() + self.args.status_every
+            try:
+                while proc.poll() is None:
+                    time.sleep(0.5)
+                    if time.monotonic() >= next_status:
+                        print(self.status(), flush=True)
+                        next_status += self.args.status_every
+                    if time.monotonic() > deadline and not stopping:
+                        os.killpg(proc.pid, signal.SIGTERM)  # libFuzzer exits cleanly (-handle_term)
+                        stopping = True
+                        deadline += 30
+                    elif time.monotonic() > deadline:
+                        os.killpg(proc.pid, signal.SIGKILL)
+            except KeyboardInterrupt:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                raise
+        self.last_log = log
+        return proc.returncode
+
+    def violation_text(self) -> str:
+        text = self.last_log.read_text(errors="replace")
+        i = text.rfind("=== Uncaught Python exception: ===")
+        if i < 0:
+            return ""
+        block = text[i:].split("Traceback", 1)[0]
+        return "\n".join(line for line in block.splitlines()[1:] if line.strip())
+
+    def write_campaign(self, extra: dict) -> None:
+        path = self.workdir / "campaign.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {"release": self.release, "target": self.args.target, "sessions": []}
+        s = read_stats(self.workdir)
+        data.update(total_execs=s["execs"], total_crashes=s["crashes"], known=s["known"], waived=s["waived"],
+                    verdicts=s["verdicts"], corpus=count_files(self.corpus),
+                    artifacts=len(list(self.artifacts.glob("crash-*"))))
+        data["sessions"].append({"ended": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                 "seconds": round(time.monotonic() - self.started, 1),
+                                 "execs": s["execs"] - self.base_execs, **extra})
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        os.replace(tmp, path)
+
+    # --- modes ---------------------------------------------------------------
+    def timeboxed(self) -> int:
+        cmd = self.command([f"-max_total_time={self.args.seconds}", "-print_final_stats=1"],
+                           [self.corpus] + self.seed_dirs())
+        print(f"kvproof fuzz: {self.args.target} on vLLM {self.release} for {self.args.seconds} s "
+              f"(log: {self.log_dir})", flush=True)
+        rc = self.run_process(cmd, self.args.seconds, "timeboxed")
+        print(self.status(final=True), flush=True)
+        text = self.violation_text()
+        self.write_campaign({"mode": "timeboxed", "rc": rc})
+        if text:
+            print("violation:\n  " + text.replace("\n", "\n  "), flush=True)
+            return 1
+        if rc != 0:
+            tail = self.last_log.read_text(errors="replace").strip().splitlines()[-15:]
+            print("harness failed (rc=%s); log %s:\n%s" % (rc, self.last_log, "\n".join(tail)), file=sys.stderr)
+            return 2
+        known = read_stats(self.workdir)["known"]
+        print("clean: no new violation class" + (f" ({known} hits of already stored classes)" if known else ""))
+        return 0
+
+    def merge(self) -> None:
+        new = self.corpus.with_name(self.corpus.name + ".new")
+        old = self.corpus.with_name(self.corpus.name + ".old")
+        shutil.rmtree(new, ignore_errors=True)
+        new.mkdir()
+        before = count_files(self.corpus)
+        cmd = self.command(["-merge=1", f"-merge_control_file={self.workdir / 'merge.ctl'}"], [new, self.corpus])
+        rc = self.run_process(cmd, 600, "merge")
+        if rc == 0 and count_files(new) > 0:
+            self.corpus.rename(old)
+            new.rename(self.corpus)
+            shutil.rmtree(old, ignore_errors=True)
+            print(f"[fuzz] merged corpus {before} -> {count_files(self.corpus)} inputs", flush=True)
+        else:
+            shutil.rmtree(new, ignore_errors=True)
+            print(f"[fuzz] merge failed (rc={rc}); kept the corpus as is (log {self.last_log})", flush=True)
+        (self.workdir / "merge.ctl").unlink(missing_ok=True)
+
+    def continuous(self) -> int:
+        jobs = self.args.jobs or os.cpu_count() or 1
+        total = self.args.seconds if self.args.seconds_given else 0
+        print(f"kvproof fuzz: continuous {self.args.target} on vLLM {self.release}, {jobs} workers "
+              f"({self.args.parallel} mode), campaign {self.workdir}"
+              + (f", {total} s" if total else ", until killed"), flush=True)
+        end = time.monotonic() + total if total else None
+        epoch = 0
+        try:
+            while end is None or time.monotonic() < end - 5:
+                left = (end - time.monotonic()) if end else self.args.merge_every
+                span = int(max(5, min(self.args.merge_every, left)))
+                if self.args.parallel == "fork":
+                    flags = [f"-fork={jobs}", "-ignore_crashes=1", "-ignore_timeouts=1", "-ignore_ooms=1",
+                             f"-max_total_time={span}"]
+                else:
+                    # N workers sharing the corpus folder (-reload); a worker that stops on a
+                    # new violation class is replaced by the next job; the runner ends the
+                    # epoch (SIGTERM, libFuzzer exits cleanly; corpus and stats are on disk).
+                    flags = [f"-jobs={jobs * 1000}", f"-workers={jobs}", f"-max_total_time={span}", "-reload=1"]
+                cmd = self.command(flags, [self.corpus] + self.seed_dirs())
+                self.run_process(cmd, span, f"epoch{epoch}", stop_after=span + 30)
+                print(self.status(), flush=True)
+                if count_files(self.corpus) > 1:
+                    self.merge()
+                epoch += 1
+        except KeyboardInterrupt:
+            print("[fuzz] interrupted; the campaign folder resumes on the next start", flush=True)
+        print(self.status(final=True), flush=True)
+        self.write_campaign({"mode": "continuous", "parallel": self.args.parallel, "jobs": jobs})
+        s = read_stats(self.workdir)
+        return 1 if s["crashes"] else 0
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m kvproof.fuzz.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--vllm", default=envs.DEFAULT_RELEASE, help="release whose environment runs the harness")
+    p.add_argument("--python", help="fuzz the vLLM of this interpreter instead (must have atheris)")
+    p.add_argument("--target", choices=("contracts", "conformance"), default="contracts")
+    p.add_argument("--seconds", type=int, default=None, help="time box (default 60; continuous: until killed)")
+    p.add_argument("--continuous", action="store_true", help="libFuzzer fork mode, persistent corpus, merges")
+    p.add_argument("--jobs", type=int, default=0, help="parallel workers (default: all cores)")
+    p.add_argument("--parallel", choices=("jobs", "fork"), default="jobs",
+                   help="continuous: libFuzzer -jobs/-workers (default; one vLLM import per worker per epoch) "
+                        "or -fork (one import per fork job; jobs last 1, 2, 3 ... 300 s)")
+    p.add_argument("--corpus-dir", help="libFuzzer's working corpus (default: <workdir>/corpus)")
+    p.add_argument("--workdir", help="campaign folder (stats, seen, artifacts, logs)")
+    p.add_argument("--crash-dir", help="where violation Layouts go (default: corpus/ of the checkout)")
+    p.add_argument("--premise", choices=("engine", "free"), default="engine")
+    p.add_argument("--strict", action="store_true", help="no oracle waivers: every catalogue violation crashes")
+    p.add_argument("--status-every", type=float, default=10.0, help="seconds between status lines")
+    p.add_argument("--merge-every", type=int, default=1800, help="continuous: seconds per epoch between merges")
+    p.add_argument("--seed", type=int, help="libFuzzer -seed")
+    p.add_argument("--max-len", type=int, default=MAX_LEN)
+    p.add_argument("--no-seeds", action="store_true", help="do not read the checked-in seed corpus")
+    p.add_argument("libfuzzer", nargs="*", help="extra libFuzzer flags after --")
+    args = p.parse_args(argv)
+    args.seconds_given = args.seconds is not None
+    if args.seconds is None:
+        args.seconds = 60
+    if args.seconds < 0 or (not args.continuous and args.seconds == 0):
+        raise UsageError("--seconds must be positive (0 only with --continuous: until killed)")
+    return args
+
+
+def _terminate(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt  # SIGTERM (and SIGINT in background jobs) stop the campaign cleanly
+
+
+def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
+    try:
+        args = parse(argv)
+        campaign = Campaign(args)
+        campaign.prepare()
+        return campaign.continuous() if args.continuous else campaign.timeboxed()
+    except KvproofError as err:
+        print(f"kvproof fuzz: {err}", file=sys.stderr)
+        return err.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

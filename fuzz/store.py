@@ -1,0 +1,107 @@
+"""Crash -> corpus Layout JSON, safely. Pure Python (no vLLM).
+
+- canonical JSON, named ``<content_hash>.json`` (the hash ignores meta);
+- written to a temporary file in the same folder, fsync'ed, then published
+  with ``os.link`` (atomic like ``os.replace`` but it never overwrites: a
+  concurrent writer of the same content simply loses the race), so a reader
+  never sees half a file and a file, once there, never changes;
+- de-duplicated by (vLLM version, contract, shape): across fork-mode workers
+  through ``O_EXCL`` marker files in the campaign's ``seen/`` folder, and
+  against what ``corpus/`` already holds (any file whose meta names the same
+  vLLM and contract, whoever wrote it);
+- meta: ``{"vllm", "contract", "found_by": "atheris", "detail", "input_sha1"}``
+  (``input_sha1`` names libFuzzer's own ``crash-<sha1>`` artefact).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from kvproof.fuzz.oracle import dedup_key
+from kvproof.layout import Layout
+
+FOUND_BY = "atheris"
+
+
+def write_layout(layout: Layout, folder: Path) -> tuple[Path, bool]:
+    """Publish ``layout`` (with its meta) as ``folder/<hash>.json``; (path, written)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"{layout.content_hash()}.json"
+    if final.exists():
+        return final, False
+    text = json.dumps(layout.to_dict(with_meta=True), indent=2, sort_keys=True) + "\n"
+    fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{final.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    os.fchmod(fd, 0o644)  # mkstemp makes 0600; a corpus file is for everyone to read
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    try:
+        os.link(tmp, final)
+        written = True
+    except FileExistsError:
+        written = False
+    finally:
+        os.unlink(tmp)
+    return final, written
+
+
+def corpus_index(folder: Path) -> dict[str, Path]:
+    """dedup key -> file for every readable corpus Layout that names a vLLM and a contract."""
+    index: dict[str, Path] = {}
+    if not folder.is_dir():
+        return index
+    for path in sorted(folder.glob("*.json")):
+        try:
+            layout = Layout.from_json(path.read_text(), str(path))
+        except Exception:  # a foreign or broken file is not ours to judge here
+            continue
+        vllm, contract = layout.meta.get("vllm"), layout.meta.get("contract")
+        if vllm and contract:
+            index.setdefault(dedup_key(str(vllm), str(contract), layout), path)
+    return index
+
+
+class CrashStore:
+    """Where one campaign puts its findings."""
+
+    def __init__(self, corpus_dir: Path, seen_dir: Path, vllm_version: str) -> None:
+        self.corpus_dir = Path(corpus_dir)
+        self.seen_dir = Path(seen_dir)
+        self.seen_dir.mkdir(parents=True, exist_ok=True)
+        self.vllm = vllm_version
+        self._index: dict[str, Path] | None = None
+
+    def _known(self) -> dict[str, Path]:
+        if self._index is None:
+            self._index = corpus_index(self.corpus_dir)
+        return self._index
+
+    def record(self, layout: Layout, contract: str, detail: str, data: bytes) -> tuple[Path | None, bool]:
+        """Store a crash. Returns (corpus file or None, new class for this campaign)."""
+        import hashlib
+
+        key = dedup_key(self.vllm, contract, layout)
+        marker = self.seen_dir / key
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                return Path(marker.read_text().strip() or "") or None, False
+            except OSError:
+                return None, False
+        try:
+            path = self._known().get(key)
+            if path is None:
+                meta = {"vllm": self.vllm, "contract": contract, "found_by": FOUND_BY,
+                        "detail": detail, "input_sha1": hashlib.sha1(data).hexdigest()}
+                path, _ = write_layout(layout.with_meta(**meta), self.corpus_dir)
+                self._known()[key] = path
+            os.write(fd, str(path).encode())
+        finally:
+            os.close(fd)
+        return path, True

@@ -1,0 +1,390 @@
+"""The Z3 model of ``resolve_kv_cache_block_sizes``, one encoding for every revision.
+
+``resolve(rev, x)`` follows vLLM's function branch for branch; each branch
+is guarded by the revision-table entry (:mod:`kvproof.spec.revisions`) that
+names the release introducing it. The group count ``n`` is concrete (one
+encoding per n), everything else is symbolic: per group the kind (Mamba or
+an AttentionSpec subclass), raw block size, prefix_cacheable, dcp_sharded,
+tokens_per_state; globally the cache block size, prefix caching, KV
+connector, prefix_match_unit, Mamba cache mode, dcp and max_model_len.
+
+gcd and lcm are fresh integers constrained by the divisibility facts of
+:mod:`kvproof.spec.lemmas`. dcp ranges over a small concrete set
+(:data:`DCP_VALUES`) so that ``block_size * dcp`` stays linear.
+
+Concrete evaluation (``evaluate``) substitutes a Layout's values into the
+same expressions and the exact gcd/lcm into the two fresh integers, then
+simplifies: the model evaluated on concrete inputs, not a second resolver.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import z3
+
+from kvproof.layout import Layout
+from kvproof.outcome import Outcome, StageError
+from kvproof.spec import lemmas
+from kvproof.spec import revisions as R
+
+MODES = ("align", "all", "none")  # encoded as 0, 1, 2
+ALIGN = 0
+DCP_VALUES = (1, 2, 3, 4, 8)
+MAX_BLOCK = 1 << 20
+MAX_MODEL_LEN = 1 << 30
+
+ERR_NONE, ERR_PMU, ERR_SINGLE_PMU, ERR_TPS = 0, 1, 2, 3
+ERROR_MESSAGES = {
+    ERR_PMU: "Invalid prefix_match_unit={h}; KV cache group block sizes must be divisible by prefix_match_unit",
+    ERR_SINGLE_PMU: "Invalid prefix_match_unit={pmu}; with a single KV cache group, prefix-cache hits land on the block size ({bs})",
+    ERR_TPS: "Invalid prefix_match_unit={h}; prefix-cache boundaries must align with each spec's per-state compression",
+}
+
+
+@dataclass
+class Inputs:
+    """The symbolic inputs of one resolver call with ``n`` groups."""
+
+    n: int
+    mamba: list  # Bool: MambaSpec (else an AttentionSpec subclass)
+    bs: list  # Int: spec.block_size
+    pc: list  # Bool: spec.prefix_cacheable
+    sharded: list  # Bool: spec.dcp_sharded
+    tps: list  # Int: tokens_per_state of a Mamba spec, 0 = unset (-1 in vLLM)
+    cache_bs: Any
+    caching: Any
+    connector: Any
+    pmu_set: Any
+    pmu: Any
+    mode: Any
+    dcp: Any
+    max_model_len: Any
+
+    def variables(self) -> list:
+        return (self.mamba + self.bs + self.pc + self.sharded + self.tps
+                + [self.cache_bs, self.caching, self.connector, self.pmu_set, self.pmu, self.mode,
+                   self.dcp, self.max_model_len])
+
+
+def inputs(n: int, tag: str = "") -> Inputs:
+    def ints(name):
+        return [z3.Int(f"{name}{tag}_{i}") for i in range(n)]
+
+    def bools(name):
+        return [z3.Bool(f"{name}{tag}_{i}") for i in range(n)]
+
+    return Inputs(n, bools("mamba"), ints("bs"), bools("pc"), bools("sharded"), ints("tps"),
+                  z3.Int(f"cache_bs{tag}"), z3.Bool(f"caching{tag}"), z3.Bool(f"connector{tag}"),
+                  z3.Bool(f"pmu_set{tag}"), z3.Int(f"pmu{tag}"), z3.Int(f"mode{tag}"), z3.Int(f"dcp{tag}"),
+                  z3.Int(f"max_model_len{tag}"))
+
+
+def domain(rev: R.Revision, x: Inputs, max_block: int = MAX_BLOCK, dcp_values=DCP_VALUES) -> list:
+    """What the revision's spec classes and config can hold."""
+    c = []
+    bound = (lambda v: z3.And(v >= 1, v <= max_block)) if max_block else (lambda v: v >= 1)
+    for i in range(x.n):
+        c.append(bound(x.bs[i]))
+        if R.F_PREFIX_CACHEABLE not in rev.fields:
+            c.append(x.pc[i])
+        else:  # only attention-type specs (CircularBufferSpec, ...) opt out; no MambaSpec does
+            c.append(z3.Or(x.pc[i], z3.Not(x.mamba[i])))
+        if R.F_DCP_SHARDED not in rev.fields:
+            c.append(x.sharded[i] == z3.Not(x.mamba[i]))
+        if R.F_TOKENS_PER_STATE not in rev.fields:
+            c.append(x.tps[i] == 0)
+        else:
+            c.append(z3.If(x.mamba[i], z3.Or(x.tps[i] == 0, bound(x.tps[i])), x.tps[i] == 0))
+    c.append(bound(x.cache_bs))
+    c.append(z3.If(x.pmu_set, bound(x.pmu), x.pmu == 0))
+    c.append(z3.Or([x.mode == MODES.index(m) for m in rev.mamba_modes]))
+    c.append(z3.Or([x.dcp == d for d in dcp_values]))
+    c.append(z3.And(x.max_model_len >= 1, x.max_model_len <= MAX_MODEL_LEN))
+    return c
+
+
+def engine_premise(rev: R.Revision, x: Inputs) -> list:
+    """cache_config.block_size as EngineCore derives it after KV cache init."""
+    if rev.engine_block_size == "all":
+        members = [z3.BoolVal(True)] * x.n
+    else:  # min over prefix-cacheable groups, all groups if none is
+        none = z3.Not(z3.Or(x.pc))
+        members = [z3.Or(p, none) for p in x.pc]
+    return ([z3.Implies(m, x.cache_bs <= b) for m, b in zip(members, x.bs)]
+            + [z3.Or([z3.And(m, x.cache_bs == b) for m, b in zip(members, x.bs)])])
+
+
+def times(v, k, dcp_values=DCP_VALUES):
+    """``v * k`` for k in the concrete dcp set, kept linear."""
+    if z3.is_int_value(k):
+        return v * k.as_long()
+    out = v
+    for d in dcp_values[1:]:
+        out = z3.If(k == d, v * d, out)
+    return out
+
+
+@dataclass
+class Resolved:
+    """The resolver's symbolic result plus the intermediate terms properties use."""
+
+    S: Any  # scheduler_block_size
+    H: Any  # hash_block_size
+    err: Any  # ERR_* code (ValueError kinds); 0 = returned
+    eff: list  # per-group block size as the resolver and the managers see it
+    L: Any = None  # fresh lcm variable (several groups)
+    G: Any = None  # fresh gcd variable (several groups)
+    hashing: list = field(default_factory=list)  # Bool: group is in the GCD set
+    facts: list = field(default_factory=list)  # every lemma instance the solver gets
+    gcd_lcm_facts: list = field(default_factory=list)  # the gcd/lcm ones (checked on every evaluation)
+    fallback: Any = None  # Bool: hash fell back to the scheduler block size
+    terms: list = field(default_factory=list)  # Int terms divisibility is asked about
+
+
+def _or(xs):
+    return z3.Or(xs) if xs else z3.BoolVal(False)
+
+
+def resolve(rev: R.Revision, x: Inputs, tag: str = "") -> Resolved:
+    """``resolve_kv_cache_block_sizes`` for revision ``rev``, branch for branch.
+
+    ``dv(a, b)`` (a divides b) is the uninterpreted ``lemmas.D``; ``a % b``
+    never appears with a variable divisor.
+    """
+    dv = lemmas.divides
+    n, dcp = x.n, x.dcp
+    is_attn = [z3.Not(m) for m in x.mamba]
+    hashing_active = z3.Or(x.caching, x.connector)
+
+    # --- dcp resolution of one spec's block size --------------------------
+    def dcp_block(i):
+        if rev.has(R.DCP_SHARDED):  # 0.31: resolve_dcp_kv_block_size on spec.dcp_sharded
+            return z3.If(x.sharded[i], times(x.bs[i], dcp), x.bs[i])
+        # 0.27: isinstance(spec, AttentionSpec); 0.29 helper: all layer specs AttentionSpec
+        return z3.If(is_attn[i], times(x.bs[i], dcp), x.bs[i])
+
+    eff = [dcp_block(i) for i in range(n)]
+
+    # --- if len(groups) <= 1 ------------------------------------------------
+    if n == 1:
+        if rev.has(R.DCP_SHARDED):  # 0.31: dcp = 1 when the spec is not dcp_sharded
+            bs = z3.If(x.sharded[0], times(x.cache_bs, dcp), x.cache_bs)
+        else:
+            bs = times(x.cache_bs, dcp)
+        err = z3.IntVal(ERR_NONE)
+        if rev.has(R.SINGLE_GROUP_PMU_REJECT):  # 0.32: reject a pmu other than bs
+            err = z3.If(z3.And(x.pmu_set, x.pmu != bs, hashing_active), ERR_SINGLE_PMU, ERR_NONE)
+        terms = [bs, eff[0], x.cache_bs, x.bs[0]]
+        # D5: a | a * k (bs is cache_bs times 1 or dcp; eff[0] is bs[0] times 1 or dcp)
+        facts = [dv(x.cache_bs, bs), dv(x.bs[0], eff[0])] + lemmas.divisibility_axioms(terms)
+        return Resolved(S=bs, H=bs, err=err, eff=eff, fallback=z3.BoolVal(True), facts=facts,
+                        terms=terms + [x.pmu])
+
+    # --- group_block_sizes, scheduler_block_size = lcm --------------------
+    L = z3.Int(f"lcm{tag}")
+    facts = lemmas.lcm_facts(L, eff)
+    S = L
+
+    # --- not (enable_prefix_caching or connector) -> (S, S) ----------------
+    inactive = z3.Not(hashing_active)
+
+    # --- Mamba fallback ------------------------------------------------------
+    conds = []
+    if rev.has(R.MAMBA_FALLBACK_BLOCK_SIZE):  # 0.27: spec.block_size != cache_config.block_size
+        conds += [z3.And(x.mamba[i], x.bs[i] != x.cache_bs) for i in range(n)]
+    if rev.has(R.MAMBA_FALLBACK_MODE):  # 0.28: spec.mamba_cache_mode != "align"
+        conds += [z3.And(x.mamba[i], x.mode != ALIGN) for i in range(n)]
+    mamba_fallback = _or(conds)
+
+    # --- hashing sizes and the GCD ---------------------------------------------
+    if rev.has(R.GCD_PREFIX_CACHEABLE):  # 0.29: prefix-cacheable groups, or all if none
+        none = z3.Not(z3.Or(x.pc))
+        hashing = [z3.Or(p, none) for p in x.pc]
+    else:
+        hashing = [z3.BoolVal(True)] * n
+    G = z3.Int(f"gcd{tag}")
+    facts += lemmas.gcd_facts(G, eff, hashing) + lemmas.link_facts(G, L)
+    H0 = z3.If(x.pmu_set, x.pmu, G)  # requested if requested is not None else gcd
+    err_pmu = _or([z3.And(m, z3.Not(dv(H0, e))) for m, e in zip(hashing, eff)])
+
+    # --- tokens_per_state alignment (0.29) ------------------------------------
+    err_tps = z3.BoolVal(False)
+    if rev.has(R.TOKENS_PER_STATE):
+        if rev.has(R.PARTIAL_HASH_HITS_FN):  # 0.32: partial_hash_hits_enabled, raw spec sizes
+            sizes = x.bs
+        else:  # 0.29: has_partial_mamba_group over the dcp-resolved group sizes
+            sizes = eff
+        partial = _or([z3.And(x.mamba[i], x.mode == ALIGN,
+                              z3.Or(z3.And(dcp == 1, sizes[i] > H0), z3.And(dcp > 1, sizes[i] >= H0)))
+                       for i in range(n)])
+        alignment = z3.If(partial, H0, S)
+        err_tps = _or([z3.And(x.mamba[i], x.pc[i], x.tps[i] > 1, z3.Not(dv(x.tps[i], alignment)))
+                       for i in range(n)])
+
+    fallback = z3.Or(inactive, mamba_fallback)
+    H = z3.If(fallback, S, H0)
+    # true facts about divisibility on the terms the branches and properties use
+    terms = eff + [L, G, H0, x.pmu]
+    divisors = [G, H0, x.pmu]
+    div_facts = [dv(x.bs[i], eff[i]) for i in range(n)]  # D5: a | a * k
+    div_facts += lemmas.divisibility_axioms(terms, [z3.BoolVal(True)] * (n + 3) + [x.pmu_set],
+                                           chains=[(divisors, eff + [G], eff + [L])])
+    err = z3.If(fallback, ERR_NONE, z3.If(err_pmu, ERR_PMU, z3.If(err_tps, ERR_TPS, ERR_NONE)))
+    return Resolved(S=S, H=H, err=err, eff=eff, L=L, G=G, hashing=hashing, facts=facts + div_facts,
+                    gcd_lcm_facts=facts, fallback=fallback,
+                    terms=terms + list(x.tps) + [S, H] + ([alignment] if rev.has(R.TOKENS_PER_STATE) else []))
+
+
+# --- concrete evaluation ---------------------------------------------------------
+
+@dataclass
+class Encoding:
+    rev: R.Revision
+    x: Inputs
+    r: Resolved
+
+
+@lru_cache(maxsize=None)
+def encoding(revision: str, n: int) -> Encoding:
+    rev = R.REVISIONS[revision]
+    x = inputs(n)
+    return Encoding(rev, x, resolve(rev, x))
+
+
+def layout_values(layout: Layout, x: Inputs) -> list[tuple]:
+    """(variable, value) pairs binding ``x`` to ``layout``."""
+    pairs = []
+    for i, g in enumerate(layout.groups):
+        mamba = g.kind == "mamba"
+        pairs += [(x.mamba[i], z3.BoolVal(mamba)), (x.bs[i], z3.IntVal(g.block_size)),
+                  (x.pc[i], z3.BoolVal(g.prefix_cacheable is not False)),
+                  (x.sharded[i], z3.BoolVal(R.default_dcp_sharded(g.kind) if g.dcp_sharded is None
+                                            else g.dcp_sharded)),
+                  (x.tps[i], z3.IntVal(g.tokens_per_state if (mamba and g.tokens_per_state) else 0))]
+    c = layout.cache
+    pairs += [(x.cache_bs, z3.IntVal(c.block_size)), (x.caching, z3.BoolVal(c.enable_prefix_caching)),
+              (x.connector, z3.BoolVal(layout.kv_connector is not None)),
+              (x.pmu_set, z3.BoolVal(c.prefix_match_unit is not None)),
+              (x.pmu, z3.IntVal(c.prefix_match_unit or 0)), (x.mode, z3.IntVal(MODES.index(c.mamba_cache_mode))),
+              (x.dcp, z3.IntVal(layout.dcp)), (x.max_model_len, z3.IntVal(layout.max_model_len))]
+    return pairs
+
+
+_VECS: dict = {}
+
+
+def _VEC(*terms):
+    """Pack Int terms into one datatype value so one simplify evaluates them all."""
+    n = len(terms)
+    if n not in _VECS:
+        dt = z3.Datatype(f"Vec{n}")
+        dt.declare("vec", *[(f"f{i}", z3.IntSort()) for i in range(n)])
+        _VECS[n] = dt.create().vec
+    return _VECS[n](*terms)
+
+
+def _value(term, subs) -> Any:
+    term = lemmas.arithmetic(term)
+    v = z3.simplify(z3.substitute(term, *subs)) if subs else z3.simplify(term)
+    if z3.is_int_value(v):
+        return v.as_long()
+    if z3.is_true(v):
+        return True
+    if z3.is_false(v):
+        return False
+    raise ValueError(f"model term did not reduce to a constant: {v}")
+
+
+def _compiled(enc: Encoding) -> dict:
+    """The encoding's terms with D replaced by arithmetic and the inputs (then L, G)
+    replaced by de Bruijn variables, so one evaluation is one ``substitute_vars``."""
+    c = getattr(enc, "_compiled", None)
+    if c is None:
+        r = enc.r
+        xs = enc.x.variables()
+        names = [str(v) for v in xs]
+        extra = [r.L, r.G] if r.L is not None else []
+        allv = xs + extra
+        to_var = [(v, z3.Var(i, v.sort())) for i, v in enumerate(allv)]
+
+        def comp(term):
+            return z3.substitute(lemmas.arithmetic(term), *to_var)
+
+        c = {"names": names, "out": comp(_VEC(r.S, r.H, r.err, *r.eff)), "comp": comp}
+        if r.L is not None:
+            c["pre"] = comp(_VEC(*r.eff, *[z3.If(m, 1, 0) for m in r.hashing]))
+            c["facts"] = comp(z3.And(r.gcd_lcm_facts))
+        enc._compiled = c
+    return c
+
+
+def _ints(term) -> list[int]:
+    v = z3.simplify(term)
+    return [v.arg(i).as_long() for i in range(v.num_args())]
+
+
+def concrete(enc: Encoding, subs: list[tuple], check_facts: bool = True) -> tuple[dict, list[tuple]]:
+    """Evaluate the encoding on concrete inputs; returns (values, full substitution).
+
+    ``subs`` binds every input variable. The exact gcd/lcm replace the fresh
+    variables, and the gcd/lcm lemma facts are evaluated at them: a fact that
+    is False here is an unsound lemma.
+    """
+    r = enc.r
+    c = _compiled(enc)
+    by_name = {str(k): v for k, v in subs}
+    vals = [by_name[nm] for nm in c["names"]]
+    subs = list(subs)
+    if r.L is not None:
+        filler = [z3.IntVal(1), z3.IntVal(1)]
+        pre = _ints(z3.substitute_vars(c["pre"], *vals, *filler))
+        eff, members = pre[:enc.x.n], [bool(m) for m in pre[enc.x.n:]]
+        chosen = [e for e, m in zip(eff, members) if m]
+        LG = [z3.IntVal(math.lcm(*eff)), z3.IntVal(math.gcd(*chosen))]
+        vals = vals + LG
+        subs += [(r.L, LG[0]), (r.G, LG[1])]
+        if check_facts and not z3.is_true(z3.simplify(z3.substitute_vars(c["facts"], *vals))):
+            bad = [f for f in r.gcd_lcm_facts if _value(f, subs) is not True]
+            raise AssertionError(f"lemma instance false at eff={eff} members={members}: {bad[:3]}")
+    elif r.L is None:
+        pass
+    out_vals = _ints(z3.substitute_vars(c["out"], *vals))
+    out = {"S": out_vals[0], "H": out_vals[1], "err": out_vals[2], "eff": out_vals[3:], "_vals": vals}
+    return out, subs
+
+
+def holds(enc: Encoding, formula_key: str, formula, subs: list[tuple]) -> bool:
+    """Truth of a Bool ``formula`` over the encoding's terms at concrete inputs (compiled once per key)."""
+    c = _compiled(enc)
+    comp = c.setdefault("formulas", {})
+    if formula_key not in comp:
+        comp[formula_key] = c["comp"](formula)
+    out, _ = concrete(enc, subs, check_facts=False)
+    vals = out["_vals"]
+    if enc.r.L is None:
+        vals = vals  # no L, G variables in single-group encodings
+    return z3.is_true(z3.simplify(z3.substitute_vars(comp[formula_key], *vals)))
+
+
+def evaluate(layout: Layout, revision: str) -> Outcome:
+    """The model's Outcome for ``layout`` under ``revision`` (source ``model:<revision>``)."""
+    rev = R.REVISIONS[revision]
+    base = dict(layout_hash=layout.content_hash(), vllm_version=rev.releases[0],
+                source=f"model:{revision}", fingerprint=rev.fingerprints[0] if rev.fingerprints else "")
+    why = R.not_expressible(layout, revision)
+    if why:
+        return Outcome(**base, expressible=False, not_expressible=why)
+    enc = encoding(revision, len(layout.groups))
+    vals, _ = concrete(enc, layout_values(layout, enc.x))
+    if vals["err"] != ERR_NONE:
+        bs = vals["S"]
+        msg = ERROR_MESSAGES[vals["err"]].format(h=layout.cache.prefix_match_unit, pmu=layout.cache.prefix_match_unit,
+                                                 bs=bs)
+        return Outcome(**base, resolver_error=StageError("ValueError", msg, "model"),
+                       extra={"error_kind": vals["err"]})
+    return Outcome(**base, scheduler_block_size=vals["S"], hash_block_size=vals["H"],
+                   extra={"effective_block_sizes": vals["eff"]})

@@ -1,0 +1,324 @@
+"""One proof query: (revision, property, group count, premise) -> verdict.
+
+Verdicts: PROVED (UNSAT over the whole domain), COUNTEREXAMPLE (SAT, and the
+witness replayed through the concrete model with exact gcd/lcm still
+violates), WARNING (an efficiency property's witness, same replay),
+UNKNOWN (Z3 gave up, the time ran out, or the gcd/lcm refinement did not
+converge; never a proof).
+
+Premises: ``free`` lets ``cache_config.block_size`` be any value (a direct
+caller of the function); ``engine`` ties it to what EngineCore derives (the
+minimum group block size, per revision).
+
+Search order: a satisfiable query is tried first with every size bounded by
+:data:`SMALL_BOUNDS` (small witnesses come fast and are nearly minimal; an
+UNSAT there proves nothing), then over the full domain. A *seed* (a witness
+found at a smaller group count, padded by duplicating one of its groups,
+which leaves every gcd, lcm and branch condition unchanged) is replayed
+concretely first and accepted only if it still violates.
+
+Minimisation (``shrink``) is iterative tightening on the concrete model:
+fewest groups, then default flags, then the smallest block sizes, every
+step replayed concretely.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any
+
+import z3
+
+from kvproof import contracts as C
+from kvproof.layout import Cache, Group, Layout
+from kvproof.spec import lemmas
+from kvproof.spec import model as M
+from kvproof.spec import revisions as R
+from kvproof.spec.properties import BY_KEY, Property
+
+PROVED, COUNTEREXAMPLE, WARNING, UNKNOWN = "PROVED", "COUNTEREXAMPLE", "WARNING", "UNKNOWN"
+CONNECTOR_NAME = "ExampleConnector"  # vllm/distributed/kv_transfer/kv_connector/v1/example_connector.py
+MAX_REFINEMENTS = 40
+SMALL_BOUNDS = (16,)
+DEFAULT_MAX_MODEL_LEN = 131072
+
+
+@dataclass
+class Result:
+    status: str
+    seconds: float
+    layout: dict | None = None  # the witness as Layout JSON
+    outcome: dict | None = None  # the model's concrete outcome for the witness
+    detail: str = ""
+    refinements: int = 0
+    how: str = ""  # "z3", "z3 (bounded)", "seed"
+    contracts_py: list[str] = field(default_factory=list)  # ids contracts.check flags on the witness
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class Query:
+    def __init__(self, revision: str, prop: Property, n: int, premise: str = "free",
+                 max_block: int = M.MAX_BLOCK, dcp_values=M.DCP_VALUES) -> None:
+        self.rev = R.REVISIONS[revision]
+        self.prop, self.n, self.premise = prop, n, premise
+        self.max_block, self.dcp_values = max_block, tuple(dcp_values)
+        self.x = M.inputs(n)
+        self.r = M.resolve(self.rev, self.x)
+        self.pre, self.viol = prop.formulas(self.x, self.r)
+        self.base = (M.domain(self.rev, self.x, max_block, self.dcp_values) + self.r.facts + [self.pre, self.viol])
+        if premise == "engine":
+            self.base += M.engine_premise(self.rev, self.x)
+        self.solver = z3.Solver()
+        self.solver.add(*self.base)
+        self.refinements = 0
+
+    # --- solving with counterexample validation (CEGAR on gcd/lcm and D) --
+    def _check(self, deadline: float, extra=()) -> tuple[str, Any]:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0.01:
+                return UNKNOWN, "timeout"
+            self.solver.set(timeout=max(1, int(left * 1000)))
+            res = self.solver.check(*extra)
+            if res == z3.unsat:
+                return "unsat", None
+            if res == z3.unknown:
+                return UNKNOWN, self.solver.reason_unknown()
+            m = self.solver.model()
+            subs = [(v, m.eval(v, model_completion=True)) for v in self.x.variables()]
+            if concrete_violation(self.rev.name, self.prop, self.premise, self.max_block, self.dcp_values,
+                                  self.n, subs):
+                return "sat", subs
+            if self.refinements >= MAX_REFINEMENTS:
+                return UNKNOWN, f"gcd/lcm refinement did not converge after {self.refinements} points"
+            self.refinements += 1
+            self._refine(m, subs)
+
+    def _refine(self, m, subs) -> None:
+        vals = sorted({m.eval(t, model_completion=True).as_long() for t in self.r.terms})
+        self.solver.add(*lemmas.point_divides([(a, b) for a in vals for b in vals]))
+        if self.r.L is not None:
+            enc = M.Encoding(self.rev, self.x, self.r)
+            out, _ = M.concrete(enc, subs, check_facts=False)
+            mask = [M._value(h, subs) for h in self.r.hashing]
+            self.solver.add(lemmas.point_lcm(self.r.L, self.r.eff, out["eff"]),
+                            lemmas.point_gcd(self.r.G, self.r.eff, self.r.hashing, out["eff"], mask))
+
+    def _bounded(self, bound: int) -> list:
+        x = self.x
+        return [v <= bound for v in x.bs + x.tps + [x.cache_bs, x.pmu]]
+
+    def run(self, timeout: float, minimise: bool = True, seed: dict | None = None) -> Result:
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        if seed is not None:
+            layout = Layout.from_dict(seed)
+            if len(layout.groups) == self.n and self.holds_on(layout):
+                return self._witness(layout, t0, "seed")
+        how = "z3"
+        status, subs = "unknown", None
+        for bound in SMALL_BOUNDS:
+            if bound >= self.max_block > 0:
+                break
+            st, s2 = self._check(min(deadline, time.monotonic() + timeout / 4), self._bounded(bound))
+            if st == "sat":
+                status, subs, how = "sat", s2, f"z3 (sizes <= {bound})"
+                break
+        if status != "sat":
+            status, subs = self._check(deadline)
+        if status == UNKNOWN:
+            return Result(UNKNOWN, time.monotonic() - t0, detail=str(subs), refinements=self.refinements)
+        if status == "unsat":
+            return Result(PROVED, time.monotonic() - t0, refinements=self.refinements)
+        layout = to_layout(self.x, subs)
+        if not self.holds_on(layout):  # the Layout round trip must keep the violation
+            return Result(UNKNOWN, time.monotonic() - t0, detail="witness lost in the Layout round trip",
+                          layout=layout.to_dict(), refinements=self.refinements)
+        if minimise:
+            layout = shrink(layout, self.holds_on, keep_groups=True, deadline=t0 + 2 * timeout)
+        return self._witness(layout, t0, how)
+
+    def holds_on(self, layout: Layout) -> bool:
+        """Does ``layout`` satisfy domain, premise and violation of this query (concretely)?"""
+        return concrete_holds(layout, self.rev.name, self.prop, self.premise, self.max_block, self.dcp_values)
+
+    def _witness(self, layout: Layout, t0: float, how: str) -> Result:
+        out = M.evaluate(layout, self.rev.name)
+        verdict = COUNTEREXAMPLE if self.prop.kind == C.SAFETY else WARNING
+        flagged = [v.contract.id for v in (C.check(layout, out) if self.prop.kind == C.SAFETY
+                                           else C.warnings(layout, out))]
+        return Result(verdict, time.monotonic() - t0, layout=layout.to_dict(), outcome=out.to_dict(),
+                      detail=layout.summary(), refinements=self.refinements, how=how, contracts_py=flagged)
+
+
+# --- concrete replay of a query on a Layout ----------------------------------------
+
+@lru_cache(maxsize=None)
+def _formula(revision: str, key: str, premise: str, max_block: int, dcp_values: tuple, n: int):
+    enc = M.encoding(revision, n)
+    prop = BY_KEY[key]
+    pre, viol = prop.formulas(enc.x, enc.r)
+    parts = M.domain(enc.rev, enc.x, max_block, dcp_values) + [pre, viol]
+    if premise == "engine":
+        parts += M.engine_premise(enc.rev, enc.x)
+    return enc, z3.And(*parts)
+
+
+def concrete_violation(revision, prop, premise, max_block, dcp_values, n, subs) -> bool:
+    """Replay a solver model's inputs (``subs``, matched by variable name) concretely."""
+    key = (prop.key, premise, max_block, tuple(dcp_values))
+    enc, formula = _formula(revision, *key, n)
+    return M.holds(enc, repr(key), formula, subs)
+
+
+def concrete_holds(layout: Layout, revision: str, prop: Property, premise: str,
+                   max_block: int = M.MAX_BLOCK, dcp_values=M.DCP_VALUES) -> bool:
+    if not prop.applies(len(layout.groups)) or R.not_expressible(layout, revision):
+        return False
+    key = (prop.key, premise, max_block, tuple(dcp_values))
+    enc, formula = _formula(revision, *key, len(layout.groups))
+    return M.holds(enc, repr(key), formula, M.layout_values(layout, enc.x))
+
+
+def pad(layout: dict, n: int) -> dict:
+    """A witness with ``n`` groups from a smaller one: repeat its last group."""
+    lay = Layout.from_dict(layout)
+    groups = list(lay.groups)
+    while len(groups) < n:
+        groups.append(groups[-1])
+    return replace(lay, groups=tuple(groups)).to_dict()
+
+
+# --- minimisation -----------------------------------------------------------------
+
+def _size_key(lay: Layout) -> tuple:
+    sizes = [g.block_size for g in lay.groups] + [lay.cache.block_size]
+    extras = [lay.cache.prefix_match_unit or 0] + [g.tokens_per_state or 0 for g in lay.groups]
+    flags = sum([lay.dcp != 1, lay.cache.prefix_match_unit is not None, lay.kv_connector is not None,
+                 not lay.cache.enable_prefix_caching, lay.cache.mamba_cache_mode != "align",
+                 lay.max_model_len != DEFAULT_MAX_MODEL_LEN]
+                + [g.prefix_cacheable is not None or g.dcp_sharded is not None or g.tokens_per_state is not None
+                   for g in lay.groups])
+    return (len(lay.groups), flags, max(sizes + extras), sum(sizes) + sum(extras))
+
+
+def _candidates(lay: Layout, keep_groups: bool):
+    c = lay.cache
+    if not keep_groups and len(lay.groups) > 1:
+        for i in range(len(lay.groups)):
+            yield replace(lay, groups=lay.groups[:i] + lay.groups[i + 1:])
+    yield replace(lay, dcp=1)
+    yield replace(lay, cache=replace(c, prefix_match_unit=None))
+    yield replace(lay, kv_connector=None)
+    yield replace(lay, cache=replace(c, enable_prefix_caching=True))
+    yield replace(lay, cache=replace(c, mamba_cache_mode="align"))
+    yield replace(lay, max_model_len=DEFAULT_MAX_MODEL_LEN)
+    for i, g in enumerate(lay.groups):
+        for g2 in (replace(g, prefix_cacheable=None), replace(g, dcp_sharded=None),
+                   replace(g, tokens_per_state=None), replace(g, kind="full_attention"), replace(g, kind="mamba")):
+            if g2 != g:
+                yield replace(lay, groups=lay.groups[:i] + (g2,) + lay.groups[i + 1:])
+
+    def smaller(v):
+        out = {1, 2, v // 2, v - 1}
+        for k in (2, 3, 5, 7):
+            if v % k == 0:
+                out.add(v // k)
+        out |= {g.block_size for g in lay.groups if g.block_size < v}
+        return sorted(o for o in out if 1 <= o < v)
+
+    for i, g in enumerate(lay.groups):
+        for v in smaller(g.block_size):
+            g2 = replace(g, block_size=v)
+            yield replace(lay, groups=lay.groups[:i] + (g2,) + lay.groups[i + 1:])
+        if g.tokens_per_state:
+            for v in smaller(g.tokens_per_state):
+                g2 = replace(g, tokens_per_state=v)
+                yield replace(lay, groups=lay.groups[:i] + (g2,) + lay.groups[i + 1:])
+    for v in smaller(c.block_size):
+        yield replace(lay, cache=replace(c, block_size=v))
+    if c.prefix_match_unit:
+        for v in smaller(c.prefix_match_unit):
+            yield replace(lay, cache=replace(c, prefix_match_unit=v))
+
+
+def _engine_fix(lay: Layout, revision: str) -> Layout:
+    """Re-derive cache.block_size as EngineCore would (keeps engine witnesses engine-shaped)."""
+    rev = R.REVISIONS[revision]
+    sizes = [g.block_size for g in lay.groups
+             if rev.engine_block_size == "all" or g.prefix_cacheable is not False]
+    sizes = sizes or [g.block_size for g in lay.groups]
+    return replace(lay, cache=replace(lay.cache, block_size=min(sizes)))
+
+
+def shrink(layout: Layout, holds, keep_groups: bool = True, deadline: float | None = None,
+           revision: str | None = None) -> Layout:
+    """Greedy tightening: accept any candidate that still violates and is smaller."""
+    best = layout
+    improved = True
+    while improved:
+        improved = False
+        for cand in _candidates(best, keep_groups):
+            if deadline is not None and time.monotonic() > deadline:
+                return best
+            tries = [cand] + ([_engine_fix(cand, revision)] if revision else [])
+            for t in tries:
+                try:
+                    t = Layout.from_dict(t.to_dict())  # stay a valid Layout
+                except Exception:
+                    continue
+                if _size_key(t) < _size_key(best) and holds(t):
+                    best, improved = t, True
+                    break
+            if improved:
+                break
+    return best
+
+
+def minimise_corpus(layout: dict, revision: str, key: str, premise: str, max_block: int = M.MAX_BLOCK,
+                    dcp_values=M.DCP_VALUES, seconds: float = 20.0) -> Layout:
+    """Fewest groups, then simplest flags, then smallest sizes (for the corpus copy)."""
+    prop = BY_KEY[key]
+
+    def holds(lay: Layout) -> bool:
+        return concrete_holds(lay, revision, prop, premise, max_block, dcp_values)
+
+    return shrink(Layout.from_dict(layout), holds, keep_groups=False, deadline=time.monotonic() + seconds,
+                  revision=revision if premise == "engine" else None)
+
+
+def to_layout(x: M.Inputs, subs) -> Layout:
+    d = {str(k): v for k, v in subs}
+
+    def get(v):
+        t = d[str(v)]
+        return t.as_long() if z3.is_int_value(t) else z3.is_true(t)
+
+    groups = []
+    for i in range(x.n):
+        mamba = get(x.mamba[i])
+        kind = "mamba" if mamba else "full_attention"
+        sharded = get(x.sharded[i])
+        groups.append(Group(kind=kind, block_size=get(x.bs[i]),
+                            prefix_cacheable=None if get(x.pc[i]) else False,
+                            dcp_sharded=None if sharded == R.default_dcp_sharded(kind) else sharded,
+                            tokens_per_state=(get(x.tps[i]) or None) if mamba else None))
+    mode = M.MODES[get(x.mode)]
+    cache = Cache(block_size=get(x.cache_bs), enable_prefix_caching=get(x.caching),
+                  prefix_match_unit=get(x.pmu) if get(x.pmu_set) else None,
+                  mamba_cache_mode=mode if any(g.kind == "mamba" for g in groups) else "align")
+    return Layout(groups=tuple(groups), cache=cache,
+                  kv_connector=CONNECTOR_NAME if get(x.connector) else None,
+                  dcp=get(x.dcp), max_model_len=get(x.max_model_len))
+
+
+def run_query(spec: dict) -> dict:
+    """Entry point for verify's worker processes: a JSON-able spec in, a JSON-able result out."""
+    prop = BY_KEY[spec["property"]]
+    q = Query(spec["revision"], prop, spec["n"], spec.get("premise", "free"),
+              spec.get("max_block", M.MAX_BLOCK), tuple(spec.get("dcp_values", M.DCP_VALUES)))
+    return q.run(spec["timeout"], spec.get("minimise", True), spec.get("seed")).to_dict()

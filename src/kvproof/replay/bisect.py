@@ -1,0 +1,94 @@
+"""``kvproof bisect FILE... [--tier ...] [--vllm V ...]``: the version matrix of counterexamples.
+
+Replays each FILE on every managed release (oldest first) at the chosen tiers
+(default all: function, manager and real engine boots) and names the first
+release where it stops failing: the first release whose verdict at the
+deciding tier (engine if replayed, else manager, else function) is not FAIL
+after one that was. Exit 0 when every replay agrees with the expectations
+recorded in the file (a counterexample that still fails on the newest release
+is reported, not an error), 1 when a replay contradicts them, 2 on a usage or
+input error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Sequence
+
+from kvproof import checking, contracts
+from kvproof.errors import KvproofError
+from kvproof.replay import core
+from kvproof.replay.cli import _Parser, releases_of, tiers_of
+
+
+def first_fixed(rows: Sequence[core.ReplayRow], tier: str) -> tuple[str | None, list[str]]:
+    """(first release where ``tier`` stops failing, releases where it fails)."""
+    by_release = sorted((r for r in rows if r.tier == tier), key=lambda r: core.version_key(r.release))
+    failing: list[str] = []
+    for r in by_release:
+        if r.verdict == contracts.FAIL:
+            failing.append(r.release)
+        elif failing and r.verdict in (contracts.OK, contracts.WARN, contracts.REJECTED):
+            return r.release, failing
+    return None, failing
+
+
+def matrix(rows: Sequence[core.ReplayRow], tiers: Sequence[str]) -> str:
+    releases = sorted({r.release for r in rows}, key=core.version_key)
+    cell = {(r.release, r.tier): r for r in rows}
+    lines = [f"{'vllm':8}" + "".join(f"  {t:10}" for t in tiers) + "  engine detail" * ("engine" in tiers)]
+    for rel in releases:
+        line = f"{rel:8}" + "".join(f"  {(cell[(rel, t)].verdict if (rel, t) in cell else '-'):10}" for t in tiers)
+        if "engine" in tiers and (rel, "engine") in cell:
+            line += "  " + cell[(rel, "engine")].detail[:200]
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = _Parser(prog="kvproof bisect", description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="+", metavar="FILE")
+    ap.add_argument("--tier", choices=("function", "manager", "engine", "all"), default="all")
+    ap.add_argument("--vllm", action="append", metavar="RELEASE")
+    ap.add_argument("--matrix", action="store_true", help="all tiers (the default; kept for `make matrix`)")
+    ap.add_argument("--no-synth", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    try:
+        args = ap.parse_args(argv)
+        named = checking.load_layouts(args.files)
+        tiers = tiers_of("all" if args.matrix else args.tier)
+        echo = (lambda s: print(s, file=sys.stderr)) if args.json else print
+        rows = core.replay(named, releases_of(args), tiers, echo=echo, synthesise=not args.no_synth)
+    except KvproofError as err:
+        print(f"kvproof: error: {err}", file=sys.stderr)
+        return err.exit_code
+    deciding = "engine" if "engine" in tiers else ("manager" if "manager" in tiers else "function")
+    code = 0
+    out = []
+    for name, lay in named:
+        mine = [r for r in rows if r.name == name]
+        fixed, failing = first_fixed(mine, deciding)
+        out.append({"name": name, "layout_hash": lay.content_hash(), "summary": lay.summary(),
+                    "deciding_tier": deciding, "fails_on": failing, "first_fixed": fixed,
+                    "contradictions": sum(r.contradicts for r in mine), "results": [r.to_dict() for r in mine]})
+        if not args.json:
+            print(f"\n{name}: {lay.summary()}")
+            print(matrix(mine, tiers))
+            if fixed:
+                print(f"first release where it stops failing ({deciding} tier): {fixed} "
+                      f"(fails on {', '.join(failing)})")
+            elif failing:
+                print(f"still failing on the newest release replayed ({deciding} tier): {failing[-1]}")
+            else:
+                print(f"never fails at the {deciding} tier on the releases replayed")
+    if any(o["contradictions"] for o in out):
+        code = 1
+    if args.json:
+        print(json.dumps(out, indent=2))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

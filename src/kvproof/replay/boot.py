@@ -1,0 +1,214 @@
+"""Engine boots: runs INSIDE a vLLM environment (``python -m kvproof.replay.boot``).
+
+Reads one JSON request on stdin::
+
+    {"recipes": [Recipe.to_dict(), ...], "workdir": "/tmp/...", "probe": false}
+
+and for each recipe writes the tiny model's config.json, boots ``vllm.LLM``
+with dummy weights (in this process: VLLM_ENABLE_V1_MULTIPROCESSING=0), reads
+the live KV layout back from the engine, generates a few tokens from token-id
+prompts unless ``probe`` is set, and prints one ``BootResult`` per recipe on a
+stdout line starting with ``KVPROOF-BOOT ``. vLLM's own output goes to stderr.
+
+The live layout is read by wrapping the engine core's
+``resolve_kv_cache_block_sizes``: its arguments are exactly what the engine
+derived (groups, cache block size after KV init, Mamba mode), and its result
+is what the scheduler and coordinator get, so the layout is known even when
+the coordinator then refuses it.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+MARK = "KVPROOF-BOOT "
+_real_stdout = sys.stdout
+sys.stdout = sys.stderr
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from kvproof.replay.families import PROMPTS, BootResult, Recipe  # noqa: E402
+
+_T0 = time.perf_counter()
+import torch  # noqa: E402,F401
+import vllm  # noqa: E402
+from vllm import LLM, SamplingParams  # noqa: E402
+from vllm.v1.engine import core as engine_core  # noqa: E402
+
+IMPORT_SECONDS = time.perf_counter() - _T0
+
+_KINDS = (  # spec class name (anywhere in the MRO) -> Layout kind; first match wins
+    ("HiddenStateCacheSpec", "hidden_state"),
+    ("MambaSpec", "mamba"),
+    ("MLAAttentionSpec", "mla"),
+    ("ChunkedLocalAttentionSpec", "chunked_local"),
+    ("SlidingWindowSpec", "sliding_window"),
+    ("FullAttentionSpec", "full_attention"),
+    ("AttentionSpec", "full_attention"),
+)
+
+
+def spec_kind(spec: Any) -> str:
+    names = [c.__name__ for c in type(spec).__mro__]
+    for cls, kind in _KINDS:
+        if cls in names:
+            return kind
+    return type(spec).__name__
+
+
+class Capture:
+    """Wraps the engine core's resolver call and remembers what it saw."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, Any] | None = None
+        self.original = engine_core.resolve_kv_cache_block_sizes
+        engine_core.resolve_kv_cache_block_sizes = self._wrapped
+
+    def _wrapped(self, kv_cache_config: Any, vllm_config: Any, *args: Any, **kw: Any) -> Any:
+        cache = vllm_config.cache_config
+        groups = []
+        for g in kv_cache_config.kv_cache_groups:
+            spec = g.kv_cache_spec
+            d = {"kind": spec_kind(spec), "block_size": int(spec.block_size), "spec": type(spec).__name__,
+                 "layers": len(g.layer_names)}
+            for name in ("sliding_window", "attention_chunk_size", "mamba_cache_mode", "dcp_sharded",
+                         "tokens_per_state"):
+                value = getattr(spec, name, None)
+                if value is not None and not callable(value):
+                    d[name] = value if isinstance(value, (int, bool, str)) else str(value)
+            try:
+                d["prefix_cacheable"] = bool(getattr(spec, "prefix_cacheable", True))
+            except Exception:  # a property that needs more context
+                pass
+            groups.append(d)
+        ktc = vllm_config.kv_transfer_config
+        self.seen = {
+            "groups": groups, "cache_block_size": int(cache.block_size),
+            "mamba_cache_mode": getattr(cache, "mamba_cache_mode", None),
+            "enable_prefix_caching": bool(cache.enable_prefix_caching),
+            "kv_connector": getattr(ktc, "kv_connector", None) if ktc is not None else None,
+            "max_model_len": int(vllm_config.model_config.max_model_len),
+        }
+        result = self.original(kv_cache_config, vllm_config, *args, **kw)
+        self.seen["scheduler_block_size"], self.seen["hash_block_size"] = int(result[0]), int(result[1])
+        return result
+
+
+def _last_vllm_frame(err: BaseException) -> str:
+    frames = traceback.extract_tb(err.__traceback__)
+    chosen = None
+    for f in frames:
+        if "/vllm/" in f.filename:
+            chosen = f
+    chosen = chosen or (frames[-1] if frames else None)
+    if chosen is None:
+        return ""
+    return f"{chosen.filename.split('site-packages/')[-1]}:{chosen.lineno} in {chosen.name}"
+
+
+def _coordinator(llm: Any) -> str:
+    obj = llm.llm_engine
+    for attr in ("engine_core", "engine_core", "scheduler", "kv_cache_manager", "coordinator"):
+        obj = getattr(obj, attr, None)
+        if obj is None:
+            return ""
+    return type(obj).__name__
+
+
+def _peak_rss_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _cleanup(llm: Any) -> None:
+    """Tear one engine down so the next boot in this process starts clean."""
+    try:
+        from vllm.distributed.kv_transfer import kv_transfer_state
+        kv_transfer_state.ensure_kv_transfer_shutdown()
+        kv_transfer_state._KV_CONNECTOR_AGENT = None
+    except Exception:
+        pass
+    try:
+        del llm
+        gc.collect()
+        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+        destroy_model_parallel()
+        destroy_distributed_environment()
+    except Exception:
+        pass
+    gc.collect()
+
+
+def boot(recipe: Recipe, workdir: Path, probe: bool, capture: Capture) -> BootResult:
+    res = BootResult(ok=False, release=vllm.__version__, recipe=recipe.to_dict(), stage="config",
+                     import_seconds=round(IMPORT_SECONDS, 2))
+    model_dir = workdir / f"model-{recipe.key()}"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.json").write_text(json.dumps(recipe.hf_config(), indent=1))
+    storage = workdir / "hidden_states"
+    storage.mkdir(exist_ok=True)
+    capture.seen = None
+    llm = None
+    t0 = time.perf_counter()
+    try:
+        res.stage = "engine"
+        llm = LLM(**recipe.llm_kwargs(str(model_dir), str(storage)))
+        res.boot_seconds = round(time.perf_counter() - t0, 2)
+        res.coordinator = _coordinator(llm)
+        generate = recipe.generate and not probe
+        if generate and recipe.aux_layers and not torch.cuda.is_available():
+            generate = False
+            res.notes.append("generation skipped: extract_hidden_states on a hybrid model in align mode needs "
+                             "a GPU (Triton-only run_fused_precopy; the hidden-states connector pins memory)")
+        if generate:
+            res.stage = "generate"
+            t1 = time.perf_counter()
+            params = SamplingParams(max_tokens=recipe.max_tokens, temperature=0.0, detokenize=False,
+                                    ignore_eos=True)
+            outs = llm.generate([{"prompt_token_ids": list(p)} for p in PROMPTS], params, use_tqdm=False)
+            res.token_ids = [list(o.outputs[0].token_ids) for o in outs]
+            res.generate_seconds = round(time.perf_counter() - t1, 2)
+        res.stage = "done"
+        res.ok = True
+    except BaseException as err:  # noqa: BLE001 - we report every failure verbatim
+        if res.boot_seconds is None:
+            res.boot_seconds = round(time.perf_counter() - t0, 2)
+        res.error_type = type(err).__name__
+        res.error_message = str(err)[:2000]
+        res.error_frame = _last_vllm_frame(err)
+        if isinstance(err, KeyboardInterrupt):
+            raise
+    finally:
+        if capture.seen:
+            for k, v in capture.seen.items():
+                setattr(res, k, v)
+        res.peak_rss_mb = _peak_rss_mb()
+        _cleanup(llm)
+    return res
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.read())
+    workdir = Path(request["workdir"])
+    workdir.mkdir(parents=True, exist_ok=True)
+    capture = Capture()
+    _real_stdout.write(MARK + json.dumps({"ready": True, "vllm": vllm.__version__,
+                                          "import_seconds": round(IMPORT_SECONDS, 2)}) + "\n")
+    _real_stdout.flush()
+    for raw in request["recipes"]:
+        result = boot(Recipe.from_dict(raw), workdir, bool(request.get("probe")), capture)
+        _real_stdout.write(MARK + json.dumps(result.to_dict()) + "\n")
+        _real_stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

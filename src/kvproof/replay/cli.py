@@ -1,0 +1,76 @@
+"""``kvproof replay FILE... [--tier function|manager|engine|all] [--vllm V ...] [--json]``.
+
+Exit codes: 0 every replay agrees with the recorded expectations (or none are
+recorded), 1 a replay contradicts an expectation, 2 usage or input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from kvproof import checking
+from kvproof.errors import KvproofError, UsageError
+from kvproof.replay import core
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def parser(prog: str = "kvproof replay") -> argparse.ArgumentParser:
+    ap = _Parser(prog=prog, description="Replay counterexamples through the real resolver, the real "
+                                        "KVCacheManager and real engine boots of tiny hybrid models.")
+    ap.add_argument("files", nargs="+", metavar="FILE", help="layout JSON files or folders of them (corpus/)")
+    ap.add_argument("--tier", choices=("function", "manager", "engine", "all"), default="all")
+    ap.add_argument("--vllm", action="append", metavar="RELEASE",
+                    help="release to replay on (repeatable; default: every managed release installed)")
+    ap.add_argument("--no-synth", action="store_true",
+                    help="engine tier: only recipes stored in the file or cached; never search")
+    ap.add_argument("--record", action="store_true",
+                    help="write the observed verdicts (and the engine recipe) into each file's meta as expectations")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+    return ap
+
+
+def tiers_of(choice: str) -> list[str]:
+    return list(core.TIERS) if choice == "all" else [choice]
+
+
+def releases_of(args: argparse.Namespace) -> list[str]:
+    releases = args.vllm or core.default_releases()
+    if not releases:
+        raise UsageError("no managed vLLM environment is installed (make envs / kvproof env create RELEASE)")
+    return sorted(dict.fromkeys(releases), key=core.version_key)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser().parse_args(argv)
+        named = checking.load_layouts(args.files)
+        echo = (lambda s: print(s, file=sys.stderr)) if args.json else print
+        rows = core.replay(named, releases_of(args), tiers_of(args.tier), echo=echo, synthesise=not args.no_synth)
+    except KvproofError as err:
+        print(f"kvproof: error: {err}", file=sys.stderr)
+        return err.exit_code
+    if args.record:
+        for name, lay in named:
+            core.record(name, lay, rows)
+        for r in rows:
+            r.expected = r.expected if r.verdict in (core.SKIP, "ERROR") else r.verdict
+    bad = [r for r in rows if r.contradicts]
+    if args.json:
+        print(json.dumps({"results": [r.to_dict() for r in rows], "contradictions": len(bad)}, indent=2))
+    else:
+        print(core.format_table(rows))
+        if bad:
+            print(f"\n{len(bad)} replay(s) contradict the recorded expectation")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

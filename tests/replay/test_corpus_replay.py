@@ -1,0 +1,85 @@
+"""Replay tests generated from corpus/: every file x managed release x tier.
+
+A file's expectations live in its meta: ``kvproof.expect = {release: {tier: verdict}}``
+(written by ``kvproof replay --record``). A (file, release, tier) without an
+expectation is skipped; a release whose environment is missing skips cleanly
+(fails under ``make test``, which sets KVPROOF_REQUIRE_ENVS=1).
+
+The engine tier boots a real tiny model per (file, release): it runs for files
+marked ``kvproof.engine.ci = true`` (the seed class), every file with
+KVPROOF_ENGINE_ALL=1.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kvproof import contracts, envs
+from kvproof.layout import Layout
+from kvproof.replay import classify, engine
+from kvproof.replay.families import Recipe
+
+from conftest import require_env
+
+pytestmark = pytest.mark.replay
+
+CORPUS = Path(__file__).resolve().parents[2] / "corpus"
+FILES = sorted(CORPUS.glob("*.json"))
+RELEASES = envs.SUPPORTED
+
+
+def _load(path: Path) -> Layout:
+    return Layout.from_json(path.read_text(), where=str(path))
+
+
+def _expected(lay: Layout, release: str, tier: str) -> str:
+    exp = ((lay.meta or {}).get("expect") or {}).get(release, {}).get(tier)
+    if exp is None:
+        pytest.skip(f"no recorded {tier} expectation for vLLM {release}")
+    return exp
+
+
+def test_corpus_files_are_named_by_content_hash():
+    for path in FILES:
+        assert path.stem == _load(path).content_hash(), f"{path.name}: rename to {_load(path).content_hash()}.json"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("tier", ["function", "manager"])
+def test_bridge_tiers(workers, path, release, tier):
+    lay = _load(path)
+    expected = _expected(lay, release, tier)
+    [out] = workers(release).run([lay], manager=(tier == "manager"))
+    if tier == "function":
+        out = classify.function_outcome(out)
+    verdict, violations, warnings = contracts.verdict(lay, out)
+    assert verdict == expected, f"{tier} on {release}: {[v.line() for v in violations + warnings]}"
+
+
+def _engine_selected(lay: Layout) -> bool:
+    return bool(((lay.meta or {}).get("engine") or {}).get("ci")) or os.environ.get("KVPROOF_ENGINE_ALL") == "1"
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_engine_tier(path, release):
+    lay = _load(path)
+    if not _engine_selected(lay):
+        pytest.skip("engine replay of this file only with KVPROOF_ENGINE_ALL=1")
+    expected = _expected(lay, release, "engine")
+    raw = ((lay.meta or {}).get("engine") or {}).get("recipe")
+    if not raw:
+        pytest.skip("no engine recipe recorded (kvproof replay --record)")
+    env = require_env(release)
+    boot = engine.boot(env, Recipe.from_dict(raw))
+    ev = classify.engine_verdict(boot)
+    assert ev.verdict == expected, f"{ev.detail}; log: {boot.log_tail[-3:]}"
+    if expected == "FAIL" and not boot.ok:
+        assert "kv_cache_coordinator.py" in boot.error_frame or "block_size" in boot.error_message
+    if expected == "OK" and boot.recipe.get("generate") and not boot.notes:
+        assert boot.token_ids and all(len(t) == Recipe.from_dict(raw).max_tokens for t in boot.token_ids)

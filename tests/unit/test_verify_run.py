@@ -1,0 +1,97 @@
+"""The proof run: the 0.27 counterexample, 0.32 proofs, UNKNOWN and usage exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("z3")
+
+from kvproof.layout import Layout
+from kvproof.spec import evaluate
+from kvproof.spec.properties import BY_KEY
+from kvproof.spec.query import COUNTEREXAMPLE, PROVED, UNKNOWN, Query
+from kvproof.verify import corpus as corpus_io
+from kvproof.verify.cli import main
+from kvproof.verify.drift import check_fingerprint
+from kvproof.verify.runner import run_one
+
+HYBRID_ALIGN = "hybrid.group_multiple_of_hash[align]"
+
+
+def test_027_counterexample_seed_shape():
+    r = Query("0.27", BY_KEY[HYBRID_ALIGN], 2, "engine").run(30)
+    assert r.status == COUNTEREXAMPLE
+    lay = Layout.from_dict(r.layout)
+    mamba = [g for g in lay.groups if g.kind == "mamba"]
+    assert any(g.block_size != lay.cache.block_size for g in mamba)  # the seed's shape
+    assert lay.cache.mamba_cache_mode == "align" and lay.cache.enable_prefix_caching
+    out = evaluate(lay, "0.27")
+    assert out.hash_block_size == out.scheduler_block_size
+    assert "hybrid.group_multiple_of_hash" in r.contracts_py  # contracts.py agrees
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_032_proves_hybrid_align(n):
+    assert Query("0.32", BY_KEY[HYBRID_ALIGN], n, "free").run(30).status == PROVED
+
+
+def test_028_proves_scheduler_multiple_of_hash():
+    assert Query("0.28", BY_KEY["coordinator.scheduler_multiple_of_hash[any]"], 3, "free").run(30).status == PROVED
+
+
+def test_killable_query_and_unknown():
+    spec = {"revision": "0.32", "property": HYBRID_ALIGN, "n": 8, "premise": "free", "timeout": 0.001}
+    out = run_one(spec)
+    assert out["status"] in (UNKNOWN, PROVED)  # 1 ms: z3 may still finish a trivial query
+    assert out["status"] != COUNTEREXAMPLE
+
+
+def test_tiny_timeout_exits_3(tmp_path):
+    code = main(["--revisions", "0.32", "--properties", "efficiency.hash_block_size_1", "--min-groups", "8",
+                 "--max-groups", "8", "--timeout", "0.0001", "--out", str(tmp_path / "out"), "--no-corpus",
+                 "--no-drift", "--quiet", "--jobs", "1"])
+    assert code == 3
+    rep = json.loads((tmp_path / "out" / "verify.json").read_text())
+    assert {r["engine"]["status"] for r in rep["rows"]} == {UNKNOWN}
+    assert (tmp_path / "out" / "junit.xml").exists() and (tmp_path / "out" / "verify.md").exists()
+
+
+@pytest.mark.parametrize("argv", [["--revisions", "0.99"], ["--max-groups", "0"], ["--bogus"],
+                                  ["--timeout", "-1"], ["--properties", "nothing-matches"]])
+def test_usage_error_exits_2(argv, tmp_path):
+    assert main(argv + ["--out", str(tmp_path), "--no-drift"]) == 2
+
+
+def test_run_finds_027_and_writes_corpus(tmp_path):
+    code = main(["--revisions", "0.27,0.32", "--properties", HYBRID_ALIGN, "--max-groups", "3",
+                 "--out", str(tmp_path / "out"), "--corpus", str(tmp_path / "corpus"), "--no-drift", "--quiet"])
+    assert code == 1
+    rep = json.loads((tmp_path / "out" / "verify.json").read_text())
+    verdicts = {(r["revision"], r["n"]): r["engine"]["status"] for r in rep["rows"]}
+    assert verdicts[("0.27", 2)] == COUNTEREXAMPLE and verdicts[("0.27", 3)] == COUNTEREXAMPLE
+    assert verdicts[("0.32", 2)] == PROVED and verdicts[("0.32", 3)] == PROVED
+    files = list((tmp_path / "corpus").glob("*.json"))
+    assert len(files) == 1
+    data = json.loads(files[0].read_text())
+    assert data["kvproof"]["revision"] == "0.27" and data["kvproof"]["premise"] == "engine"
+    assert data["kvproof"]["contract"] == "hybrid.group_multiple_of_hash" and data["kvproof"]["found_by"] == "z3"
+    lay = Layout.from_dict(data)
+    assert files[0].name == f"{lay.content_hash()}.json" and len(lay.groups) == 2
+
+
+def test_corpus_never_overwrites(tmp_path):
+    lay = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 2}, {"kind": "full_attention", "block_size": 1}]})
+    p, new = corpus_io.write(tmp_path, lay.with_meta(revision="0.27"))
+    assert new
+    p2, new2 = corpus_io.write(tmp_path, lay.with_meta(revision="other"))
+    assert p2 == p and not new2
+    assert json.loads(p.read_text())["kvproof"]["revision"] == "0.27"
+    assert not [f for f in tmp_path.iterdir() if f.name.startswith(".tmp")]
+
+
+def test_drift_check():
+    assert check_fingerprint("469eaaf1263a0d92", "0.27.0")["stale"] is False
+    d = check_fingerprint("ffffffffffffffff", "0.40.0")
+    assert d["stale"] and "model is stale for vLLM 0.40.0" in d["message"]

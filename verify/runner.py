@@ -1,0 +1,135 @@
+"""Worker processes that run proof queries, each under a hard deadline.
+
+Z3 does not always honour its own timeout on nonlinear integer problems, so
+every query runs in a child process: the parent waits ``timeout + grace``
+seconds and then kills the child (SIGKILL) and starts a fresh one. Workers
+are reused between queries (importing z3 costs ~0.3 s), one query at a time
+each.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from multiprocessing.connection import wait
+from typing import Any, Callable, Iterable
+
+GRACE = 3.0  # seconds on top of a query's own timeout before the kill
+
+
+def _serve(conn) -> None:
+    from kvproof.spec.query import run_query  # import inside the child
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        tid, spec = task
+        try:
+            result = run_query(spec)
+        except Exception as err:  # a model bug: report it as UNKNOWN with the reason
+            result = {"status": "UNKNOWN", "seconds": 0.0, "detail": f"{type(err).__name__}: {err}"}
+        conn.send((tid, result))
+
+
+class _Worker:
+    def __init__(self, ctx) -> None:
+        self.parent, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self.proc.start()
+        child.close()
+        self.task: tuple | None = None
+        self.deadline = 0.0
+        self.started = 0.0
+
+    def give(self, tid: int, spec: dict) -> None:
+        self.task = (tid, spec)
+        self.started = time.monotonic()
+        self.deadline = self.started + spec["timeout"] * (3 if spec.get("minimise", True) else 1) + GRACE
+        self.parent.send((tid, spec))
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5)
+        self.parent.close()
+
+    def stop(self) -> None:
+        try:
+            self.parent.send(None)
+        except (OSError, BrokenPipeError):
+            pass
+        self.proc.join(2)
+        if self.proc.is_alive():
+            self.kill()
+
+
+class Pool:
+    """Run query specs on ``jobs`` killable workers; results come back through ``on_result``."""
+
+    def __init__(self, jobs: int) -> None:
+        self.ctx = mp.get_context("spawn")
+        self.workers = [_Worker(self.ctx) for _ in range(max(1, jobs))]
+        self.killed = 0
+
+    def run(self, first: Iterable[tuple[int, dict]], on_result: Callable[[int, dict], list[tuple[int, dict]]],
+            on_start: Callable[[int], None] | None = None) -> None:
+        """``on_result`` may return follow-up tasks (the next group count of a chain)."""
+        queue: list[tuple[int, dict]] = list(first)
+        while queue or any(w.task for w in self.workers):
+            for w in self.workers:
+                if w.task is None and queue:
+                    tid, spec = queue.pop(0)
+                    w.give(tid, spec)
+                    if on_start:
+                        on_start(tid)
+            busy = [w for w in self.workers if w.task is not None]
+            if not busy:
+                continue
+            now = time.monotonic()
+            wait_s = max(0.05, min(w.deadline for w in busy) - now)
+            ready = wait([w.parent for w in busy], timeout=min(wait_s, 0.5))
+            for w in busy:
+                if w.parent in ready:
+                    try:
+                        tid, result = w.parent.recv()
+                    except (EOFError, OSError):  # the child died (OOM, crash)
+                        tid = w.task[0]
+                        result = {"status": "UNKNOWN", "seconds": time.monotonic() - w.started,
+                                  "detail": "worker died"}
+                        self._replace(w)
+                    w.task = None
+                    queue.extend(on_result(tid, result))
+                elif time.monotonic() > w.deadline:
+                    tid = w.task[0]
+                    self.killed += 1
+                    self._replace(w)
+                    queue.extend(on_result(tid, {"status": "UNKNOWN", "seconds": time.monotonic() - w.started,
+                                                 "detail": "killed at the hard deadline"}))
+
+    def _replace(self, w: _Worker) -> None:
+        w.kill()
+        i = self.workers.index(w)
+        self.workers[i] = _Worker(self.ctx)
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.stop()
+
+
+def run_one(spec: dict) -> dict[str, Any]:
+    """One query in its own killable process (tests and the bench use this)."""
+    pool = Pool(1)
+    out: dict[str, Any] = {}
+
+    def got(tid, result):
+        out.update(result)
+        return []
+
+    try:
+        pool.run([(0, spec)], got)
+    finally:
+        pool.close()
+    return out
