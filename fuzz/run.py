@@ -13,7 +13,8 @@ files (``<workdir>/stats/*.json``) for its one-line status.
 Time-boxed (default): one libFuzzer process for ``--seconds``; it stops at the
 first violation of a class not seen in this run, which is already stored in
 ``--crash-dir`` (default ``corpus/``) as a Layout JSON; exit code 1 then,
-0 when clean. Working folder ``.fuzz/<release>/<target>/`` in the checkout
+0 when clean (``--expect-violation`` inverts that, for a canary run on a
+release with a known bug). Working folder ``.fuzz/<release>/<target>/`` in the checkout
 (git-ignored): its libFuzzer corpus persists between runs.
 
 Continuous (``--continuous``): ``--jobs`` parallel libFuzzer workers (default:
@@ -245,13 +246,16 @@ class Campaign:
         self.write_campaign({"mode": "timeboxed", "rc": rc})
         if text:
             print("violation:\n  " + text.replace("\n", "\n  "), flush=True)
-            return 1
+            return 0 if self.args.expect_violation else 1
         if rc != 0:
             tail = self.last_log.read_text(errors="replace").strip().splitlines()[-15:]
             print("harness failed (rc=%s); log %s:\n%s" % (rc, self.last_log, "\n".join(tail)), file=sys.stderr)
             return 2
         known = read_stats(self.workdir)["known"]
         print("clean: no new violation class" + (f" ({known} hits of already stored classes)" if known else ""))
+        if self.args.expect_violation:
+            print("expected a violation (--expect-violation) and found none", file=sys.stderr)
+            return 1
         return 0
 
     def merge(self) -> None:
@@ -327,6 +331,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, help="libFuzzer -seed")
     p.add_argument("--max-len", type=int, default=MAX_LEN)
     p.add_argument("--no-seeds", action="store_true", help="do not read the checked-in seed corpus")
+    p.add_argument("--expect-violation", action="store_true",
+                   help="time-boxed canary on a buggy release: exit 0 when a violation is found, 1 when not")
     p.add_argument("libfuzzer", nargs="*", help="extra libFuzzer flags after --")
     args = p.parse_args(argv)
     args.seconds_given = args.seconds is not None

@@ -63,18 +63,26 @@ class Result:
 class Query:
     def __init__(self, revision: str, prop: Property, n: int, premise: str = "free",
                  max_block: int = M.MAX_BLOCK, dcp_values=M.DCP_VALUES) -> None:
+        self.t_created = time.monotonic()
         self.rev = R.REVISIONS[revision]
         self.prop, self.n, self.premise = prop, n, premise
         self.max_block, self.dcp_values = max_block, tuple(dcp_values)
-        self.x = M.inputs(n)
-        self.r = M.resolve(self.rev, self.x)
-        self.pre, self.viol = prop.formulas(self.x, self.r)
-        self.base = (M.domain(self.rev, self.x, max_block, self.dcp_values) + self.r.facts + [self.pre, self.viol])
-        if premise == "engine":
-            self.base += M.engine_premise(self.rev, self.x)
-        self.solver = z3.Solver()
-        self.solver.add(*self.base)
+        enc = M.encoding(revision, n)  # shared per process: same variables, same terms
+        self.x, self.r = enc.x, enc.r
+        self._solver: z3.Solver | None = None
         self.refinements = 0
+
+    @property
+    def solver(self) -> z3.Solver:
+        if self._solver is None:
+            self.pre, self.viol = self.prop.formulas(self.x, self.r)
+            base = (M.domain(self.rev, self.x, self.max_block, self.dcp_values) + self.r.facts
+                    + [self.pre, self.viol])
+            if self.premise == "engine":
+                base += M.engine_premise(self.rev, self.x)
+            self._solver = z3.Solver()
+            self._solver.add(*base)
+        return self._solver
 
     # --- solving with counterexample validation (CEGAR on gcd/lcm and D) --
     def _check(self, deadline: float, extra=()) -> tuple[str, Any]:
@@ -113,22 +121,29 @@ class Query:
         return [v <= bound for v in x.bs + x.tps + [x.cache_bs, x.pmu]]
 
     def run(self, timeout: float, minimise: bool = True, seed: dict | None = None) -> Result:
-        t0 = time.monotonic()
-        deadline = t0 + timeout
+        t0 = self.t_created  # setup (building the solver) counts
         if seed is not None:
             layout = Layout.from_dict(seed)
             if len(layout.groups) == self.n and self.holds_on(layout):
                 return self._witness(layout, t0, "seed")
+        self.solver  # build it before the clock for the search starts
+        deadline = time.monotonic() + timeout
         how = "z3"
-        status, subs = "unknown", None
-        for bound in SMALL_BOUNDS:
-            if bound >= self.max_block > 0:
-                break
-            st, s2 = self._check(min(deadline, time.monotonic() + timeout / 4), self._bounded(bound))
-            if st == "sat":
-                status, subs, how = "sat", s2, f"z3 (sizes <= {bound})"
-                break
-        if status != "sat":
+        # 1) the whole domain, a third of the budget: proofs end here in milliseconds
+        status, subs = self._check(min(deadline, time.monotonic() + timeout / 3))
+        if status == UNKNOWN:
+            # 2) small sizes (witnesses come fast and small; UNSAT here proves nothing)
+            for bound in SMALL_BOUNDS:
+                if bound >= self.max_block > 0:
+                    break
+                self.refinements = 0
+                st, s2 = self._check(min(deadline, time.monotonic() + timeout / 3), self._bounded(bound))
+                if st == "sat":
+                    status, subs, how = "sat", s2, f"z3 (sizes <= {bound})"
+                    break
+        if status == UNKNOWN:
+            # 3) the whole domain again with what is left (refinements learnt so far stay)
+            self.refinements = 0
             status, subs = self._check(deadline)
         if status == UNKNOWN:
             return Result(UNKNOWN, time.monotonic() - t0, detail=str(subs), refinements=self.refinements)
@@ -139,7 +154,7 @@ class Query:
             return Result(UNKNOWN, time.monotonic() - t0, detail="witness lost in the Layout round trip",
                           layout=layout.to_dict(), refinements=self.refinements)
         if minimise:
-            layout = shrink(layout, self.holds_on, keep_groups=True, deadline=t0 + 2 * timeout)
+            layout = shrink(layout, self.holds_on, keep_groups=True, deadline=deadline + timeout)
         return self._witness(layout, t0, how)
 
     def holds_on(self, layout: Layout) -> bool:
@@ -241,6 +256,14 @@ def _candidates(lay: Layout, keep_groups: bool):
                 yield replace(lay, groups=lay.groups[:i] + (g2,) + lay.groups[i + 1:])
     for v in smaller(c.block_size):
         yield replace(lay, cache=replace(c, block_size=v))
+    # one value everywhere at once (keeps equalities such as cache == min group size)
+    values = sorted({g.block_size for g in lay.groups} | {c.block_size}, reverse=True)
+    for v in values:
+        for w in smaller(v):
+            def sub(t, v=v, w=w):
+                return w if t == v else t
+            yield replace(lay, groups=tuple(replace(g, block_size=sub(g.block_size)) for g in lay.groups),
+                          cache=replace(c, block_size=sub(c.block_size)))
     if c.prefix_match_unit:
         for v in smaller(c.prefix_match_unit):
             yield replace(lay, cache=replace(c, prefix_match_unit=v))

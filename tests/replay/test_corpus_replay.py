@@ -83,3 +83,28 @@ def test_engine_tier(path, release):
         assert "kv_cache_coordinator.py" in boot.error_frame or "block_size" in boot.error_message
     if expected == "OK" and boot.recipe.get("generate") and not boot.notes:
         assert boot.token_ids and all(len(t) == Recipe.from_dict(raw).max_tokens for t in boot.token_ids)
+
+
+SEED_FILE = CORPUS / "28ac3a5ad68a6bff.json"
+
+
+def test_replay_exits_1_when_a_replay_contradicts_the_file(tmp_path, capsys):
+    import json
+
+    from kvproof.replay import cli
+    require_env("0.27.0")
+    data = json.loads(SEED_FILE.read_text())
+    data["kvproof"]["expect"]["0.27.0"]["manager"] = "OK"  # wrong on purpose: 0.27.0 asserts
+    path = tmp_path / SEED_FILE.name
+    path.write_text(json.dumps(data))
+    assert cli.main([str(path), "--tier", "manager", "--vllm", "0.27.0"]) == 1
+    assert "CONTRADICTS" in capsys.readouterr().out
+
+
+def test_bisect_names_028_for_the_seed_class_at_the_manager_tier(capsys):
+    from kvproof.replay import bisect
+    for release in ("0.27.0", "0.28.0"):
+        require_env(release)
+    assert bisect.main([str(SEED_FILE), "--tier", "manager", "--vllm", "0.27.0", "--vllm", "0.28.0"]) == 0
+    out = capsys.readouterr().out
+    assert "first release where it stops failing (manager tier): 0.28.0 (fails on 0.27.0)" in out

@@ -70,8 +70,17 @@ class Capture:
     """Wraps the engine core's resolver call and remembers what it saw."""
 
     def __init__(self) -> None:
+        from vllm.v1.core import kv_cache_utils
         self.seen: dict[str, Any] | None = None
-        self.original = engine_core.resolve_kv_cache_block_sizes
+        self.original = kv_cache_utils.resolve_kv_cache_block_sizes
+        # The engine core and the consumers that resolve on their own (e.g. the
+        # OffloadingConnector's config, imported lazily) all see the wrapper:
+        # patch the defining module and every module already holding the name.
+        for name, mod in list(sys.modules.items()):
+            # vars(), not getattr(): a lazy module's __getattr__ would import things (transformers).
+            if name.startswith("vllm") and mod is not None and \
+                    vars(mod).get("resolve_kv_cache_block_sizes") is self.original:
+                setattr(mod, "resolve_kv_cache_block_sizes", self._wrapped)
         engine_core.resolve_kv_cache_block_sizes = self._wrapped
 
     def _wrapped(self, kv_cache_config: Any, vllm_config: Any, *args: Any, **kw: Any) -> Any:
@@ -93,6 +102,7 @@ class Capture:
             groups.append(d)
         ktc = vllm_config.kv_transfer_config
         self.seen = {
+            "caller": _caller(),
             "groups": groups, "cache_block_size": int(cache.block_size),
             "mamba_cache_mode": getattr(cache, "mamba_cache_mode", None),
             "enable_prefix_caching": bool(cache.enable_prefix_caching),
@@ -102,6 +112,14 @@ class Capture:
         result = self.original(kv_cache_config, vllm_config, *args, **kw)
         self.seen["scheduler_block_size"], self.seen["hash_block_size"] = int(result[0]), int(result[1])
         return result
+
+
+def _caller() -> str:
+    """Which vLLM function called the resolver (engine core, a connector, ...)."""
+    for f in reversed(traceback.extract_stack()[:-3]):
+        if "/vllm/" in f.filename:
+            return f"{f.filename.split('site-packages/')[-1]}:{f.lineno} in {f.name}"
+    return ""
 
 
 def _last_vllm_frame(err: BaseException) -> str:
@@ -190,7 +208,10 @@ def boot(recipe: Recipe, workdir: Path, probe: bool, capture: Capture) -> BootRe
     finally:
         if capture.seen:
             for k, v in capture.seen.items():
-                setattr(res, k, v)
+                if k == "caller":
+                    res.notes.append(f"layout read at the resolver call from {v}")
+                else:
+                    setattr(res, k, v)
         res.peak_rss_mb = _peak_rss_mb()
         _cleanup(llm)
     return res

@@ -179,7 +179,8 @@ def find_recipe(layout: Layout, function_rows: Sequence[ReplayRow], echo: Callab
     if echo:
         echo(f"kvproof: synthesising an engine reproducer of {cls} on vLLM {release}")
     rep = synth.synthesise(layout, env, cls, echo=echo)
-    _save_reproducer(key, rep)
+    if rep.found:  # a miss is not cached here: new families or knobs may find one (probes stay cached)
+        _save_reproducer(key, rep)
     return rep.recipe, {"source": "synthesiser", **rep.to_dict()}
 
 

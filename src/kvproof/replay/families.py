@@ -144,7 +144,8 @@ class Recipe:
                 "kv_connector_extra_config": {"shared_storage_path": storage_dir}}
         elif self.kv_connector:
             kw["kv_transfer_config"] = {"kv_connector": self.kv_connector, "kv_role": "kv_both",
-                                        "kv_connector_extra_config": {"shared_storage_path": storage_dir}}
+                                        "kv_connector_extra_config": {"shared_storage_path": storage_dir,
+                                                                      "cpu_bytes_to_use": 64 << 20}}
         return kw
 
     @property

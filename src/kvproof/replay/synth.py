@@ -59,6 +59,11 @@ def candidates(family: str) -> list[Recipe]:
             aux.but(hidden_size=160, num_heads=5, num_kv_heads=1), aux.but(mamba_cache_mode=None),
             aux.but(enable_prefix_caching=False), base.but(aux_layers=(0, 1), enable_prefix_caching=False),
             aux.but(enable_prefix_caching=False, mamba_cache_mode=None),
+            # KV offloading to CPU (OffloadingConnector resolves block sizes itself and asserts divisibility;
+            # its worker side needs a GPU, so on CPU only a layout refusal is observable)
+            fp8_sw.but(kv_connector="OffloadingConnector"), sw.but(kv_connector="OffloadingConnector"),
+            fp8_sw.but(kv_connector="OffloadingConnector", enable_prefix_caching=False),
+            sw.but(kv_connector="OffloadingConnector", enable_prefix_caching=False),
             # a user-set prefix-cache hash unit (CacheConfig.prefix_match_unit)
             base.but(prefix_match_unit=16), base.but(prefix_match_unit=1), sw.but(prefix_match_unit=16),
             # tricks: a context shorter than the scheduler block
@@ -189,6 +194,8 @@ def blockers(layout: Layout) -> list[str]:
     missing = sorted({g.kind for g in layout.groups} - PRODUCIBLE_KINDS)
     if missing:
         out.append(f"group kinds {missing}: no family builds them (MLA, chunked local attention)")
+    if len(layout.groups) == 1:
+        out.append("one KV cache group: every family here is a hybrid (two or more groups)")
     if layout.cache.mamba_cache_mode == "all":
         out.append("mamba_cache_mode=all: not tried (recipes use align or the release default)")
     if any(g.tokens_per_state is not None or g.dcp_sharded is not None for g in layout.groups):
@@ -251,10 +258,9 @@ def synthesise(layout: Layout, env: Env, target: classify.FailureClass,
     seconds = time.monotonic() - t0
     if best is None:
         hints = blockers(layout)
-        why = (f"no live layout of {probed} recipes ({', '.join(families)}) on vLLM {release} "
-               f"has class {target}")
-        if hints:
-            why += "; " + "; ".join(hints)
+        searched = (f"no live layout of {probed} recipes ({', '.join(families)}) on vLLM {release} "
+                    f"has class {target}")
+        why = "; ".join(hints + [searched])
         return Reproducer(False, str(target), release, probed=probed, booted=booted, seconds=seconds, reason=why)
     _, recipe, res, cls = best
     return Reproducer(True, str(target), release, recipe=recipe, live=res.layout_summary(), live_class=str(cls),
