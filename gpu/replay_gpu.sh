@@ -15,7 +15,10 @@
 #          (groups mamba:128x2 + sliding_window:64, cache 64 on CPU): 0.27 should die in
 #          HybridKVCacheCoordinator, 0.33 should boot and generate;
 #        - NemotronH tiny with hidden-state extraction (extract_hidden_states + ExampleHiddenStatesConnector):
-#          on a GPU generation works, unlike on CPU.
+#          on a GPU generation works, unlike on CPU;
+#        - the first recipe plus KV offloading to CPU (OffloadingConnector): 0.27 dies in the connector's own
+#          divisibility assertion (tokens_per_block % tokens_per_hash); on CPU the fixed releases cannot show
+#          the other side (CPU offloading needs a GPU), here they can.
 #      The live layout may differ from CPU (other attention backend, other kernel block sizes): the
 #      table shows what the GPU engine really built.
 set -u
@@ -90,6 +93,9 @@ recipes = {
     "seed sliding-window fp8": Recipe(family="nemotron_h", pattern="M*M-", sliding_window=64, kv_cache_dtype="fp8",
                                       kv_cache_dtype_skip_layers=("sliding_window",)),
     "seed hidden-state extraction": SEED_HIDDEN_STATES,
+    "seed sliding-window fp8 + OffloadingConnector": Recipe(
+        family="nemotron_h", pattern="M*M-", sliding_window=64, kv_cache_dtype="fp8",
+        kv_cache_dtype_skip_layers=("sliding_window",), kv_connector="OffloadingConnector"),
 }
 rows = []
 for py in pythons:

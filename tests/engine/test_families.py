@@ -59,3 +59,12 @@ def test_synthesiser_finds_a_realistic_seed_class_reproducer_on_027():
     rep = synth.synthesise(lay, require_env("0.27.0"), target, families=("nemotron_h",))
     assert rep.found and rep.tricks == [], rep.reason
     assert "sliding_window" in rep.live and "mamba" in rep.live
+
+
+def test_offloading_connector_asserts_its_own_divisibility_on_027():
+    """The connector contract checked by a real consumer: OffloadingConnector resolves block sizes itself."""
+    b = engine.boot(require_env("0.27.0"), SEED_SW.but(kv_connector="OffloadingConnector"))
+    ev = classify.engine_verdict(b)
+    assert ev.verdict == "FAIL" and "connector.block_multiple_of_hash" in ev.cls.ids, ev.detail
+    assert "tokens_per_block=64 not divisible by tokens_per_hash=128" in b.error_message
+    assert "offloading" in b.error_frame

@@ -25,8 +25,6 @@ from kvproof.spec.strategies import layouts
 pytestmark = pytest.mark.integration
 
 RELEASES = ("0.27.0", "0.28.0", "0.32.0")
-BATCH = 250
-BATCHES = 8  # 2000 layouts per release
 
 
 def _env(release):
@@ -86,29 +84,38 @@ def test_fingerprint_is_modelled(worker):
     assert drift(fp, release) is None, drift(fp, release)
 
 
-SEEN = {}
+N_LAYOUTS = 2000
 
 
-@settings(max_examples=BATCHES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=list(HealthCheck))
-@given(batch=st.lists(layouts(), min_size=BATCH, max_size=BATCH))
-def _check_batch(worker, batch):
+def generated_layouts(n: int = N_LAYOUTS) -> list:
+    """``n`` Hypothesis-generated layouts (deterministic), collected once."""
+    from hypothesis import Phase
+    out = []
+
+    @settings(max_examples=n, deadline=None, derandomize=True, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(layouts())
+    def collect(lay):
+        out.append(lay)
+
+    collect()
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus_of_layouts():
+    return generated_layouts()
+
+
+def test_model_agrees_with_vllm(worker, corpus_of_layouts):
     release, w = worker
+    batch = corpus_of_layouts
     real = w.run(batch, manager=False)
     bad, skipped = compare(release, real, batch)
-    SEEN.setdefault(release, [0, 0])
-    SEEN[release][0] += len(batch)
-    SEEN[release][1] += skipped
     if bad:
         _fail(release, bad)
-
-
-def test_model_agrees_with_vllm(worker):
-    _check_batch(worker)
-    release = worker[0]
-    total, skipped = SEEN.get(release, [0, 0])
-    assert total >= BATCH * min(BATCHES, 2)
-    assert skipped < total / 2, f"{skipped} of {total} layouts were not expressible through the bridge"
+    assert len(batch) >= N_LAYOUTS // 2
+    assert skipped < len(batch) / 2, f"{skipped} of {len(batch)} layouts were not expressible through the bridge"
 
 
 def test_seed_layout_agrees(worker):
@@ -120,3 +127,27 @@ def test_seed_layout_agrees(worker):
     bad, _ = compare(release, real, [seed])
     if bad:
         _fail(release, bad)
+
+
+def test_wrong_model_edit_is_caught(worker, corpus_of_layouts, monkeypatch):
+    """Mutation check: give a revision the other Mamba-fallback branch; the comparison must fail."""
+    import dataclasses
+
+    from kvproof.spec import model as M
+    from kvproof.spec import revisions as R
+    release, w = worker
+    rev = R.REVISIONS[revision_for(release)]
+    swap = ({R.MAMBA_FALLBACK_MODE}, {R.MAMBA_FALLBACK_BLOCK_SIZE})
+    if R.MAMBA_FALLBACK_BLOCK_SIZE in rev.branches:
+        swap = swap[::-1]
+    wrong = dataclasses.replace(rev, branches=(rev.branches - swap[0]) | swap[1])
+    batch = corpus_of_layouts[:600]
+    real = w.run(batch, manager=False)
+    monkeypatch.setitem(R.REVISIONS, rev.name, wrong)
+    M.encoding.cache_clear()
+    try:
+        bad, _ = compare(release, real, batch)
+    finally:
+        monkeypatch.undo()
+        M.encoding.cache_clear()
+    assert bad, "a model with the wrong Mamba fallback branch still agreed with vLLM"
