@@ -12,6 +12,16 @@ gcd and lcm are fresh integers constrained by the divisibility facts of
 :mod:`kvproof.spec.lemmas`. dcp ranges over a small concrete set
 (:data:`DCP_VALUES`) so that ``block_size * dcp`` stays linear.
 
+Bounds: raw block sizes (and cache block size, prefix_match_unit,
+tokens_per_state) range over 1..MAX_BLOCK = 2^20 by default, i.e. effective
+sizes up to 2^23 with dcp 8: vLLM block sizes are page-aligned token counts
+(16..a few thousand; a Mamba block in "none" mode is max_model_len, 2^17..2^20
+in practice). No fact the solver gets depends on the bound (divisibility and
+gcd/lcm facts hold for every positive integer), and ``verify --max-block 0``
+drops it: the proofs of the default run also come out PROVED unbounded.
+dcp is the concrete set DCP_VALUES (``--dcp`` changes it): ``size * dcp`` with
+a symbolic dcp would be nonlinear.
+
 Concrete evaluation (``evaluate``) substitutes a Layout's values into the
 same expressions and the exact gcd/lcm into the two fresh integers, then
 simplifies: the model evaluated on concrete inputs, not a second resolver.
@@ -380,6 +390,8 @@ def evaluate(layout: Layout, revision: str) -> Outcome:
         return Outcome(**base, expressible=False, not_expressible=why)
     enc = encoding(revision, len(layout.groups))
     vals, _ = concrete(enc, layout_values(layout, enc.x))
+    if "group_block_sizes" in Outcome.__dataclass_fields__:
+        base["group_block_sizes"] = vals["eff"]
     if vals["err"] != ERR_NONE:
         bs = vals["S"]
         msg = ERROR_MESSAGES[vals["err"]].format(h=layout.cache.prefix_match_unit, pmu=layout.cache.prefix_match_unit,

@@ -14,7 +14,6 @@ installed vLLM); 2 usage error.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -259,7 +258,3 @@ __all__ = ["main", "run", "exit_code", "PROVED"]
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-def _json(obj) -> str:  # pragma: no cover - debugging helper
-    return json.dumps(obj, indent=2)

@@ -17,7 +17,6 @@ import pytest
 pytest.importorskip("z3")
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from kvproof.spec import drift, evaluate, revision_for
 from kvproof.spec.strategies import layouts
@@ -47,9 +46,10 @@ def worker(request):
 def _key(o):
     if not o.expressible:
         return ("not expressible",)
+    sizes = tuple(getattr(o, "group_block_sizes", ()) or ())
     if o.resolver_error is not None:
-        return ("error", o.resolver_error.type)
-    return ("ok", o.scheduler_block_size, o.hash_block_size)
+        return ("error", o.resolver_error.type, sizes)
+    return ("ok", o.scheduler_block_size, o.hash_block_size, sizes)
 
 
 def compare(release, real_outcomes, layouts_):
@@ -151,3 +151,19 @@ def test_wrong_model_edit_is_caught(worker, corpus_of_layouts, monkeypatch):
         monkeypatch.undo()
         M.encoding.cache_clear()
     assert bad, "a model with the wrong Mamba fallback branch still agreed with vLLM"
+
+
+def test_z3_counterexample_replays_as_real_assertion(worker):
+    """The 0.27 counterexample Z3 finds is a real startup AssertionError in 0.27 only."""
+    from kvproof.layout import Layout
+    from kvproof.spec.properties import BY_KEY
+    from kvproof.spec.query import COUNTEREXAMPLE, Query
+    release, w = worker
+    r = Query("0.27", BY_KEY["hybrid.group_multiple_of_hash[align]"], 2, "engine").run(30)
+    assert r.status == COUNTEREXAMPLE
+    out = w.run([Layout.from_dict(r.layout)], manager=True)[0]
+    if revision_for(release) == "0.27":
+        assert out.manager_error is not None and out.manager_error.type == "AssertionError", out
+        assert "divisible by hash_block_size" in out.manager_error.message
+    else:
+        assert out.manager_error is None, out.manager_error

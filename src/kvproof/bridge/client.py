@@ -29,7 +29,6 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
-    env.setdefault("VLLM_TARGET_DEVICE", "cpu")
     env.update(extra or {})
     return env
 
