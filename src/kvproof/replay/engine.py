@@ -14,7 +14,6 @@ file serialises boots across processes).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import resource
@@ -24,10 +23,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from kvproof.bridge.client import worker_env
 from kvproof.envs import Env
+from kvproof.locks import file_lock
 from kvproof.replay.families import BootResult, Recipe
 
 MARK = "KVPROOF-BOOT "
@@ -51,17 +51,9 @@ def boot_env(env: Env) -> dict[str, str]:
                        "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")})
 
 
-@contextlib.contextmanager
-def boot_lock() -> Iterator[None]:
+def boot_lock():
     """At most one engine boot at a time on this machine (2 cores, 24 GB)."""
-    path = kvproof_cache() / ".engine-boot.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return file_lock(kvproof_cache() / ".engine-boot.lock")
 
 
 def _failed(recipe: Recipe, release: str, stage: str, message: str, tail: list[str], seconds: float) -> BootResult:
