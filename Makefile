@@ -5,6 +5,7 @@ VPY       := $(VENV)/bin/python
 RELEASES  ?= 0.27.0 0.28.0 0.32.0
 VLLM      ?= 0.32.0
 FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= $(shell nproc)
 VERIFY_ARGS ?=
 PYTEST_ARGS ?=
 export KVPROOF_REQUIRE_ENVS := 1
@@ -32,7 +33,7 @@ fuzz: envs
 	$(VPY) -m kvproof fuzz --vllm $(VLLM) --seconds $(FUZZ_SECONDS)
 
 fuzz-continuous: envs
-	$(VPY) -m kvproof fuzz --vllm $(VLLM) --continuous
+	$(VPY) -m kvproof fuzz --vllm $(VLLM) --continuous --jobs $(FUZZ_JOBS)
 
 replay: envs
 	$(VPY) -m kvproof replay corpus/ --tier all

@@ -15,8 +15,6 @@ them):
     resolver's intended back-off (0.28+: ``mamba_cache_mode != "align"``);
     the hash-granularity contracts (and the pmu one) do not apply. The 0.27
     seed bug is the same back-off taken *in align mode* and stays a crash.
-``hashing_inactive``
-    no prefix caching and no connector: ``prefix_match_unit`` is never read.
 ``manager_accepts``
     the coordinator contracts (``coordinator.*``, ``hybrid.*``, ``unitary.*``)
     are assertions of the real ``KVCacheManager``; when the harness built it
@@ -26,10 +24,8 @@ them):
     group and prefix caching on, the unitary coordinator asserts
     ``hash == its block size`` (the size its block pool hashes at), so the
     block-pool contract is the manager's own check there too.
-``not_cacheable``
-    the block-pool / connector / pmu contracts hold over the prefix-cacheable
-    groups (0.29+ hashes only those; ring-buffer groups never look up block
-    hashes); a violation only through a non-cacheable group is dropped.
+(Hashing-inactive prefix_match_unit and non-prefix-cacheable groups are
+premises of the catalogue itself, so they need no waiver here.)
 
 Every drop is counted by reason so a campaign shows what it waived. The
 dedup ``shape`` of a crash is coarse on purpose: contract + kinds present +
@@ -55,7 +51,6 @@ MANAGER_CHECKED = frozenset({
     "coordinator.scheduler_multiple_of_hash", "coordinator.scheduler_multiple_of_group",
     "hybrid.group_multiple_of_hash", "unitary.hash_equals_block_size",
 })
-CACHEABLE_ONLY = frozenset({"block_pool.target_multiple_of_hash", "connector.block_multiple_of_hash", PMU})
 HYBRID_ASSERT = "divisible by hash_block_size"
 
 
@@ -78,26 +73,6 @@ def mamba_fallback(layout: Layout, out: Outcome) -> bool:
             and out.hash_block_size == out.scheduler_block_size)
 
 
-def _cacheable_sizes(layout: Layout, out: Outcome) -> list[int]:
-    sizes = list(out.group_block_sizes) or contracts.effective_block_sizes(layout)
-    flags = contracts.prefix_cacheable(layout)
-    return [s for s, c in zip(sizes, flags) if c] or sizes
-
-
-def _holds_on_cacheable(cid: str, layout: Layout, out: Outcome) -> bool:
-    h = out.hash_block_size
-    cacheable = _cacheable_sizes(layout, out)
-    if cid == PMU:
-        pmu = layout.cache.prefix_match_unit
-        return pmu is not None and all(b % pmu == 0 for b in cacheable)
-    if h is None:
-        return False
-    ok = all(b % h == 0 for b in cacheable)
-    if cid == "connector.block_multiple_of_hash":
-        ok = ok and out.scheduler_block_size is not None and out.scheduler_block_size % h == 0
-    return ok
-
-
 def judge(layout: Layout, out: Outcome, strict: bool = False) -> Judgement:
     """Crash-worthy violations of ``out`` and the waived ones (with reasons)."""
     found = contracts.check(layout, out)
@@ -118,10 +93,6 @@ def judge(layout: Layout, out: Outcome, strict: bool = False) -> Judgement:
                 cid == "block_pool.target_multiple_of_hash" and len(layout.groups) == 1
                 and layout.cache.enable_prefix_caching)):
             waived.append((cid, "manager_accepts"))
-        elif cid == PMU and not layout.hashing_active:
-            waived.append((cid, "hashing_inactive"))
-        elif cid in CACHEABLE_ONLY and _holds_on_cacheable(cid, layout, out):
-            waived.append((cid, "not_cacheable"))
         else:
             keep.append(v)
     return Judgement(keep, waived)

@@ -153,6 +153,7 @@ class Resolved:
     gcd_lcm_facts: list = field(default_factory=list)  # the gcd/lcm ones (checked on every evaluation)
     fallback: Any = None  # Bool: hash fell back to the scheduler block size
     terms: list = field(default_factory=list)  # Int terms divisibility is asked about
+    unit: Any = None  # one group: UnitaryKVCacheCoordinator.block_size
 
 
 def _or(xs):
@@ -191,8 +192,12 @@ def resolve(rev: R.Revision, x: Inputs, tag: str = "") -> Resolved:
         terms = [bs, eff[0], x.cache_bs, x.bs[0]]
         # D5: a | a * k (bs is cache_bs times 1 or dcp; eff[0] is bs[0] times 1 or dcp)
         facts = [dv(x.cache_bs, bs), dv(x.bs[0], eff[0])] + lemmas.divisibility_axioms(terms)
+        # The unitary coordinator's own block size: up to 0.29 it scales the
+        # spec's block size by dcp for every kind (MambaManager undoes that
+        # only for its own manager); from 0.31 it follows dcp_sharded.
+        unit = eff[0] if rev.has(R.DCP_SHARDED) else times(x.bs[0], dcp)
         return Resolved(S=bs, H=bs, err=err, eff=eff, fallback=z3.BoolVal(True), facts=facts,
-                        terms=terms + [x.pmu])
+                        terms=terms + [x.pmu], unit=unit)
 
     # --- group_block_sizes, scheduler_block_size = lcm --------------------
     L = z3.Int(f"lcm{tag}")
@@ -390,13 +395,12 @@ def evaluate(layout: Layout, revision: str) -> Outcome:
         return Outcome(**base, expressible=False, not_expressible=why)
     enc = encoding(revision, len(layout.groups))
     vals, _ = concrete(enc, layout_values(layout, enc.x))
-    if "group_block_sizes" in Outcome.__dataclass_fields__:
-        base["group_block_sizes"] = vals["eff"]
+    base["group_block_sizes"] = vals["eff"]
     if vals["err"] != ERR_NONE:
         bs = vals["S"]
         msg = ERROR_MESSAGES[vals["err"]].format(h=layout.cache.prefix_match_unit, pmu=layout.cache.prefix_match_unit,
                                                  bs=bs)
         return Outcome(**base, resolver_error=StageError("ValueError", msg, "model"),
                        extra={"error_kind": vals["err"]})
-    return Outcome(**base, scheduler_block_size=vals["S"], hash_block_size=vals["H"],
-                   extra={"effective_block_sizes": vals["eff"]})
+    extra = {"unitary_block_size": vals["unit"]} if "unit" in vals else {}
+    return Outcome(**base, scheduler_block_size=vals["S"], hash_block_size=vals["H"], extra=extra)

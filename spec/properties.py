@@ -84,19 +84,27 @@ def _hybrid(x, r):
 
 
 def _unitary(x, r):
-    return z3.And(x.caching, _returned(r)), r.H != r.eff[0]
+    return z3.And(x.caching, _returned(r)), r.H != r.unit
+
+
+def _cacheable_not_multiple(x, r, h):
+    # Only prefix-cacheable groups get block hashes (0.29+; before, all are).
+    return _any([z3.And(p, z3.Not(dv(h, e))) for p, e in zip(x.pc, r.eff)])
 
 
 def _block_pool(x, r):
-    return z3.And(z3.Or(x.caching, x.connector), _returned(r)), _any([z3.Not(dv(r.H, e)) for e in r.eff])
+    return z3.And(z3.Or(x.caching, x.connector), _returned(r)), _cacheable_not_multiple(x, r, r.H)
 
 
 def _connector(x, r):
-    return z3.And(x.connector, _returned(r)), z3.Or(z3.Not(dv(r.H, r.S)), _any([z3.Not(dv(r.H, e)) for e in r.eff]))
+    return z3.And(x.connector, _returned(r)), z3.Or(z3.Not(dv(r.H, r.S)), _cacheable_not_multiple(x, r, r.H))
 
 
 def _pmu(x, r):
-    return z3.And(x.pmu_set, _returned(r)), _any([z3.Not(dv(x.pmu, e)) for e in r.eff])
+    # Only when the resolver hashes with the requested unit: the fallbacks
+    # ignore prefix_match_unit by design.
+    premise = z3.And(x.pmu_set, _returned(r), z3.Or(x.caching, x.connector), z3.Not(r.fallback))
+    return premise, _cacheable_not_multiple(x, r, x.pmu)
 
 
 def _hash_1(x, r):

@@ -40,13 +40,16 @@ class Violation:
 
 
 def effective_block_sizes(layout: Layout) -> list[int]:
-    """Group block sizes as the scheduler sees them (attention scaled by dcp).
+    """Group block sizes as the resolver sees them (dcp applied), when the
+    Outcome does not carry the release's own view.
 
-    vLLM 0.27+ multiplies attention groups' block sizes by the
-    decode-context-parallel size; Mamba and hidden-state groups are not
-    sharded along tokens.
+    Every AttentionSpec (hidden-state caches included: HiddenStateCacheSpec
+    is an MLA spec) is scaled by dcp, Mamba state is not; from vLLM 0.31 an
+    explicit ``dcp_sharded`` decides.
     """
-    return [g.block_size * layout.dcp if g.is_attention else g.block_size for g in layout.groups]
+    def sharded(g) -> bool:
+        return g.dcp_sharded if g.dcp_sharded is not None else g.kind != "mamba"
+    return [g.block_size * layout.dcp if sharded(g) else g.block_size for g in layout.groups]
 
 
 def prefix_cacheable(layout: Layout) -> list[bool]:
@@ -72,11 +75,11 @@ CATALOGUE: tuple[Contract, ...] = (
              "vllm/v1/core/kv_cache_coordinator.py:UnitaryKVCacheCoordinator.__init__",
              "prefix caching on and exactly one group"),
     Contract("block_pool.target_multiple_of_hash", SAFETY,
-             "every group's block_size % hash_block_size == 0 (BlockHashListWithBlockSize)",
+             "every prefix-cacheable group's block_size % hash_block_size == 0 (BlockHashListWithBlockSize)",
              "vllm/v1/core/block_pool.py:BlockPool / kv_cache_utils.py:BlockHashListWithBlockSize",
              "block hashing active (prefix caching or a KV connector)"),
     Contract("connector.block_multiple_of_hash", SAFETY,
-             "scheduler and every group's block_size % hash_block_size == 0",
+             "scheduler and every prefix-cacheable group's block_size % hash_block_size == 0",
              "vllm/distributed/kv_transfer (offloading, simple_kv_offload, LMCache)",
              "a KV connector is configured"),
     Contract("manager.constructs", SAFETY,
@@ -84,9 +87,9 @@ CATALOGUE: tuple[Contract, ...] = (
              "vllm/v1/core/kv_cache_manager.py:KVCacheManager.__init__",
              "whenever the resolver returned"),
     Contract("resolver.rejects_bad_prefix_match_unit", SAFETY,
-             "a prefix_match_unit that does not divide the groups is a ValueError",
+             "a prefix_match_unit that does not divide the prefix-cacheable groups is a ValueError",
              "vllm/v1/core/kv_cache_utils.py:resolve_kv_cache_block_sizes",
-             "prefix_match_unit set"),
+             "prefix_match_unit set, several groups, and the resolver hashes with it (no fallback)"),
     Contract("efficiency.hash_block_size_1", EFFICIENCY,
              "hash_block_size > 1 (1 hashes every token)",
              "vllm/v1/core/kv_cache_utils.py:resolve_kv_cache_block_sizes",
@@ -125,20 +128,25 @@ def _check_resolved(layout: Layout, out: Outcome) -> list[Violation]:
         detail = _groups_not_multiple(layout, sizes, h, prefix_cacheable(layout))
         if detail:
             v.append(Violation(_c("hybrid.group_multiple_of_hash"), detail))
-    if caching and len(sizes) == 1 and h != sizes[0]:
-        v.append(Violation(_c("unitary.hash_equals_block_size"), f"block_size={sizes[0]}, hash_block_size={h}"))
+    # The unitary coordinator compares with its own block size, which up to
+    # 0.29 is scaled by dcp for every spec kind (the release reports it).
+    unit = out.extra.get("unitary_block_size", sizes[0])
+    if caching and len(sizes) == 1 and h != unit:
+        v.append(Violation(_c("unitary.hash_equals_block_size"), f"block_size={unit}, hash_block_size={h}"))
+    cacheable = prefix_cacheable(layout)
     if layout.hashing_active:
-        detail = _groups_not_multiple(layout, sizes, h)
+        detail = _groups_not_multiple(layout, sizes, h, cacheable)
         if detail:
             v.append(Violation(_c("block_pool.target_multiple_of_hash"), detail))
     if layout.kv_connector is not None:
-        detail = _groups_not_multiple(layout, sizes + [s], h)
+        detail = _groups_not_multiple(layout, sizes + [s], h, cacheable + [True])
         if detail:
             v.append(Violation(_c("connector.block_multiple_of_hash"), detail))
     if out.manager_error is not None and not unsupported_by_design(out):
         v.append(Violation(_c("manager.constructs"), out.manager_error.line()))
     pmu = layout.cache.prefix_match_unit
-    if pmu is not None and len(sizes) > 1 and any(b % pmu for b in sizes):
+    used = pmu is not None and len(sizes) > 1 and layout.hashing_active and h == pmu
+    if used and any(b % pmu for b, c in zip(sizes, cacheable) if c):
         v.append(Violation(_c("resolver.rejects_bad_prefix_match_unit"),
                            f"prefix_match_unit={pmu} accepted for block_sizes={sizes}"))
     return v

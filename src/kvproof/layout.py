@@ -248,10 +248,12 @@ def _parse_layout(data: Any) -> Layout:
     if len(modes) > 1:
         raise LayoutError(f"conflicting mamba_cache_mode values {sorted(modes)}: vLLM has one per engine")
     block_size = cache_raw.get("block_size")
+    # Default as the engine core sets it after KV init: the smallest block size
+    # over prefix-cacheable groups (all groups if none is; before 0.29 every
+    # group is prefix-cacheable, so this is the smallest group).
+    cacheable = [g.block_size for g in groups if g.prefix_cacheable is not False] or [g.block_size for g in groups]
     cache = Cache(
-        # Default as the engine core does after KV init: the smallest group block size.
-        block_size=_int(block_size, "cache.block_size") if block_size is not None
-        else min(g.block_size for g in groups),
+        block_size=_int(block_size, "cache.block_size") if block_size is not None else min(cacheable),
         enable_prefix_caching=_bool(cache_raw.get("enable_prefix_caching", True), "cache.enable_prefix_caching"),
         prefix_match_unit=_opt_int(cache_raw.get("prefix_match_unit"), "cache.prefix_match_unit"),
         mamba_cache_mode=modes.pop() if modes else "align",

@@ -62,10 +62,7 @@ class Builder:
                     raise NotExpressible("dcp_sharded=false on an attention group (no dcp_sharded field)")
             else:
                 kw["dcp_sharded"] = g.dcp_sharded
-        if g.tokens_per_state is not None:
-            if "tokens_per_state" not in self.attn_fields:
-                raise NotExpressible("tokens_per_state on an attention group")
-            kw["tokens_per_state"] = g.tokens_per_state
+        # tokens_per_state is a Mamba-group flag in the Layout (validated there).
         return kw
 
     def spec(self, g: Group, mamba_mode: str) -> Any:

@@ -66,6 +66,8 @@ def evaluate(layout: Layout, manager: bool = True) -> Outcome:
         try:
             mgr = build_manager(layout, kv_cfg, scheduler, hash_size)
             out["coordinator"] = type(mgr.coordinator).__name__
+            if len(layout.groups) == 1 and hasattr(mgr.coordinator, "block_size"):
+                out["extra"] = {"unitary_block_size": mgr.coordinator.block_size}
         except Exception as err:
             out["manager_error"] = stage_error(err)
     return Outcome(**out)
