@@ -35,11 +35,14 @@ fuzz: envs
 fuzz-continuous: envs
 	$(VPY) -m kvproof fuzz --vllm $(VLLM) --continuous --jobs $(FUZZ_JOBS)
 
+# The seed class by default; MATRIX=corpus/ runs every file (engine synthesis: slow).
+MATRIX ?= corpus/28ac3a5ad68a6bff.json
+
 replay: envs
-	$(VPY) -m kvproof replay corpus/ --tier all
+	$(VPY) -m kvproof replay corpus/ --tier all --no-synth
 
 matrix: envs
-	$(VPY) -m kvproof bisect corpus/ --matrix
+	$(VPY) -m kvproof bisect $(MATRIX) --matrix
 
 bench: envs
 	$(VPY) bench/bench_bridge.py
