@@ -272,7 +272,10 @@ def record(path: str, layout: Layout, rows: Sequence[ReplayRow]) -> Layout:
                           "target": how.get("target"), "target_release": how.get("release"),
                           "live": how.get("live")}
     new = layout.with_meta(**meta)
-    Path(path).write_text(json.dumps(new.to_dict(with_meta=True), indent=2) + "\n")
+    # Atomic: a corpus file is never left half-written.
+    tmp = Path(f"{path}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(new.to_dict(with_meta=True), indent=2) + "\n")
+    os.replace(tmp, path)
     return new
 
 
