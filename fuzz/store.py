@@ -15,11 +15,10 @@
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from pathlib import Path
 
+from kvproof import corpus
 from kvproof.fuzz.oracle import dedup_key
 from kvproof.layout import Layout
 
@@ -28,26 +27,7 @@ FOUND_BY = "atheris"
 
 def write_layout(layout: Layout, folder: Path) -> tuple[Path, bool]:
     """Publish ``layout`` (with its meta) as ``folder/<hash>.json``; (path, written)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"{layout.content_hash()}.json"
-    if final.exists():
-        return final, False
-    text = json.dumps(layout.to_dict(with_meta=True), indent=2, sort_keys=True) + "\n"
-    fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{final.name}.", suffix=".tmp")
-    tmp = Path(tmp_name)
-    os.fchmod(fd, 0o644)  # mkstemp makes 0600; a corpus file is for everyone to read
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    try:
-        os.link(tmp, final)
-        written = True
-    except FileExistsError:
-        written = False
-    finally:
-        os.unlink(tmp)
-    return final, written
+    return corpus.publish(layout, folder)
 
 
 def corpus_index(folder: Path) -> dict[str, Path]:

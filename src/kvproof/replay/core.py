@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from kvproof import checking, contracts, envs
+from kvproof import checking, contracts, corpus, envs
 from kvproof.envs import Env
 from kvproof.errors import EnvError, KvproofError
 from kvproof.layout import Layout
@@ -272,10 +272,7 @@ def record(path: str, layout: Layout, rows: Sequence[ReplayRow]) -> Layout:
                           "target": how.get("target"), "target_release": how.get("release"),
                           "live": how.get("live")}
     new = layout.with_meta(**meta)
-    # Atomic: a corpus file is never left half-written.
-    tmp = Path(f"{path}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(new.to_dict(with_meta=True), indent=2) + "\n")
-    os.replace(tmp, path)
+    corpus.rewrite(Path(path), new)
     return new
 
 
