@@ -248,9 +248,9 @@ def build(target: str):
         stats.bump("verdicts", "DISAGREE")
         stats.data["crashes"] += 1
         folder = (workdir or Path("/tmp")) / "conformance"
-        from kvproof.fuzz.store import write_layout
+        from kvproof.corpus import publish
 
-        path, _ = write_layout(layout.with_meta(vllm=version, contract="model.conformance", found_by="atheris",
+        path, _ = publish(layout.with_meta(vllm=version, contract="model.conformance", found_by="atheris",
                                                 detail=f"real {got} model:{revision} {want}"), folder)
         stats.flush()
         raise ModelDisagreement(f"real {got} != model:{revision} {want}\n  layout: {layout.summary()}\n"

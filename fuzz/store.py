@@ -25,11 +25,6 @@ from kvproof.layout import Layout
 FOUND_BY = "atheris"
 
 
-def write_layout(layout: Layout, folder: Path) -> tuple[Path, bool]:
-    """Publish ``layout`` (with its meta) as ``folder/<hash>.json``; (path, written)."""
-    return corpus.publish(layout, folder)
-
-
 def corpus_index(folder: Path) -> dict[str, Path]:
     """dedup key -> file for every readable corpus Layout that names a vLLM and a contract."""
     index: dict[str, Path] = {}
@@ -79,7 +74,7 @@ class CrashStore:
             if path is None:
                 meta = {"vllm": self.vllm, "contract": contract, "found_by": FOUND_BY,
                         "detail": detail, "input_sha1": hashlib.sha1(data).hexdigest()}
-                path, _ = write_layout(layout.with_meta(**meta), self.corpus_dir)
+                path, _ = corpus.publish(layout.with_meta(**meta), self.corpus_dir)
                 self._known()[key] = path
             os.write(fd, str(path).encode())
         finally:

@@ -23,7 +23,7 @@ from kvproof.spec import model as M
 from kvproof.spec import revisions as R
 from kvproof.spec.properties import PROPERTIES
 from kvproof.spec.query import COUNTEREXAMPLE, PROVED, UNKNOWN, WARNING, minimise_corpus, pad
-from kvproof.verify import corpus as corpus_io
+from kvproof import corpus as corpus_io
 from kvproof.verify import report
 from kvproof.verify.drift import check_envs
 from kvproof.verify.runner import Pool
@@ -204,7 +204,7 @@ def write_corpus(result: dict, folder: Path, args) -> list[dict]:
         contract = key.split("[")[0]
         lay = lay.with_meta(revision=rev, contract=contract, premise=premise, found_by="z3",
                             property=key, scenario=key.split("[")[1].rstrip("]"))
-        path, new = corpus_io.write(folder, lay)
+        path, new = corpus_io.publish(lay, folder)
         written.append({"revision": rev, "property": key, "premise": premise, "path": str(path), "new": new,
                         "summary": lay.summary()})
     return written

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from kvproof.errors import LayoutError
 
@@ -118,14 +118,6 @@ class Layout:
 
     def summary(self) -> str:
         """Short human form: ``mamba:544x4,hidden_state:181 cache=181 pc``."""
-        parts: list[str] = []
-        for g in self.groups:
-            token = f"{g.kind}:{g.block_size}"
-            if parts and parts[-1].split("x")[0] == token:
-                n = int(parts[-1].split("x")[1]) if "x" in parts[-1] else 1
-                parts[-1] = f"{token}x{n + 1}"
-            else:
-                parts.append(token)
         flags = [f"cache={self.cache.block_size}"]
         if self.cache.enable_prefix_caching:
             flags.append("pc")
@@ -137,7 +129,18 @@ class Layout:
             flags.append(f"conn={self.kv_connector}")
         if self.dcp != 1:
             flags.append(f"dcp={self.dcp}")
-        return ",".join(parts) + " " + " ".join(flags)
+        return groups_summary((g.kind, g.block_size) for g in self.groups) + " " + " ".join(flags)
+
+
+def groups_summary(groups: Iterable[tuple[str, int]]) -> str:
+    """``mamba:544x4,hidden_state:181``: runs of equal (kind, block size) counted."""
+    runs: list[list] = []
+    for kind, size in groups:
+        if runs and runs[-1][:2] == [kind, size]:
+            runs[-1][2] += 1
+        else:
+            runs.append([kind, size, 1])
+    return ",".join(f"{k}:{s}" + (f"x{n}" if n > 1 else "") for k, s, n in runs)
 
 
 def _group_dict(g: Group) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from kvproof.fuzz import run as fuzz_run
 from kvproof.fuzz.oracle import dedup_key, judge, shape
-from kvproof.fuzz.store import CrashStore, corpus_index, write_layout
+from kvproof.corpus import publish
+from kvproof.fuzz.store import CrashStore, corpus_index
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome, StageError
 
@@ -102,12 +103,12 @@ def test_shape_is_coarse():
 
 def test_write_layout_is_canonical_atomic_and_never_overwrites(tmp_path):
     x = SEED.with_meta(vllm="0.27.0", contract="hybrid.group_multiple_of_hash", found_by="atheris")
-    path, written = write_layout(x, tmp_path)
+    path, written = publish(x, tmp_path)
     assert written and path.name == f"{SEED.content_hash()}.json"
     back = Layout.from_json(path.read_text())
     assert back == SEED and back.meta["contract"] == "hybrid.group_multiple_of_hash"
     before = path.read_text()
-    path2, written2 = write_layout(SEED.with_meta(vllm="other", contract="x"), tmp_path)
+    path2, written2 = publish(SEED.with_meta(vllm="other", contract="x"), tmp_path)
     assert path2 == path and not written2 and path.read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary files left
 
@@ -116,7 +117,7 @@ def test_concurrent_writers_publish_one_file(tmp_path):
     results = []
 
     def go(i):
-        results.append(write_layout(SEED.with_meta(vllm="0.27.0", contract="c", writer=i), tmp_path)[1])
+        results.append(publish(SEED.with_meta(vllm="0.27.0", contract="c", writer=i), tmp_path)[1])
 
     threads = [threading.Thread(target=go, args=(i,)) for i in range(8)]
     for t in threads:

@@ -12,7 +12,7 @@ from kvproof.layout import Layout
 from kvproof.spec import evaluate
 from kvproof.spec.properties import BY_KEY
 from kvproof.spec.query import COUNTEREXAMPLE, PROVED, UNKNOWN, Query
-from kvproof.verify import corpus as corpus_io
+from kvproof import corpus as corpus_io
 from kvproof.verify.cli import main
 from kvproof.verify.drift import check_fingerprint
 from kvproof.verify.runner import run_one
@@ -83,9 +83,9 @@ def test_run_finds_027_and_writes_corpus(tmp_path):
 
 def test_corpus_never_overwrites(tmp_path):
     lay = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 2}, {"kind": "full_attention", "block_size": 1}]})
-    p, new = corpus_io.write(tmp_path, lay.with_meta(revision="0.27"))
+    p, new = corpus_io.publish(lay.with_meta(revision="0.27"), tmp_path)
     assert new
-    p2, new2 = corpus_io.write(tmp_path, lay.with_meta(revision="other"))
+    p2, new2 = corpus_io.publish(lay.with_meta(revision="other"), tmp_path)
     assert p2 == p and not new2
     assert json.loads(p.read_text())["kvproof"]["revision"] == "0.27"
     assert not [f for f in tmp_path.iterdir() if f.name.startswith(".tmp")]

@@ -20,6 +20,8 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from kvproof.layout import groups_summary
+
 FAMILIES = ("nemotron_h", "granite_moe_hybrid", "qwen3_next")
 _LATE_FIELDS = ("prefix_match_unit",)
 VOCAB = 512
@@ -249,12 +251,4 @@ class BootResult:
     def layout_summary(self) -> str:
         if not self.groups:
             return "-"
-        parts: list[str] = []
-        for g in self.groups:
-            token = f"{g['kind']}:{g['block_size']}"
-            if parts and parts[-1].split("x")[0] == token:
-                n = int(parts[-1].split("x")[1]) if "x" in parts[-1] else 1
-                parts[-1] = f"{token}x{n + 1}"
-            else:
-                parts.append(token)
-        return ",".join(parts) + f" cache={self.cache_block_size}"
+        return groups_summary((g["kind"], g["block_size"]) for g in self.groups) + f" cache={self.cache_block_size}"
