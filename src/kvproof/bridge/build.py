@@ -11,8 +11,6 @@ string, and raises ``NotExpressible`` for what the release cannot say.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import inspect
 from typing import Any
 
 import torch  # noqa: F401  (vLLM needs it first; dtypes below)
@@ -22,17 +20,14 @@ from vllm.v1.core import kv_cache_utils
 
 from kvproof.errors import NotExpressible
 from kvproof.layout import Group, Layout
+from kvproof.spec import fingerprint
 
-FINGERPRINT_FUNCTIONS = ("resolve_kv_cache_block_sizes", "resolve_dcp_kv_block_size",
-                         "partial_hash_hits_enabled", "iter_layer_specs")
 _HEADS, _HEAD_SIZE = 2, 64
 
 
 def resolver_fingerprint() -> str:
-    """sha256[:16] of the source of the resolver and its helpers (drift alarm)."""
-    parts = [inspect.getsource(getattr(kv_cache_utils, name)) for name in FINGERPRINT_FUNCTIONS
-             if hasattr(kv_cache_utils, name)]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    """The installed resolver's source fingerprint (drift alarm); one definition in kvproof.spec."""
+    return fingerprint.of_module(kv_cache_utils)
 
 
 def _fields(cls: type) -> set[str]:
