@@ -16,7 +16,7 @@ worker's objects (nothing copied, nothing in src/ changed):
   outcomes are identical to the bridge's own configs on random layouts.
 - ``worker.build_manager``: memoised by everything ``KVCacheManager`` is built
   from (the group specs, scheduler and hash block sizes, prefix caching, dcp,
-  max_model_len); a repeat returns the first construction's coordinator or
+  max_model_len); a repeat returns the first construction's facts (coordinator class, unitary block size) or
   re-raises a fresh copy of its exception. Fuzzers re-run near-identical
   inputs constantly; a new key still runs the real manager.
 """
@@ -53,27 +53,6 @@ class PrebuiltConfigs:
         return cfg
 
 
-class _Made:
-    """What the bridge reads of a manager (the coordinator's class name and,
-    for one group, its block size), nothing more.
-
-    Keeping real managers (block pools, hundreds of objects each) alive in the
-    memo makes every full garbage collection walk them: measured 2x slower.
-    """
-
-    __slots__ = ("coordinator",)
-    _classes: dict[str, type] = {}
-
-    def __init__(self, coordinator: Any) -> None:
-        name = type(coordinator).__name__
-        cls = self._classes.get(name)
-        if cls is None:
-            cls = self._classes[name] = type(name, (), {"__slots__": ("block_size",)})
-        self.coordinator = cls()
-        if hasattr(coordinator, "block_size"):
-            self.coordinator.block_size = coordinator.block_size
-
-
 class ManagerMemo:
     def __init__(self, build: Any, size: int = MEMO_SIZE) -> None:
         self.build = build
@@ -94,8 +73,9 @@ class ManagerMemo:
             return hit
         self.misses += 1
         try:
-            mgr = self.build(layout, kv_cfg, scheduler, hash_size)
-            result: Any = _Made(mgr.coordinator)
+            # The bridge's build_manager returns plain facts, not the manager:
+            # nothing heavy stays alive in the memo for the garbage collector to walk.
+            result: Any = self.build(layout, kv_cfg, scheduler, hash_size)
         except Exception as err:
             traceback.clear_frames(err.__traceback__)  # keep file:line, drop the half-built manager
             result = err

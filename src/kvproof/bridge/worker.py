@@ -41,10 +41,15 @@ def stage_error(err: BaseException) -> StageError:
     return StageError(type(err).__name__, str(err), frame)
 
 
-def build_manager(layout: Layout, kv_cfg: Any, scheduler: int, hash_size: int) -> Any:
-    """The real KVCacheManager (coordinator + block pool) from the resolver's output."""
-    return KVCacheManager(kv_cfg, layout.max_model_len, scheduler, hash_size,
-                          enable_caching=layout.cache.enable_prefix_caching, dcp_world_size=layout.dcp)
+def build_manager(layout: Layout, kv_cfg: Any, scheduler: int, hash_size: int) -> dict[str, Any]:
+    """Build the real KVCacheManager (coordinator + block pool) from the resolver's
+    output; returns what the Outcome records of it (the manager itself is dropped)."""
+    mgr = KVCacheManager(kv_cfg, layout.max_model_len, scheduler, hash_size,
+                         enable_caching=layout.cache.enable_prefix_caching, dcp_world_size=layout.dcp)
+    facts: dict[str, Any] = {"coordinator": type(mgr.coordinator).__name__}
+    if len(layout.groups) == 1 and hasattr(mgr.coordinator, "block_size"):
+        facts["extra"] = {"unitary_block_size": mgr.coordinator.block_size}
+    return facts
 
 
 def evaluate(layout: Layout, manager: bool = True) -> Outcome:
@@ -64,10 +69,7 @@ def evaluate(layout: Layout, manager: bool = True) -> Outcome:
     if manager:
         out["manager_attempted"] = True
         try:
-            mgr = build_manager(layout, kv_cfg, scheduler, hash_size)
-            out["coordinator"] = type(mgr.coordinator).__name__
-            if len(layout.groups) == 1 and hasattr(mgr.coordinator, "block_size"):
-                out["extra"] = {"unitary_block_size": mgr.coordinator.block_size}
+            out.update(build_manager(layout, kv_cfg, scheduler, hash_size))
         except Exception as err:
             out["manager_error"] = stage_error(err)
     return Outcome(**out)
