@@ -35,7 +35,13 @@ from dataclasses import dataclass
 from math import gcd
 from typing import Any, Iterable
 
-from kvproof.layout import ATTENTION_KINDS, KINDS, Cache, Group, Layout
+from kvproof.layout import Cache, Group, Layout
+from kvproof.spec import facts
+from kvproof.spec.facts import KINDS
+
+# Kinds whose bytes carry a dcp_sharded choice. The byte format predates
+# hidden-state caches, which keep the AttentionSpec default (seeds stay valid).
+_DCP_FLAG_KINDS = tuple(k for k in facts.ATTENTION_KINDS if k != "hidden_state")
 
 MAX_SPECS = 4
 MAX_COUNT = 8
@@ -43,7 +49,7 @@ MAX_GROUPS = 16
 DCP_SIZES = (1, 2, 4, 8)
 MAX_MODEL_LENS = (2048, 8192, 32768, 131072, 1 << 20)
 TOKENS_PER_STATE = (1, 2, 4, 8, 16, 32, 64, 128)
-CONNECTOR = "OffloadingConnector"  # HMA-capable in 0.27..0.32 (a non-HMA one turns hybrid layouts off); the resolver only asks "is one configured"
+CONNECTOR = facts.DEFAULT_CONNECTOR  # the resolver only asks "is one configured"
 PREMISES = ("engine", "free")
 BS_MAX = 1 << 20
 
@@ -56,7 +62,7 @@ class Caps:
     """What a release can express; the harness introspects it from the Builder."""
 
     kinds: tuple[str, ...] = KINDS
-    modes: tuple[str, ...] = ("align", "all", "none")
+    modes: tuple[str, ...] = facts.ALL_MAMBA_MODES
     ring_buffer: bool = True  # CircularBufferSpec: prefix_cacheable=false on attention
     dcp_sharded_attention: bool = True
     dcp_sharded_mamba: bool = True
@@ -111,7 +117,7 @@ def _spec(fdp: Any, caps: Caps, prev: list[int]) -> tuple[Group, int]:
     kind = _pick(fdp, KINDS)
     bs = _block_size(fdp, prev)
     prefix_cacheable = dcp_sharded = tokens_per_state = sliding_window = chunk = None
-    attention = kind in ATTENTION_KINDS
+    attention = kind in _DCP_FLAG_KINDS
     if kind in ("full_attention", "sliding_window") and fdp.ConsumeBool() and caps.ring_buffer:
         prefix_cacheable = False
     if attention or kind == "mamba":
@@ -245,7 +251,7 @@ def encode(layout: Layout, premise: str = "engine") -> bytes:
     for g, count in runs:
         enc.pick(KINDS, g.kind)
         _encode_block_size(enc, g.block_size)
-        attention = g.kind in ATTENTION_KINDS
+        attention = g.kind in _DCP_FLAG_KINDS
         if g.kind in ("full_attention", "sliding_window"):
             enc.bool(g.prefix_cacheable is False)
         elif g.prefix_cacheable is False:

@@ -72,9 +72,9 @@ def _width(rng: int) -> int:
 class Encoder:
     """Writes the bytes that make a provider return chosen values in order.
 
-    Use it with the decoder's ``Choice`` protocol: call ``int(lo, hi, value)``,
-    ``bool(value)`` and ``pick(values, value)`` in the decoder's call order,
-    then ``data()``.
+    Call ``int(lo, hi, value)``, ``bool(value)`` and ``pick(values, value)``
+    in the order the decoder consumes them (``decode.encode`` does), then
+    ``data()``.
     """
 
     def __init__(self) -> None:

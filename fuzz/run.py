@@ -12,10 +12,10 @@ files (``<workdir>/stats/*.json``) for its one-line status.
 
 Time-boxed (default): one libFuzzer process for ``--seconds``; it stops at the
 first violation of a class not seen in this run, which is already stored in
-``--crash-dir`` (default ``corpus/``) as a Layout JSON; exit code 1 then,
-0 when clean (``--expect-violation`` inverts that, for a canary run on a
-release with a known bug). Working folder ``.fuzz/<release>/<target>/`` in the checkout
-(git-ignored): its libFuzzer corpus persists between runs.
+``--crash-dir`` (default ``corpus/`` of the working directory) as a Layout
+JSON; exit code 1 then, 0 when clean (``--expect-violation`` inverts that, for
+a canary run on a release with a known bug). Working folder
+``out/fuzz/<release>/<target>/``: its libFuzzer corpus persists between runs.
 
 Continuous (``--continuous``): ``--jobs`` parallel libFuzzer workers (default:
 all cores) sharing one corpus folder, in epochs of ``--merge-every`` seconds.
@@ -24,7 +24,7 @@ worker imports vLLM once per epoch. ``--parallel fork`` is libFuzzer's fork
 mode (``-fork=N -ignore_crashes=1``); it starts a fresh process per job and
 its jobs last 1, 2, 3 ... 300 s, so with a 10 s vLLM import per process it
 spends most of its first hour importing (measured: 9 execs/s after 3 min,
-against ~500/s per worker in jobs mode); after each epoch the corpus is merged/minimised
+against ~500/s per worker in jobs mode). After each epoch the corpus is merged/minimised
 (``-merge=1`` into a fresh folder, swapped in by rename). Everything lives in
 ``~/.cache/kvproof/fuzz-corpus/<release>/<target>/`` (outside git): killing
 the runner at any point loses at most the current epoch's unmerged inputs,
@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import glob
+import hashlib
 import json
 import os
 import shlex
@@ -49,19 +50,15 @@ from pathlib import Path
 
 from kvproof import envs
 from kvproof.bridge.client import worker_env
-from kvproof.errors import KvproofError, UsageError
+from kvproof.cliutil import Parser, guarded
+from kvproof.errors import UsageError
+from kvproof.fsio import atomic_write
+from kvproof.settings import settings
 
-CHECKOUT = Path(__file__).resolve().parents[1]
-SEEDS = CHECKOUT / "fuzz" / "seeds"
-DICT = CHECKOUT / "fuzz" / "kvproof.dict"
+HERE = Path(__file__).resolve().parent  # the package's own data: seeds/ and the dictionary
+SEEDS = HERE / "seeds"
+DICT = HERE / "kvproof.dict"
 MAX_LEN = 256
-
-
-def campaign_home() -> Path:
-    if os.environ.get("KVPROOF_FUZZ_HOME"):
-        return Path(os.environ["KVPROOF_FUZZ_HOME"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "kvproof" / "fuzz-corpus"
 
 
 def read_stats(workdir: Path) -> dict:
@@ -97,21 +94,30 @@ class Campaign:
         self.args = args
         if args.python:
             self.env = envs.from_python(args.python)
-            self.release = Path(args.python).resolve().parent.parent.name
+            self._release = None  # read from the interpreter's vLLM when first printed
+            label = "python-" + hashlib.sha256(str(Path(args.python).resolve()).encode()).hexdigest()[:8]
         else:
             self.env = envs.find(args.vllm)
-            self.release = args.vllm
+            self._release = label = args.vllm
+        where = settings()
         if args.continuous:
-            self.workdir = Path(args.workdir or campaign_home() / self.release / args.target)
+            self.workdir = Path(args.workdir or where.fuzz_home / label / args.target)
         else:
-            self.workdir = Path(args.workdir or CHECKOUT / ".fuzz" / self.release / args.target)
+            self.workdir = Path(args.workdir or where.out / "fuzz" / label / args.target)
         self.corpus = Path(args.corpus_dir) if args.corpus_dir else self.workdir / "corpus"
-        self.crash_dir = Path(args.crash_dir) if args.crash_dir else CHECKOUT / "corpus"
+        self.crash_dir = Path(args.crash_dir) if args.crash_dir else where.corpus
         self.artifacts = self.workdir / "artifacts"
         self.log_dir = self.workdir / "logs"
         self._last = (time.monotonic(), 0)
         self.started = time.monotonic()
         self.base_execs = 0
+
+    @property
+    def release(self) -> str:
+        """The vLLM version under test (for --python: the interpreter's vLLM, not its Python)."""
+        if self._release is None:
+            self._release = envs.vllm_version(self.env.python)
+        return self._release
 
     # --- plumbing ------------------------------------------------------------
     def prepare(self) -> None:
@@ -146,10 +152,7 @@ class Campaign:
                 f'KVPROOF_FUZZ_ARGV0="$0" exec {shlex.quote(str(self.env.python))} -m kvproof.fuzz.harness '
                 f'{self.args.target} "$@"\n')
         if not path.exists() or path.read_text() != text:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(text)
-            tmp.chmod(0o755)
-            os.replace(tmp, path)
+            atomic_write(path, text, mode=0o755)
         return path
 
     def command(self, flags: list[str], dirs: list[Path]) -> list[str]:
@@ -230,9 +233,7 @@ class Campaign:
         data["sessions"].append({"ended": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                  "seconds": round(time.monotonic() - self.started, 1),
                                  "execs": s["execs"] - self.base_execs, **extra})
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2))
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(data, indent=2))
 
     # --- modes ---------------------------------------------------------------
     def timeboxed(self) -> int:
@@ -311,7 +312,7 @@ class Campaign:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m kvproof.fuzz.run", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="kvproof fuzz", description=__doc__.split("\n\n")[0])
     p.add_argument("--vllm", default=envs.DEFAULT_RELEASE, help="release whose environment runs the harness")
     p.add_argument("--python", help="fuzz the vLLM of this interpreter instead (must have atheris)")
     p.add_argument("--target", choices=("contracts", "conformance"), default="contracts")
@@ -323,7 +324,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         "or -fork (one import per fork job; jobs last 1, 2, 3 ... 300 s)")
     p.add_argument("--corpus-dir", help="libFuzzer's working corpus (default: <workdir>/corpus)")
     p.add_argument("--workdir", help="campaign folder (stats, seen, artifacts, logs)")
-    p.add_argument("--crash-dir", help="where violation Layouts go (default: corpus/ of the checkout)")
+    p.add_argument("--crash-dir", help="where violation Layouts go (default: ./corpus, KVPROOF_CORPUS)")
     p.add_argument("--premise", choices=("engine", "free"), default="engine")
     p.add_argument("--strict", action="store_true", help="no oracle waivers: every catalogue violation crashes")
     p.add_argument("--status-every", type=float, default=10.0, help="seconds between status lines")
@@ -347,17 +348,17 @@ def _terminate(signum, frame):  # noqa: ARG001
     raise KeyboardInterrupt  # SIGTERM (and SIGINT in background jobs) stop the campaign cleanly
 
 
+def _main(argv: list[str] | None) -> int:
+    args = parse(argv)
+    campaign = Campaign(args)
+    campaign.prepare()
+    return campaign.continuous() if args.continuous else campaign.timeboxed()
+
+
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
-    try:
-        args = parse(argv)
-        campaign = Campaign(args)
-        campaign.prepare()
-        return campaign.continuous() if args.continuous else campaign.timeboxed()
-    except KvproofError as err:
-        print(f"kvproof fuzz: {err}", file=sys.stderr)
-        return err.exit_code
+    return guarded("kvproof fuzz", _main, argv)
 
 
 if __name__ == "__main__":

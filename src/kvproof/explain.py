@@ -31,10 +31,14 @@ def parse(line: str) -> tuple[list[int], int]:
     m = _PATTERN.search(line)
     if not m:
         raise UsageError("explain: no 'block_sizes=[...], hash_block_size=N' in the given line")
-    sizes = [int(x) for x in m.group(1).replace(" ", "").split(",") if x]
-    if not sizes or min(sizes) < 1 or int(m.group(2)) < 1:
+    try:
+        sizes = [int(x) for x in m.group(1).replace(" ", "").split(",") if x]
+        hash_size = int(m.group(2))
+    except ValueError:  # digits past Python's integer-string limit
+        raise UsageError("explain: block sizes too large to be vLLM block sizes") from None
+    if not sizes or min(sizes) < 1 or hash_size < 1:
         raise UsageError("explain: block sizes and hash_block_size must be positive integers")
-    return sizes, int(m.group(2))
+    return sizes, hash_size
 
 
 def diagnose(line: str) -> Diagnosis:

@@ -15,10 +15,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from kvproof.errors import LayoutError
-
-KINDS = ("full_attention", "sliding_window", "chunked_local", "mla", "mamba", "hidden_state")
-ATTENTION_KINDS = ("full_attention", "sliding_window", "chunked_local", "mla")
-MAMBA_MODES = ("align", "all", "none")
+from kvproof.inputs import parse_json
+from kvproof.spec.facts import ALL_MAMBA_MODES as MAMBA_MODES
+from kvproof.spec.facts import KINDS, connectors, engine_cache_block_size, is_attention
 MAX_BLOCK_SIZE = 1 << 24  # far above any real block size; keeps JSON sane
 META_KEY = "kvproof"  # corpus annotations ride along under this key, outside the hash
 
@@ -42,7 +41,7 @@ class Group:
 
     @property
     def is_attention(self) -> bool:
-        return self.kind in ATTENTION_KINDS
+        return is_attention(self.kind)
 
 
 @dataclass(frozen=True)
@@ -71,10 +70,7 @@ class Layout:
 
     @classmethod
     def from_json(cls, text: str, where: str = "layout") -> "Layout":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise LayoutError(f"{where}: not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+        data = parse_json(text, where)
         try:
             return _parse_layout(data)
         except LayoutError as err:
@@ -251,19 +247,20 @@ def _parse_layout(data: Any) -> Layout:
     if len(modes) > 1:
         raise LayoutError(f"conflicting mamba_cache_mode values {sorted(modes)}: vLLM has one per engine")
     block_size = cache_raw.get("block_size")
-    # Default as the engine core sets it after KV init: the smallest block size
-    # over prefix-cacheable groups (all groups if none is; before 0.29 every
-    # group is prefix-cacheable, so this is the smallest group).
-    cacheable = [g.block_size for g in groups if g.prefix_cacheable is not False] or [g.block_size for g in groups]
+    # Default as the engine core sets it after KV init (0.31+ rule; before
+    # 0.29 every group is prefix-cacheable, so both rules agree there).
+    default_bs = engine_cache_block_size("prefix_cacheable", [g.block_size for g in groups],
+                                         [g.prefix_cacheable is not False for g in groups])
     cache = Cache(
-        block_size=_int(block_size, "cache.block_size") if block_size is not None else min(cacheable),
+        block_size=_int(block_size, "cache.block_size") if block_size is not None else default_bs,
         enable_prefix_caching=_bool(cache_raw.get("enable_prefix_caching", True), "cache.enable_prefix_caching"),
         prefix_match_unit=_opt_int(cache_raw.get("prefix_match_unit"), "cache.prefix_match_unit"),
         mamba_cache_mode=modes.pop() if modes else "align",
     )
     connector = top.get("kv_connector")
-    if connector is not None and (not isinstance(connector, str) or not connector):
-        raise LayoutError(f"kv_connector must be a connector name or null, got {json.dumps(connector)}")
+    if connector is not None and connector not in connectors():
+        raise LayoutError(f"kv_connector {json.dumps(connector)[:80]} is not a vLLM connector "
+                          f"(registered: {', '.join(connectors())})")
     meta = top.get(META_KEY, {})
     if not isinstance(meta, dict):
         raise LayoutError(f"{META_KEY} must be an object")

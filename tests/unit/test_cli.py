@@ -62,3 +62,25 @@ def test_contracts_listing_names_every_contract(capsys):
 def test_in_process_usage_error_is_raised_as_kvproof_error():
     with pytest.raises(UsageError):
         cli._parser().parse_args(["check", "--dcp", "x"])
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b'{"groups": [{"kind": "mamba", "block_size": 1\xff}]}', "not UTF-8"),
+    (b'{"groups": [{"kind": "mamba", "block_size": ' + b"9" * 5000 + b"}]}", "not usable JSON"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    (b'{"groups": [{"kind": "mamba", "block_size": 16}], "kv_connector": "NoSuchConnector"}',
+     "is not a vLLM connector (registered: "),
+    (b"", "not JSON"),
+])
+def test_hostile_layout_files_are_one_line_exit_2(tmp_path, content, needle):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    proc = run("check", str(bad))
+    assert proc.returncode == 2, proc.stderr[-500:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr, proc.stderr[-500:]
+
+
+def test_unknown_connector_inline_names_the_registered_ones():
+    proc = run("check", "--groups", "mamba:16", "--kv-connector", "Bogus")
+    assert proc.returncode == 2 and "OffloadingConnector" in proc.stderr and len(proc.stderr.splitlines()) == 1

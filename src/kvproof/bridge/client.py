@@ -7,25 +7,74 @@ imports vLLM, so one CLI can drive several releases side by side.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import threading
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from kvproof.envs import Env
 from kvproof.errors import BridgeError
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
 
-SRC = Path(__file__).resolve().parents[2]  # .../src, put on the worker's PYTHONPATH
+if TYPE_CHECKING:
+    from kvproof.config import Config
+    from kvproof.derivation import Derived
+from kvproof.settings import settings
+
+MAPPED = ("spec", "verify", "fuzz")  # top-level folders pyproject maps into the package
+
+
+def _location(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.submodule_search_locations, name
+    return Path(list(spec.submodule_search_locations)[0]).resolve()
+
+
+def package_root() -> Path:
+    """A folder whose ``kvproof`` is exactly the package this process imported.
+
+    A vLLM environment has no kvproof installed; its worker gets this folder
+    as PYTHONPATH (and nothing else of this venv). From a wheel the mapped
+    subpackages already sit inside kvproof/, so the folder holds one symlink;
+    from an editable checkout it holds a kvproof/ folder of symlinks laid out
+    the way a wheel is. Built once per layout of the package, atomically.
+    """
+    top = _location("kvproof")
+    mapped = {name: _location(f"kvproof.{name}") for name in MAPPED}
+    inside = all(loc.parent == top for loc in mapped.values())
+    entries = {} if inside else {p.name: p for p in top.iterdir() if p.name != "__pycache__"}
+    entries.update({} if inside else mapped)
+    key = hashlib.sha256(repr((str(top), sorted((k, str(v)) for k, v in entries.items()))).encode()).hexdigest()[:16]
+    root = settings().cache_home / "import-roots" / key
+    if (root / "kvproof").exists():
+        return root
+    tmp = root.with_name(f".{key}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    if inside:
+        os.symlink(top, tmp / "kvproof")
+    else:
+        (tmp / "kvproof").mkdir()
+        for name, target in entries.items():
+            os.symlink(target, tmp / "kvproof" / name)
+    try:
+        os.rename(tmp, root)
+    except OSError:  # another process built the same root first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for any process that imports vLLM on this CPU machine."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONPATH"] = os.pathsep.join([str(package_root())]
+                                        + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -104,6 +153,13 @@ class Worker:
         reply = self._call({"op": "run", "layouts": batch, "manager": manager})
         return [Outcome.from_dict(d) for d in reply["outcomes"]]
 
+    def derive(self, configs: Sequence["Config"] | Iterable["Config"]) -> list["Derived"]:
+        """Run Configs through the release's own derivation (kvproof.bridge.derive)."""
+        from kvproof.derivation import Derived
+        batch = list(configs)
+        reply = self._call({"op": "derive", "configs": [c.to_dict() for c in batch]})
+        return [Derived.from_reply(c, d) for c, d in zip(batch, reply["results"])]
+
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             assert self.proc.stdin
@@ -129,8 +185,3 @@ def start_all(envs: Sequence[Env]) -> list[Worker]:
         raise
     return workers
 
-
-def evaluate(env: Env, layouts: Sequence[Layout], manager: bool = True) -> list[Outcome]:
-    """One-shot: start a worker, run the batch, stop it."""
-    with Worker(env) as worker:
-        return worker.run(layouts, manager)

@@ -1,0 +1,153 @@
+"""The vLLM facts kvproof encodes, in one place. Stdlib only.
+
+The Z3 model, the Python contracts, the Layout validator, the generators
+(Hypothesis, the fuzz decoder) and the bridge all import these; the drift
+tests (tests/integration/test_facts.py) read each one back from every
+installed release. Each fact names where in vLLM it was read.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+# --- KV cache spec kinds (vllm/v1/kv_cache_interface.py) -----------------------
+# AttentionSpec subclasses: FullAttentionSpec, SlidingWindowSpec,
+# ChunkedLocalAttentionSpec, MLAAttentionSpec, HiddenStateCacheSpec (an MLA
+# spec, 0.27+). MambaSpec is not an AttentionSpec.
+ATTENTION_KINDS = ("full_attention", "sliding_window", "chunked_local", "mla", "hidden_state")
+KINDS = ("full_attention", "sliding_window", "chunked_local", "mla", "mamba", "hidden_state")
+
+
+def is_attention(kind: str) -> bool:
+    return kind in ATTENTION_KINDS
+
+
+def default_dcp_sharded(kind: str) -> bool:
+    """``KVCacheSpec.dcp_sharded`` (0.31+): False on the base class, True on
+    every AttentionSpec; before 0.31 the resolver scales exactly the
+    AttentionSpecs by dcp, which is the same rule."""
+    return is_attention(kind)
+
+
+# --- Mamba cache modes (vllm/config/cache.py: MambaCacheMode) ------------------
+ALL_MAMBA_MODES = ("align", "all", "none")
+MAMBA_MODES = {  # revision -> the Literal's values
+    "0.27": ("align", "all", "none"),
+    "0.28": ("align", "all", "none"),
+    "0.29": ("align", "all", "none"),
+    "0.31": ("align", "all", "none"),
+    "0.32": ("align", "none"),
+}
+CACHING_MAMBA_MODE = "align"  # what the hybrid config hook picks for "none" with prefix caching on (0.28+)
+
+# --- spec fields that only some releases have ---------------------------------
+F_PREFIX_CACHEABLE = "prefix_cacheable"  # KVCacheSpec.prefix_cacheable (0.29)
+F_DCP_SHARDED = "dcp_sharded"  # KVCacheSpec.dcp_sharded (0.31)
+F_TOKENS_PER_STATE = "tokens_per_state"  # MambaSpec.tokens_per_state (0.29)
+FIELDS = {
+    "0.27": frozenset(),
+    "0.28": frozenset(),
+    "0.29": frozenset({F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE}),
+    "0.31": frozenset({F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE, F_DCP_SHARDED}),
+    "0.32": frozenset({F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE, F_DCP_SHARDED}),
+}
+
+# --- the engine's cache_config.block_size (vllm/v1/engine/core.py) ------------
+# After KV cache init EngineCore._initialize_kv_caches sets
+# cache_config.block_size to the smallest group block size: over all groups
+# up to 0.29/0.30, over prefix-cacheable groups (all if none is) from 0.31.
+ENGINE_BLOCK_SIZE_OVER = {"0.27": "all", "0.28": "all", "0.29": "all", "0.31": "prefix_cacheable",
+                          "0.32": "prefix_cacheable"}
+
+
+def engine_block_size_members(rule: str, cacheable: Sequence[bool]) -> list[bool]:
+    """Which groups the engine's minimum ranges over, by ``rule``."""
+    if rule == "all" or not any(cacheable):
+        return [True] * len(cacheable)
+    return list(cacheable)
+
+
+def engine_cache_block_size(rule: str, sizes: Sequence[int], cacheable: Sequence[bool]) -> int:
+    """``cache_config.block_size`` as EngineCore sets it after KV cache init."""
+    members = engine_block_size_members(rule, cacheable)
+    return min(s for s, m in zip(sizes, members) if m)
+
+
+# --- KV connectors (vllm/distributed/kv_transfer/kv_connector/factory.py) -----
+# Names registered in KVConnectorFactory (what kv_transfer_config.kv_connector
+# accepts), and the subset whose class implements SupportsHMA (hybrid layouts
+# keep the hybrid KV cache manager with them). The resolver itself only asks
+# whether a connector is configured.
+_REGISTERED_027 = ("ExampleConnector", "ExampleHiddenStatesConnector", "LMCacheConnectorV1",
+                   "LMCacheMPConnector", "NixlConnector", "NixlPullConnector", "NixlPushConnector",
+                   "MultiConnector", "MoRIIOConnector", "OffloadingConnector", "DecodeBenchConnector",
+                   "MooncakeConnector", "MooncakeStoreConnector", "FlexKVConnectorV1",
+                   "SimpleCPUOffloadConnector", "HF3FSKVConnector")
+_HMA_027 = ("MultiConnector", "ExampleHiddenStatesConnector", "MooncakeConnector", "MooncakeStoreConnector",
+            "SimpleCPUOffloadConnector", "OffloadingConnector", "DecodeBenchConnector", "NixlConnector",
+            "NixlPullConnector", "NixlPushConnector")
+REGISTERED_CONNECTORS = {"0.27": _REGISTERED_027, "0.28": _REGISTERED_027, "0.29": _REGISTERED_027,
+                         "0.31": _REGISTERED_027, "0.32": _REGISTERED_027}
+HYBRID_CONNECTORS = {"0.27": _HMA_027, "0.28": _HMA_027, "0.29": _HMA_027, "0.31": _HMA_027, "0.32": _HMA_027}
+DEFAULT_CONNECTOR = "OffloadingConnector"  # what generators pick when a layout wants "a connector"
+HIDDEN_STATES_CONNECTOR = "ExampleHiddenStatesConnector"  # producer for extract_hidden_states
+
+
+def connectors(revision: str | None = None) -> tuple[str, ...]:
+    """Connector names a revision registers (every revision's when None)."""
+    if revision is not None:
+        return REGISTERED_CONNECTORS[revision]
+    return union(REGISTERED_CONNECTORS.values())
+
+
+def union(values: Iterable[Sequence[str]]) -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for v in values:
+        seen.update(dict.fromkeys(v))
+    return tuple(seen)
+
+
+# --- KV cache spec class -> Layout kind (vllm/v1/kv_cache_interface.py) -------
+# Matched anywhere in the spec's MRO, first match wins (HiddenStateCacheSpec is
+# an MLAAttentionSpec, SlidingWindowSpec an AttentionSpec). Used by the boot
+# capture and by the derivation bridge (kvproof.bridge.derive).
+SPEC_CLASS_KINDS = (
+    ("HiddenStateCacheSpec", "hidden_state"),
+    ("MambaSpec", "mamba"),
+    ("MLAAttentionSpec", "mla"),
+    ("ChunkedLocalAttentionSpec", "chunked_local"),
+    ("SlidingWindowSpec", "sliding_window"),
+    ("FullAttentionSpec", "full_attention"),
+    ("AttentionSpec", "full_attention"),
+)
+
+# --- user-facing setting values (vllm/config/model.py, vllm/config/cache.py) --
+MODEL_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")  # ModelDType, 0.27-0.32
+# CacheConfig.prefix_match_unit (int > 0) exists in every modelled revision.
+PREFIX_MATCH_UNIT_REVISIONS = ("0.27", "0.28", "0.29", "0.31", "0.32")
+
+# --- consumer tier (kvproof.consumer): the real scheduler's consumers ----------
+# Connectors the consumer tier drives through their real scheduler side on CPU
+# (vllm/v1/simple_kv_offload/manager.py, .../kv_connector/v1/offloading*,
+# example_connector.py, example_hidden_states_connector.py). Which of them
+# construct on a CPU machine per release is measured, not assumed.
+CONSUMER_CONNECTORS = ("SimpleCPUOffloadConnector", "OffloadingConnector", "ExampleConnector",
+                       "ExampleHiddenStatesConnector")
+# kv_connector_extra_config the consumer tier passes (offload pool sizes; the
+# example connectors' storage path is added at run time).
+CONSUMER_CONNECTOR_EXTRA = {"cpu_bytes_to_use": 64 << 20, "num_cpu_blocks": 256}
+# Methods of a connector's inner pieces whose arguments carry block hashes or
+# offload keys (OffloadingManager.lookup/prepare_store/touch/..., the CPU
+# BlockPool's BlockHashToBlockMap.insert/get_one_block in simple_kv_offload).
+CONNECTOR_HASH_METHODS = ("lookup", "prepare_store", "prepare_load", "touch", "complete_store",
+                          "complete_load", "insert", "get_one_block")
+# Where a coordinator states the alignment of prefix hits
+# (HybridKVCacheCoordinator._cache_hit_alignment_tokens, 0.27+; a unitary
+# coordinator aligns to its block_size); absent: the scheduler block size.
+HIT_ALIGNMENT_ATTRS = ("_cache_hit_alignment_tokens", "cache_hit_alignment_tokens", "alignment_tokens")
+# KVCacheManager methods the scheduler asks for a request's local prefix hit;
+# each returns (blocks, num_computed_tokens, ...) (0.27+: 3 or 4 values).
+PREFIX_LOOKUP_METHODS = ("get_computed_blocks", "get_computed_blocks_for_connector")
+# KVCacheManager.allocate_slots parameters that count tokens whose KV the step
+# will hold (scheduled, local hit, external hit); names differ by release.
+ALLOC_TOKEN_PARAMS = ("num_new_tokens", "num_new_computed_tokens", "num_external_computed_tokens")

@@ -1,0 +1,76 @@
+"""The one configuration object: where things live, and every KVPROOF_* variable.
+
+Folders that belong to a project run (``corpus/``, ``out/``) are relative to
+the working directory, like ``make`` and ``pytest``; caches shared by every
+clone live under the per-user cache folder. Nothing here looks for a
+checkout by walking up from a source file.
+
+==========================  ==================================================
+variable                    meaning (default)
+==========================  ==================================================
+KVPROOF_CACHE_HOME          per-user cache ($XDG_CACHE_HOME/kvproof or ~/.cache/kvproof)
+KVPROOF_ENV_HOME            vLLM environments (<cache>/envs)
+KVPROOF_FUZZ_HOME           persistent fuzz campaigns (<cache>/fuzz-corpus)
+KVPROOF_SYNTH_HOME          engine-synthesiser memo (<cache>/synth)
+KVPROOF_CORPUS              the findings corpus (./corpus)
+KVPROOF_OUT                 reports and unrecorded counterexamples (./out)
+KVPROOF_REQUIRE_ENVS        1: a test needing a missing vLLM environment fails, not skips
+KVPROOF_ENGINE_ALL          1: engine tests boot every family on every release
+KVPROOF_GPU_PYTHON          interpreter of a CUDA vLLM for the gpu tests
+KVPROOF_FUZZ_WORKDIR        harness: campaign folder (seen/, stats/, conformance/)
+KVPROOF_FUZZ_CORPUS_OUT     harness: where new crash classes go (<out>/fuzz-findings)
+KVPROOF_FUZZ_PREMISE        harness: engine | free (engine)
+KVPROOF_FUZZ_RAISE_KNOWN    harness: 1 raises on known classes too
+KVPROOF_FUZZ_INSTRUMENT     harness: 0 turns coverage instrumentation off (benchmarks)
+KVPROOF_FUZZ_ARGV0          harness: program name libFuzzer prints
+KVPROOF_CFLITE_LOCAL        tests: run the ClusterFuzzLite build script locally
+==========================  ==================================================
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _path(var: str, default: Path) -> Path:
+    value = os.environ.get(var)
+    return Path(value) if value else default
+
+
+def _flag(var: str, default: bool = False) -> bool:
+    value = os.environ.get(var)
+    return default if value in (None, "") else value not in ("0", "false", "no")
+
+
+@dataclass(frozen=True)
+class Settings:
+    cache_home: Path
+    env_home: Path
+    fuzz_home: Path
+    synth_home: Path
+    corpus: Path
+    out: Path
+    require_envs: bool
+    engine_all: bool
+
+    @classmethod
+    def from_environ(cls) -> "Settings":
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+        cache = _path("KVPROOF_CACHE_HOME", Path(xdg) / "kvproof")
+        return cls(
+            cache_home=cache,
+            env_home=_path("KVPROOF_ENV_HOME", cache / "envs"),
+            fuzz_home=_path("KVPROOF_FUZZ_HOME", cache / "fuzz-corpus"),
+            synth_home=_path("KVPROOF_SYNTH_HOME", cache / "synth"),
+            corpus=_path("KVPROOF_CORPUS", Path("corpus")),
+            out=_path("KVPROOF_OUT", Path("out")),
+            require_envs=_flag("KVPROOF_REQUIRE_ENVS"),
+            engine_all=_flag("KVPROOF_ENGINE_ALL"),
+        )
+
+
+def settings() -> Settings:
+    """Read fresh each call: tests and subprocesses change the environment."""
+    return Settings.from_environ()

@@ -1,0 +1,102 @@
+"""Every fact in kvproof.spec.facts, read back from each installed release.
+
+The facts module is the one place the model, the contracts, the generators
+and the bridge take vLLM facts from; this is the test that it has not drifted.
+It reads the installed package (sources statically, classes by import)
+inside each environment.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from kvproof.bridge.client import worker_env
+from kvproof.spec import facts
+from kvproof.spec.revisions import revision_for
+from conftest import require_env
+
+pytestmark = pytest.mark.integration
+
+PROBE = r'''
+import dataclasses, json, pathlib, re, typing
+import vllm
+from vllm.config import cache as cache_mod
+from vllm.v1 import kv_cache_interface as kvi
+from vllm.distributed.kv_transfer.kv_connector import factory
+
+root = pathlib.Path(factory.__file__).parent
+registered = re.findall(r'register_connector\(\s*"([^"]+)",\s*"([^"]+)",\s*"([^"]+)"',
+                        pathlib.Path(factory.__file__).read_text())
+hma = []
+from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+import importlib
+for name, module, cls in registered:
+    try:
+        klass = getattr(importlib.import_module(module), cls)
+    except Exception:  # optional third-party dependency missing: read the class line instead
+        rel = module.replace("vllm.distributed.kv_transfer.kv_connector.", "").replace(".", "/") + ".py"
+        text = (root / rel).read_text() if (root / rel).exists() else ""
+        m = re.search(r"^class " + re.escape(cls) + r"\(([^)]*)\)", text, re.M)
+        if m and "SupportsHMA" in m.group(1):
+            hma.append(name)
+        continue
+    if issubclass(klass, SupportsHMA):
+        hma.append(name)
+
+kinds = {"full_attention": kvi.FullAttentionSpec, "sliding_window": kvi.SlidingWindowSpec,
+         "chunked_local": kvi.ChunkedLocalAttentionSpec, "mla": kvi.MLAAttentionSpec, "mamba": kvi.MambaSpec,
+         "hidden_state": getattr(kvi, "HiddenStateCacheSpec", None)}
+fields = {f.name for f in dataclasses.fields(kvi.KVCacheSpec)} | {f.name for f in dataclasses.fields(kvi.MambaSpec)}
+fields |= {n for n in ("prefix_cacheable",) if isinstance(getattr(kvi.KVCacheSpec, n, None), property)}
+sharded = {}
+if "dcp_sharded" in fields:
+    for k, cls in kinds.items():
+        if cls is not None:
+            sharded[k] = next(f.default for f in dataclasses.fields(cls) if f.name == "dcp_sharded")
+print(json.dumps({
+    "vllm": vllm.__version__,
+    "modes": list(typing.get_args(cache_mod.MambaCacheMode)),
+    "registered": [r[0] for r in registered],
+    "hma": hma,
+    "attention": sorted(k for k, c in kinds.items() if c is not None and issubclass(c, kvi.AttentionSpec)),
+    "fields": sorted(fields & {"prefix_cacheable", "dcp_sharded", "tokens_per_state"}),
+    "dcp_sharded_default": sharded,
+}))
+'''
+
+
+@pytest.fixture(scope="module", params=["0.27.0", "0.28.0", "0.32.0"])
+def real(request):
+    env = require_env(request.param)
+    proc = subprocess.run([str(env.python), "-c", PROBE], capture_output=True, text=True, env=worker_env(),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    return revision_for(got["vllm"]), got
+
+
+def test_mamba_modes(real):
+    rev, got = real
+    assert set(facts.MAMBA_MODES[rev]) == set(got["modes"])
+
+
+def test_connector_names(real):
+    rev, got = real
+    assert set(facts.REGISTERED_CONNECTORS[rev]) == set(got["registered"])
+    assert set(facts.HYBRID_CONNECTORS[rev]) == set(got["hma"])
+    assert facts.DEFAULT_CONNECTOR in got["hma"] and facts.HIDDEN_STATES_CONNECTOR in got["hma"]
+
+
+def test_attention_kinds_and_dcp_sharded_default(real):
+    rev, got = real
+    assert set(facts.ATTENTION_KINDS) == set(got["attention"])
+    for kind, default in got["dcp_sharded_default"].items():
+        assert facts.default_dcp_sharded(kind) == default, kind
+
+
+def test_spec_fields(real):
+    rev, got = real
+    assert set(facts.FIELDS[rev]) == set(got["fields"])

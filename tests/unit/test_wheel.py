@@ -1,0 +1,44 @@
+"""The package installs from a wheel built in a scratch folder and runs there."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
+    # Build from a scratch copy: setuptools writes build/ and *.egg-info beside the sources.
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "out", "build", "*.egg-info",
+                                                             "__pycache__", ".hypothesis", ".pytest_cache"))
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(wheels), str(src)], check=True, cwd=tmp_path)
+    (wheel,) = wheels.glob("kvproof-*.whl")
+    target = tmp_path / "venv"
+    venv.create(target, with_pip=False, system_site_packages=False)
+    py = target / "bin" / "python"
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", site, str(wheel)],
+                   check=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    probe = ("import kvproof, kvproof.spec.facts, kvproof.fuzz.run as r, kvproof.verify, kvproof.bridge.client as c;"
+             "from pathlib import Path; root = c.package_root();"
+             "assert (root / 'kvproof' / 'spec' / 'facts.py').exists(), root;"
+             "assert r.SEEDS.is_dir() and r.DICT.exists(), r.SEEDS;"
+             "print(kvproof.__file__)")
+    out = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, cwd=work,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert str(target) in out.stdout and str(ROOT) not in out.stdout
+    cli = subprocess.run([str(py), "-m", "kvproof", "check", "--groups", "mamba:0"], capture_output=True, text=True,
+                         cwd=work, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert cli.returncode == 2 and len(cli.stderr.strip().splitlines()) == 1, cli.stderr
+    assert not list(work.iterdir())  # nothing written into the working directory
