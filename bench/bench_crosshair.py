@@ -36,7 +36,7 @@ def z3_row(release: str, n: int, timeout: float) -> dict:
     t0 = time.perf_counter()
     result = Query(revision_for(release), BY_KEY["hybrid.group_multiple_of_hash[align]"], n, "engine").run(
         timeout, minimise=False)
-    return {"verdict": result.status, "seconds": time.perf_counter() - t0}
+    return {"verdict": str(result.status), "seconds": time.perf_counter() - t0}
 
 
 def crosshair_row(release: str, n: int, timeout: float) -> dict:

@@ -75,7 +75,7 @@ def main(argv=None) -> int:
                 parts = []
                 for premise in ("free", "engine"):
                     r = table[(prop, rev, n, premise)]
-                    mark = {"PROVED": "", "COUNTEREXAMPLE": " cex", "UNKNOWN": " ?"}.get(r["status"], " " + r["status"])
+                    mark = {"PROVED": "", "COUNTEREXAMPLE": " cex", "UNKNOWN": " ?"}.get(str(r["status"]), " " + str(r["status"]))
                     parts.append(f"{r['seconds']:.2f}{mark}")
                 cells.append(" / ".join(parts))
             lines.append(f"| {n} | " + " | ".join(cells) + " |")

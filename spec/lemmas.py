@@ -34,11 +34,11 @@ re-solved. Concrete evaluation asserts nothing: it substitutes the exact
 values and evaluates every fact above to True, so a wrong lemma would fail
 every conformance run (``check_instance``).
 
-How the facts are checked (``check_all``, run by the unit tests and listed
-in the verify report): exhaustively for n <= 3 values in 1..24 and every
-membership mask (n = 4 on 1..12), and by Z3 for the one lemma stated over
-unbounded integers, transitivity of divisibility behind LG
-(``a | b and b | c -> a | c`` for positive a, b, c).
+How the facts are checked (``check_all``, run by the unit tests; the verify
+report lists ``LEMMAS`` with how each was checked): exhaustively for n <= 3
+values in 1..24 and every membership mask (n = 4 on 1..12), and by Z3 for
+the lemmas stated over unbounded integers (D2-D4: transitivity of
+divisibility behind LG, ``a | b and b | c -> a | c`` for positive a, b, c).
 """
 
 from __future__ import annotations

@@ -9,8 +9,10 @@ tokens_per_state; globally the cache block size, prefix caching, KV
 connector, prefix_match_unit, Mamba cache mode, dcp and max_model_len.
 
 gcd and lcm are fresh integers constrained by the divisibility facts of
-:mod:`kvproof.spec.lemmas`. dcp ranges over a small concrete set
-(:data:`DCP_VALUES`) so that ``block_size * dcp`` stays linear.
+:mod:`kvproof.spec.lemmas`. dcp ranges over a small concrete set so that
+``block_size * dcp`` stays linear: the set is part of the encoding
+(``encoding(revision, n, dcp_values)``; :data:`DCP_VALUES` by default, the
+query's ``--dcp`` list otherwise), and ``times`` is exact on that set.
 
 Bounds: raw block sizes (and cache block size, prefix_match_unit,
 tokens_per_state) range over 1..MAX_BLOCK = 2^20 by default, i.e. effective
@@ -19,12 +21,12 @@ sizes up to 2^23 with dcp 8: vLLM block sizes are page-aligned token counts
 in practice). No fact the solver gets depends on the bound (divisibility and
 gcd/lcm facts hold for every positive integer), and ``verify --max-block 0``
 drops it: the proofs of the default run also come out PROVED unbounded.
-dcp is the concrete set DCP_VALUES (``--dcp`` changes it): ``size * dcp`` with
-a symbolic dcp would be nonlinear.
 
 Concrete evaluation (``evaluate``) substitutes a Layout's values into the
 same expressions and the exact gcd/lcm into the two fresh integers, then
 simplifies: the model evaluated on concrete inputs, not a second resolver.
+It uses an encoding whose dcp set holds the Layout's dcp, and ``concrete``
+refuses a dcp outside its encoding's set.
 """
 
 from __future__ import annotations
@@ -38,11 +40,11 @@ import z3
 
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome, StageError
-from kvproof.spec import lemmas
+from kvproof.spec import facts, lemmas
 from kvproof.spec import revisions as R
 
-MODES = ("align", "all", "none")  # encoded as 0, 1, 2
-ALIGN = 0
+MODES = facts.ALL_MAMBA_MODES  # encoded by index
+ALIGN = MODES.index("align")
 DCP_VALUES = (1, 2, 3, 4, 8)
 MAX_BLOCK = 1 << 20
 MAX_MODEL_LEN = 1 << 30
@@ -80,21 +82,20 @@ class Inputs:
                    self.dcp, self.max_model_len])
 
 
-def inputs(n: int, tag: str = "") -> Inputs:
+def inputs(n: int) -> Inputs:
     def ints(name):
-        return [z3.Int(f"{name}{tag}_{i}") for i in range(n)]
+        return [z3.Int(f"{name}_{i}") for i in range(n)]
 
     def bools(name):
-        return [z3.Bool(f"{name}{tag}_{i}") for i in range(n)]
+        return [z3.Bool(f"{name}_{i}") for i in range(n)]
 
     return Inputs(n, bools("mamba"), ints("bs"), bools("pc"), bools("sharded"), ints("tps"),
-                  z3.Int(f"cache_bs{tag}"), z3.Bool(f"caching{tag}"), z3.Bool(f"connector{tag}"),
-                  z3.Bool(f"pmu_set{tag}"), z3.Int(f"pmu{tag}"), z3.Int(f"mode{tag}"), z3.Int(f"dcp{tag}"),
-                  z3.Int(f"max_model_len{tag}"))
+                  z3.Int("cache_bs"), z3.Bool("caching"), z3.Bool("connector"), z3.Bool("pmu_set"),
+                  z3.Int("pmu"), z3.Int("mode"), z3.Int("dcp"), z3.Int("max_model_len"))
 
 
-def domain(rev: R.Revision, x: Inputs, max_block: int = MAX_BLOCK, dcp_values=DCP_VALUES) -> list:
-    """What the revision's spec classes and config can hold."""
+def domain(rev: R.Revision, x: Inputs, max_block: int, dcp_values) -> list:
+    """What the revision's spec classes and config can hold (dcp: the encoding's set)."""
     c = []
     bound = (lambda v: z3.And(v >= 1, v <= max_block)) if max_block else (lambda v: v >= 1)
     for i in range(x.n):
@@ -128,13 +129,24 @@ def engine_premise(rev: R.Revision, x: Inputs) -> list:
             + [z3.Or([z3.And(m, x.cache_bs == b) for m, b in zip(members, x.bs)])])
 
 
-def times(v, k, dcp_values=DCP_VALUES):
-    """``v * k`` for k in the concrete dcp set, kept linear."""
-    if z3.is_int_value(k):
-        return v * k.as_long()
-    out = v
-    for d in dcp_values[1:]:
-        out = z3.If(k == d, v * d, out)
+def dcp_set(values) -> tuple[int, ...]:
+    """A dcp set in the one form encodings are keyed by: sorted, distinct, positive."""
+    out = tuple(sorted({int(d) for d in values}))
+    if not out or out[0] < 1:
+        raise ValueError(f"dcp values must be positive integers, got {values!r}")
+    return out
+
+
+def times(v, k, dcp_values):
+    """``v * k`` for every k in ``dcp_values`` (the domain's dcp set), kept linear.
+
+    Exact on the set: an ``If`` per value but the last, which is the default
+    (the domain constrains k to the set).
+    """
+    *rest, last = dcp_set(dcp_values)
+    out = v * last if last != 1 else v
+    for d in rest:
+        out = z3.If(k == d, v * d if d != 1 else v, out)
     return out
 
 
@@ -160,32 +172,37 @@ def _or(xs):
     return z3.Or(xs) if xs else z3.BoolVal(False)
 
 
-def resolve(rev: R.Revision, x: Inputs, tag: str = "") -> Resolved:
-    """``resolve_kv_cache_block_sizes`` for revision ``rev``, branch for branch.
+def resolve(rev: R.Revision, x: Inputs, dcp_values) -> Resolved:
+    """``resolve_kv_cache_block_sizes`` for revision ``rev``, branch for branch,
+    exact for dcp in ``dcp_values``.
 
     ``dv(a, b)`` (a divides b) is the uninterpreted ``lemmas.D``; ``a % b``
     never appears with a variable divisor.
     """
     dv = lemmas.divides
     n, dcp = x.n, x.dcp
+
+    def scaled(v):
+        return times(v, dcp, dcp_values)
+
     is_attn = [z3.Not(m) for m in x.mamba]
     hashing_active = z3.Or(x.caching, x.connector)
 
     # --- dcp resolution of one spec's block size --------------------------
     def dcp_block(i):
         if rev.has(R.DCP_SHARDED):  # 0.31: resolve_dcp_kv_block_size on spec.dcp_sharded
-            return z3.If(x.sharded[i], times(x.bs[i], dcp), x.bs[i])
+            return z3.If(x.sharded[i], scaled(x.bs[i]), x.bs[i])
         # 0.27: isinstance(spec, AttentionSpec); 0.29 helper: all layer specs AttentionSpec
-        return z3.If(is_attn[i], times(x.bs[i], dcp), x.bs[i])
+        return z3.If(is_attn[i], scaled(x.bs[i]), x.bs[i])
 
     eff = [dcp_block(i) for i in range(n)]
 
     # --- if len(groups) <= 1 ------------------------------------------------
     if n == 1:
         if rev.has(R.DCP_SHARDED):  # 0.31: dcp = 1 when the spec is not dcp_sharded
-            bs = z3.If(x.sharded[0], times(x.cache_bs, dcp), x.cache_bs)
+            bs = z3.If(x.sharded[0], scaled(x.cache_bs), x.cache_bs)
         else:
-            bs = times(x.cache_bs, dcp)
+            bs = scaled(x.cache_bs)
         err = z3.IntVal(ERR_NONE)
         if rev.has(R.SINGLE_GROUP_PMU_REJECT):  # 0.32: reject a pmu other than bs
             err = z3.If(z3.And(x.pmu_set, x.pmu != bs, hashing_active), ERR_SINGLE_PMU, ERR_NONE)
@@ -195,12 +212,12 @@ def resolve(rev: R.Revision, x: Inputs, tag: str = "") -> Resolved:
         # The unitary coordinator's own block size: up to 0.29 it scales the
         # spec's block size by dcp for every kind (MambaManager undoes that
         # only for its own manager); from 0.31 it follows dcp_sharded.
-        unit = eff[0] if rev.has(R.DCP_SHARDED) else times(x.bs[0], dcp)
+        unit = eff[0] if rev.has(R.DCP_SHARDED) else scaled(x.bs[0])
         return Resolved(S=bs, H=bs, err=err, eff=eff, fallback=z3.BoolVal(True), facts=facts,
                         terms=terms + [x.pmu], unit=unit)
 
     # --- group_block_sizes, scheduler_block_size = lcm --------------------
-    L = z3.Int(f"lcm{tag}")
+    L = z3.Int("lcm")
     facts = lemmas.lcm_facts(L, eff)
     S = L
 
@@ -221,7 +238,7 @@ def resolve(rev: R.Revision, x: Inputs, tag: str = "") -> Resolved:
         hashing = [z3.Or(p, none) for p in x.pc]
     else:
         hashing = [z3.BoolVal(True)] * n
-    G = z3.Int(f"gcd{tag}")
+    G = z3.Int("gcd")
     facts += lemmas.gcd_facts(G, eff, hashing) + lemmas.link_facts(G, L)
     H0 = z3.If(x.pmu_set, x.pmu, G)  # requested if requested is not None else gcd
     err_pmu = _or([z3.And(m, z3.Not(dv(H0, e))) for m, e in zip(hashing, eff)])
@@ -258,16 +275,35 @@ def resolve(rev: R.Revision, x: Inputs, tag: str = "") -> Resolved:
 
 @dataclass
 class Encoding:
+    """One revision's resolver over ``n`` groups, exact for dcp in ``dcp_values``."""
+
     rev: R.Revision
     x: Inputs
     r: Resolved
+    dcp_values: tuple[int, ...]
+    compiled: dict = field(default_factory=dict)  # filled once by _compiled
 
 
 @lru_cache(maxsize=None)
-def encoding(revision: str, n: int) -> Encoding:
+def _encoding(revision: str, n: int, dcp_values: tuple[int, ...]) -> Encoding:
     rev = R.REVISIONS[revision]
     x = inputs(n)
-    return Encoding(rev, x, resolve(rev, x))
+    return Encoding(rev, x, resolve(rev, x, dcp_values), dcp_values)
+
+
+def encoding(revision: str, n: int, dcp_values=DCP_VALUES) -> Encoding:
+    """The shared encoding (per process: same variables, same terms) for one dcp set."""
+    return _encoding(revision, n, dcp_set(dcp_values))
+
+
+def clear_encodings() -> None:
+    """Drop the cached encodings (after a change to the revision table, e.g. a mutation test)."""
+    _encoding.cache_clear()
+
+
+def dcp_values_for(dcp: int) -> tuple[int, ...]:
+    """The dcp set of the encoding that evaluates a Layout with this dcp."""
+    return DCP_VALUES if dcp in DCP_VALUES else dcp_set(DCP_VALUES + (dcp,))
 
 
 def layout_values(layout: Layout, x: Inputs) -> list[tuple]:
@@ -277,7 +313,7 @@ def layout_values(layout: Layout, x: Inputs) -> list[tuple]:
         mamba = g.kind == "mamba"
         pairs += [(x.mamba[i], z3.BoolVal(mamba)), (x.bs[i], z3.IntVal(g.block_size)),
                   (x.pc[i], z3.BoolVal(g.prefix_cacheable is not False)),
-                  (x.sharded[i], z3.BoolVal(R.default_dcp_sharded(g.kind) if g.dcp_sharded is None
+                  (x.sharded[i], z3.BoolVal(facts.default_dcp_sharded(g.kind) if g.dcp_sharded is None
                                             else g.dcp_sharded)),
                   (x.tps[i], z3.IntVal(g.tokens_per_state if (mamba and g.tokens_per_state) else 0))]
     c = layout.cache
@@ -302,7 +338,8 @@ def _VEC(*terms):
     return _VECS[n](*terms)
 
 
-def _value(term, subs) -> Any:
+def value(term, subs) -> Any:
+    """One model term (Int or Bool) at concrete inputs ``subs``, as a Python int or bool."""
     term = lemmas.arithmetic(term)
     v = z3.simplify(z3.substitute(term, *subs)) if subs else z3.simplify(term)
     if z3.is_int_value(v):
@@ -316,24 +353,27 @@ def _value(term, subs) -> Any:
 
 def _compiled(enc: Encoding) -> dict:
     """The encoding's terms with D replaced by arithmetic and the inputs (then L, G)
-    replaced by de Bruijn variables, so one evaluation is one ``substitute_vars``."""
-    c = getattr(enc, "_compiled", None)
-    if c is None:
+    replaced by de Bruijn variables, so one evaluation is one ``substitute_vars``.
+
+    The output vector is (S, H, err, unit, eff...): ``unit`` is ``r.unit`` for
+    one group (the unitary coordinator's block size) and 0 for several.
+    """
+    c = enc.compiled
+    if not c:
         r = enc.r
         xs = enc.x.variables()
-        names = [str(v) for v in xs]
-        extra = [r.L, r.G] if r.L is not None else []
-        allv = xs + extra
+        allv = xs + ([r.L, r.G] if r.L is not None else [])
         to_var = [(v, z3.Var(i, v.sort())) for i, v in enumerate(allv)]
 
         def comp(term):
             return z3.substitute(lemmas.arithmetic(term), *to_var)
 
-        c = {"names": names, "out": comp(_VEC(r.S, r.H, r.err, *r.eff)), "comp": comp}
+        unit = r.unit if r.unit is not None else z3.IntVal(0)
+        c.update(names=[str(v) for v in xs], dcp_index=xs.index(enc.x.dcp),
+                 out=comp(_VEC(r.S, r.H, r.err, unit, *r.eff)), comp=comp, formulas={})
         if r.L is not None:
             c["pre"] = comp(_VEC(*r.eff, *[z3.If(m, 1, 0) for m in r.hashing]))
             c["facts"] = comp(z3.And(r.gcd_lcm_facts))
-        enc._compiled = c
     return c
 
 
@@ -345,15 +385,22 @@ def _ints(term) -> list[int]:
 def concrete(enc: Encoding, subs: list[tuple], check_facts: bool = True) -> tuple[dict, list[tuple]]:
     """Evaluate the encoding on concrete inputs; returns (values, full substitution).
 
-    ``subs`` binds every input variable. The exact gcd/lcm replace the fresh
-    variables, and the gcd/lcm lemma facts are evaluated at them: a fact that
-    is False here is an unsound lemma.
+    ``subs`` binds every input variable; its dcp must be in the encoding's
+    dcp set (``times`` is exact only there). The exact gcd/lcm replace the
+    fresh variables, and the gcd/lcm lemma facts are evaluated at them: a
+    fact that is False here is an unsound lemma. Values: S, H, err, eff, unit
+    (one group: the unitary coordinator's block size; None for several),
+    members (several groups: which groups the GCD ranges over).
     """
     r = enc.r
     c = _compiled(enc)
     by_name = {str(k): v for k, v in subs}
     vals = [by_name[nm] for nm in c["names"]]
+    dcp = vals[c["dcp_index"]].as_long()
+    if dcp not in enc.dcp_values:
+        raise ValueError(f"dcp={dcp} is outside this encoding's dcp set {enc.dcp_values}")
     subs = list(subs)
+    members = None
     if r.L is not None:
         filler = [z3.IntVal(1), z3.IntVal(1)]
         pre = _ints(z3.substitute_vars(c["pre"], *vals, *filler))
@@ -363,37 +410,38 @@ def concrete(enc: Encoding, subs: list[tuple], check_facts: bool = True) -> tupl
         vals = vals + LG
         subs += [(r.L, LG[0]), (r.G, LG[1])]
         if check_facts and not z3.is_true(z3.simplify(z3.substitute_vars(c["facts"], *vals))):
-            bad = [f for f in r.gcd_lcm_facts if _value(f, subs) is not True]
+            bad = [f for f in r.gcd_lcm_facts if value(f, subs) is not True]
             raise AssertionError(f"lemma instance false at eff={eff} members={members}: {bad[:3]}")
-    elif r.L is None:
-        pass
     out_vals = _ints(z3.substitute_vars(c["out"], *vals))
-    out = {"S": out_vals[0], "H": out_vals[1], "err": out_vals[2], "eff": out_vals[3:], "_vals": vals}
+    out = {"S": out_vals[0], "H": out_vals[1], "err": out_vals[2],
+           "unit": out_vals[3] if r.unit is not None else None, "eff": out_vals[4:], "members": members,
+           "_vals": vals}
     return out, subs
 
 
 def holds(enc: Encoding, formula_key: str, formula, subs: list[tuple]) -> bool:
     """Truth of a Bool ``formula`` over the encoding's terms at concrete inputs (compiled once per key)."""
     c = _compiled(enc)
-    comp = c.setdefault("formulas", {})
-    if formula_key not in comp:
-        comp[formula_key] = c["comp"](formula)
+    if formula_key not in c["formulas"]:
+        c["formulas"][formula_key] = c["comp"](formula)
     out, _ = concrete(enc, subs, check_facts=False)
-    vals = out["_vals"]
-    if enc.r.L is None:
-        vals = vals  # no L, G variables in single-group encodings
-    return z3.is_true(z3.simplify(z3.substitute_vars(comp[formula_key], *vals)))
+    return z3.is_true(z3.simplify(z3.substitute_vars(c["formulas"][formula_key], *out["_vals"])))
 
 
 def evaluate(layout: Layout, revision: str) -> Outcome:
-    """The model's Outcome for ``layout`` under ``revision`` (source ``model:<revision>``)."""
+    """The model's Outcome for ``layout`` under ``revision`` (source ``model:<revision>``).
+
+    With one group and prefix caching on (the ``UnitaryKVCacheCoordinator``),
+    ``extra["unitary_block_size"]`` is the coordinator's block size ``r.unit``,
+    as the bridge records it from the real manager.
+    """
     rev = R.REVISIONS[revision]
     base = dict(layout_hash=layout.content_hash(), vllm_version=rev.releases[0],
                 source=f"model:{revision}", fingerprint=rev.fingerprints[0] if rev.fingerprints else "")
     why = R.not_expressible(layout, revision)
     if why:
         return Outcome(**base, expressible=False, not_expressible=why)
-    enc = encoding(revision, len(layout.groups))
+    enc = encoding(revision, len(layout.groups), dcp_values_for(layout.dcp))
     vals, _ = concrete(enc, layout_values(layout, enc.x))
     base["group_block_sizes"] = vals["eff"]
     if vals["err"] != ERR_NONE:
@@ -402,5 +450,6 @@ def evaluate(layout: Layout, revision: str) -> Outcome:
                                                  bs=bs)
         return Outcome(**base, resolver_error=StageError("ValueError", msg, "model"),
                        extra={"error_kind": vals["err"]})
-    extra = {"unitary_block_size": vals["unit"]} if "unit" in vals else {}
+    unitary = vals["unit"] is not None and layout.cache.enable_prefix_caching
+    extra = {"unitary_block_size": vals["unit"]} if unitary else {}
     return Outcome(**base, scheduler_block_size=vals["S"], hash_block_size=vals["H"], extra=extra)

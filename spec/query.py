@@ -1,10 +1,16 @@
 """One proof query: (revision, property, group count, premise) -> verdict.
 
-Verdicts: PROVED (UNSAT over the whole domain), COUNTEREXAMPLE (SAT, and the
-witness replayed through the concrete model with exact gcd/lcm still
-violates), WARNING (an efficiency property's witness, same replay),
-UNKNOWN (Z3 gave up, the time ran out, or the gcd/lcm refinement did not
-converge; never a proof).
+Verdicts (:class:`kvproof.verdicts.ProofStatus`, ordered PROVED < WARNING <
+COUNTEREXAMPLE < UNKNOWN): PROVED (UNSAT over the whole domain),
+COUNTEREXAMPLE (SAT, and the witness replayed through the concrete model
+with exact gcd/lcm still violates), WARNING (an efficiency property's
+witness, same replay), UNKNOWN (Z3 gave up, the time ran out, or the
+gcd/lcm refinement did not converge; never a proof). ``Result.status`` and
+the ``status`` of ``run_query``'s dict are ProofStatus members; JSON writers
+write ``str(status)`` (the name).
+
+The domain's dcp set is the query's ``dcp_values`` and the encoding is built
+for exactly that set (``model.encoding(revision, n, dcp_values)``).
 
 Premises: ``free`` lets ``cache_config.block_size`` be any value (a direct
 caller of the function); ``engine`` ties it to what EngineCore derives (the
@@ -33,13 +39,14 @@ import z3
 
 from kvproof import contracts as C
 from kvproof.layout import Cache, Group, Layout
-from kvproof.spec import lemmas
+from kvproof.spec import facts, lemmas
 from kvproof.spec import model as M
 from kvproof.spec import revisions as R
 from kvproof.spec.properties import BY_KEY, Property
+from kvproof.verdicts import ProofStatus
 
-PROVED, COUNTEREXAMPLE, WARNING, UNKNOWN = "PROVED", "COUNTEREXAMPLE", "WARNING", "UNKNOWN"
-CONNECTOR_NAME = "ExampleConnector"  # vllm/distributed/kv_transfer/kv_connector/v1/example_connector.py
+PROVED, COUNTEREXAMPLE, WARNING, UNKNOWN = (ProofStatus.PROVED, ProofStatus.COUNTEREXAMPLE, ProofStatus.WARNING,
+                                            ProofStatus.UNKNOWN)
 MAX_REFINEMENTS = 40
 SMALL_BOUNDS = (16,)
 DEFAULT_MAX_MODEL_LEN = 131072
@@ -47,7 +54,7 @@ DEFAULT_MAX_MODEL_LEN = 131072
 
 @dataclass
 class Result:
-    status: str
+    status: ProofStatus
     seconds: float
     layout: dict | None = None  # the witness as Layout JSON
     outcome: dict | None = None  # the model's concrete outcome for the witness
@@ -66,9 +73,10 @@ class Query:
         self.t_created = time.monotonic()
         self.rev = R.REVISIONS[revision]
         self.prop, self.n, self.premise = prop, n, premise
-        self.max_block, self.dcp_values = max_block, tuple(dcp_values)
-        enc = M.encoding(revision, n)  # shared per process: same variables, same terms
-        self.x, self.r = enc.x, enc.r
+        self.max_block, self.dcp_values = max_block, M.dcp_set(dcp_values)
+        # shared per process (same variables, same terms), exact for this dcp set
+        self.enc = M.encoding(revision, n, self.dcp_values)
+        self.x, self.r = self.enc.x, self.enc.r
         self._solver: z3.Solver | None = None
         self.refinements = 0
 
@@ -85,7 +93,8 @@ class Query:
         return self._solver
 
     # --- solving with counterexample validation (CEGAR on gcd/lcm and D) --
-    def _check(self, deadline: float, extra=()) -> tuple[str, Any]:
+    def _check(self, deadline: float, extra=()) -> tuple[Any, Any]:
+        """("sat", inputs) | ("unsat", None) | (UNKNOWN, reason)."""
         while True:
             left = deadline - time.monotonic()
             if left <= 0.01:
@@ -110,11 +119,9 @@ class Query:
         vals = sorted({m.eval(t, model_completion=True).as_long() for t in self.r.terms})
         self.solver.add(*lemmas.point_divides([(a, b) for a in vals for b in vals]))
         if self.r.L is not None:
-            enc = M.Encoding(self.rev, self.x, self.r)
-            out, _ = M.concrete(enc, subs, check_facts=False)
-            mask = [M._value(h, subs) for h in self.r.hashing]
+            out, _ = M.concrete(self.enc, subs, check_facts=False)
             self.solver.add(lemmas.point_lcm(self.r.L, self.r.eff, out["eff"]),
-                            lemmas.point_gcd(self.r.G, self.r.eff, self.r.hashing, out["eff"], mask))
+                            lemmas.point_gcd(self.r.G, self.r.eff, self.r.hashing, out["eff"], out["members"]))
 
     def _bounded(self, bound: int) -> list:
         x = self.x
@@ -174,7 +181,7 @@ class Query:
 
 @lru_cache(maxsize=None)
 def _formula(revision: str, key: str, premise: str, max_block: int, dcp_values: tuple, n: int):
-    enc = M.encoding(revision, n)
+    enc = M.encoding(revision, n, dcp_values)
     prop = BY_KEY[key]
     pre, viol = prop.formulas(enc.x, enc.r)
     parts = M.domain(enc.rev, enc.x, max_block, dcp_values) + [pre, viol]
@@ -185,16 +192,16 @@ def _formula(revision: str, key: str, premise: str, max_block: int, dcp_values: 
 
 def concrete_violation(revision, prop, premise, max_block, dcp_values, n, subs) -> bool:
     """Replay a solver model's inputs (``subs``, matched by variable name) concretely."""
-    key = (prop.key, premise, max_block, tuple(dcp_values))
+    key = (prop.key, premise, max_block, M.dcp_set(dcp_values))
     enc, formula = _formula(revision, *key, n)
     return M.holds(enc, repr(key), formula, subs)
 
 
 def concrete_holds(layout: Layout, revision: str, prop: Property, premise: str,
                    max_block: int = M.MAX_BLOCK, dcp_values=M.DCP_VALUES) -> bool:
-    if not prop.applies(len(layout.groups)) or R.not_expressible(layout, revision):
-        return False
-    key = (prop.key, premise, max_block, tuple(dcp_values))
+    key = (prop.key, premise, max_block, M.dcp_set(dcp_values))
+    if not prop.applies(len(layout.groups)) or R.not_expressible(layout, revision) or layout.dcp not in key[3]:
+        return False  # outside the query's domain (the dcp set is part of it)
     enc, formula = _formula(revision, *key, len(layout.groups))
     return M.holds(enc, repr(key), formula, M.layout_values(layout, enc.x))
 
@@ -328,14 +335,14 @@ def to_layout(x: M.Inputs, subs) -> Layout:
         sharded = get(x.sharded[i])
         groups.append(Group(kind=kind, block_size=get(x.bs[i]),
                             prefix_cacheable=None if get(x.pc[i]) else False,
-                            dcp_sharded=None if sharded == R.default_dcp_sharded(kind) else sharded,
+                            dcp_sharded=None if sharded == facts.default_dcp_sharded(kind) else sharded,
                             tokens_per_state=(get(x.tps[i]) or None) if mamba else None))
     mode = M.MODES[get(x.mode)]
     cache = Cache(block_size=get(x.cache_bs), enable_prefix_caching=get(x.caching),
                   prefix_match_unit=get(x.pmu) if get(x.pmu_set) else None,
                   mamba_cache_mode=mode if any(g.kind == "mamba" for g in groups) else "align")
     return Layout(groups=tuple(groups), cache=cache,
-                  kv_connector=CONNECTOR_NAME if get(x.connector) else None,
+                  kv_connector=facts.DEFAULT_CONNECTOR if get(x.connector) else None,
                   dcp=get(x.dcp), max_model_len=get(x.max_model_len))
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from kvproof.layout import KINDS, MAMBA_MODES, Cache, Group, Layout
+from kvproof.layout import Cache, Group, Layout
+from kvproof.spec import facts
 
 REALISTIC = (1, 2, 4, 8, 16, 32, 42, 64, 128, 181, 256, 272, 544, 1024, 2048, 4096)
 
@@ -23,7 +24,7 @@ def block_sizes(max_value: int = 1 << 12):
 
 
 @st.composite
-def groups(draw, kinds=KINDS, flags: bool = True, max_value: int = 1 << 12):
+def groups(draw, kinds=facts.KINDS, flags: bool = True, max_value: int = 1 << 12):
     kind = draw(st.sampled_from(kinds))
     bs = draw(block_sizes(max_value))
     pc = dcp_sharded = tps = None
@@ -38,7 +39,7 @@ def groups(draw, kinds=KINDS, flags: bool = True, max_value: int = 1 << 12):
 
 
 @st.composite
-def layouts(draw, max_groups: int = 8, flags: bool = True, modes=MAMBA_MODES, dcps=(1, 1, 1, 2, 3, 4, 8),
+def layouts(draw, max_groups: int = 8, flags: bool = True, modes=facts.ALL_MAMBA_MODES, dcps=(1, 1, 1, 2, 3, 4, 8),
             max_value: int = 1 << 12):
     """A valid Layout (round-trips through JSON)."""
     n = draw(st.integers(1, max_groups))
@@ -54,7 +55,7 @@ def layouts(draw, max_groups: int = 8, flags: bool = True, modes=MAMBA_MODES, dc
         pmu = draw(st.one_of(st.sampled_from(sorted({g.block_size for g in gs})), st.integers(1, 64)))
     cache = Cache(block_size=cache_bs, enable_prefix_caching=draw(st.booleans()), prefix_match_unit=pmu,
                   mamba_cache_mode=draw(st.sampled_from(modes)))
-    connector = draw(st.sampled_from((None, None, "ExampleConnector")))
+    connector = draw(st.sampled_from((None, None, facts.DEFAULT_CONNECTOR)))
     layout = Layout(groups=tuple(gs), cache=cache, kv_connector=connector, dcp=draw(st.sampled_from(dcps)),
                     max_model_len=draw(st.sampled_from((2048, 131072, 1 << 20))))
     return Layout.from_dict(layout.to_dict())  # validated

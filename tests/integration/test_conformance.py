@@ -129,6 +129,78 @@ def test_seed_layout_agrees(worker):
         _fail(release, bad)
 
 
+ODD_DCP = (6, 16)  # outside the default DCP_VALUES: `verify --dcp 1,6,16` proves over these
+
+
+def odd_dcp_layouts(n: int = 300) -> list:
+    """Hand-picked and generated layouts with dcp 6 or 16."""
+    from hypothesis import Phase
+
+    from kvproof.layout import Layout
+    from kvproof.spec import model as M
+    assert not set(ODD_DCP) & set(M.DCP_VALUES)
+    out = [Layout.from_dict(d) for d in (
+        {"groups": [{"kind": "full_attention", "block_size": 16}], "dcp": 6},
+        {"groups": [{"kind": "full_attention", "block_size": 16}], "dcp": 16},
+        {"groups": [{"kind": "mamba", "block_size": 16}], "dcp": 6},
+        {"groups": [{"kind": "mamba", "block_size": 96}, {"kind": "full_attention", "block_size": 16}], "dcp": 6},
+        {"groups": [{"kind": "mamba", "block_size": 544, "count": 2}, {"kind": "sliding_window", "block_size": 181}],
+         "dcp": 16},
+        {"groups": [{"kind": "mamba", "block_size": 64}, {"kind": "mla", "block_size": 24}], "dcp": 6,
+         "cache": {"prefix_match_unit": 48}},
+    )]
+
+    @settings(max_examples=n, deadline=None, derandomize=True, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(layouts(max_groups=4, dcps=ODD_DCP))
+    def collect(lay):
+        out.append(lay)
+
+    collect()
+    return out
+
+
+def test_model_agrees_with_vllm_on_dcp_outside_default_set(worker):
+    """dcp 6 and 16 (not in DCP_VALUES): the model scales by the real dcp, as vLLM does."""
+    release, w = worker
+    batch = odd_dcp_layouts()
+    real = w.run(batch, manager=False)
+    bad, skipped = compare(release, real, batch)
+    if bad:
+        _fail(release, bad)
+    assert skipped < len(batch) / 2, f"{skipped} of {len(batch)} dcp 6/16 layouts were not expressible"
+    scaled = [o for lay, o in zip(batch, real) if o.expressible and o.resolver_error is None
+              and any(k != "mamba" for k in (g.kind for g in lay.groups))]
+    assert scaled, "no dcp 6/16 layout with an attention group resolved"
+
+
+def test_unitary_block_size_agrees_with_vllm(worker):
+    """One group with prefix caching on: the model's extra["unitary_block_size"] is the real
+    UnitaryKVCacheCoordinator.block_size, and the coordinator's assertion fires exactly when
+    the model's hash differs from it."""
+    from kvproof.layout import Layout
+    release, w = worker
+    rev = revision_for(release)
+    batch = [Layout.from_dict({"groups": [{"kind": kind, "block_size": 16}], "dcp": dcp,
+                               "cache": {"block_size": cache_bs}})
+             for kind in ("mamba", "full_attention") for dcp in (1, 2, 4, 8, 6) for cache_bs in (16, 32)]
+    real = w.run(batch, manager=True)
+    checked = 0
+    for lay, r in zip(batch, real):
+        m = evaluate(lay, rev)
+        assert _key(m) == _key(r), (lay.summary(), _key(m), _key(r))
+        unit = m.extra["unitary_block_size"]
+        if r.manager_error is None:
+            assert r.coordinator == "UnitaryKVCacheCoordinator", r
+            assert r.extra.get("unitary_block_size") == unit, (lay.summary(), r.extra, unit)
+            assert m.hash_block_size == unit, (lay.summary(), m.hash_block_size, unit)
+            checked += 1
+        else:
+            assert "hash_block_size == block_size" in r.manager_error.message, r.manager_error
+            assert m.hash_block_size != unit, (lay.summary(), m.hash_block_size, unit)
+    assert checked, "no unitary coordinator was built"
+
+
 def test_wrong_model_edit_is_caught(worker, corpus_of_layouts, monkeypatch):
     """Mutation check: give a revision the other Mamba-fallback branch; the comparison must fail."""
     import dataclasses
@@ -144,12 +216,12 @@ def test_wrong_model_edit_is_caught(worker, corpus_of_layouts, monkeypatch):
     batch = corpus_of_layouts[:600]
     real = w.run(batch, manager=False)
     monkeypatch.setitem(R.REVISIONS, rev.name, wrong)
-    M.encoding.cache_clear()
+    M.clear_encodings()
     try:
         bad, _ = compare(release, real, batch)
     finally:
         monkeypatch.undo()
-        M.encoding.cache_clear()
+        M.clear_encodings()
     assert bad, "a model with the wrong Mamba fallback branch still agreed with vLLM"
 
 
