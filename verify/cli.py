@@ -1,14 +1,22 @@
-"""``python -m kvproof.verify`` (``make verify``): the proof run.
+"""``python -m kvproof.verify`` (``make verify``): the proof run, a CI gate.
 
 properties x revisions x N = 1..max-groups. Per (revision, property) a chain
 walks N upwards; per N the ``engine`` premise is asked first (a witness
 there is one for ``free`` too), then ``free``. A witness found at N is
 replayed padded at N+1 before Z3 is asked again. Every query runs in a
-killable worker process with a hard deadline.
+killable worker process with a hard deadline. Each witness is labelled
+reachable / free / unreachable (kvproof.verify.reachability) and the run is
+compared with the checked-in baseline of accepted findings
+(kvproof.verify.baseline).
 
-Exit codes: 0 every safety property PROVED; 1 a counterexample was found;
-3 no counterexample but something UNKNOWN (or the model is stale for an
-installed vLLM); 2 usage error.
+Exit codes: 0 the run matches the baseline; 1 a new finding or any change
+against it (each named); 3 something UNKNOWN (never PROVED) or the model is
+stale for an installed vLLM; 2 usage error. With --no-baseline: 0 every
+safety property PROVED, 1 a safety counterexample, 3 UNKNOWN or stale.
+
+Nothing in the checkout changes: reports and minimised counterexamples go
+to <out>/verify (default ./out/verify); only --record publishes
+counterexamples into the corpus, only --update-baseline rewrites the baseline.
 """
 
 from __future__ import annotations
@@ -22,31 +30,26 @@ from pathlib import Path
 from kvproof.spec import model as M
 from kvproof.spec import revisions as R
 from kvproof.spec.properties import PROPERTIES
-from kvproof.spec.query import COUNTEREXAMPLE, PROVED, UNKNOWN, WARNING, minimise_corpus, pad
-from kvproof import corpus as corpus_io
-from kvproof.verify import report
+from kvproof.spec.query import minimise_corpus, pad
+from kvproof.verify import baseline as B
+from kvproof.verify import reachability, report
 from kvproof.verify.drift import check_envs
+from kvproof.verify.report import CEX, PROVED, UNKNOWN, WITNESS, status
 from kvproof.verify.runner import Pool
 
-EXIT_PROVED, EXIT_CEX, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
+from kvproof import corpus as corpus_io
+from kvproof.cliutil import Parser, print_error
+from kvproof.errors import KvproofError, UsageError
+from kvproof.settings import settings
+from kvproof.verdicts import ProofStatus
 
-
-def default_corpus() -> Path:
-    checkout = Path(__file__).resolve().parents[1]
-    return checkout / "corpus" if (checkout / "src" / "kvproof").exists() else Path.cwd() / "corpus"
-
-
-class _Usage(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # exit code 2 through main's return, not SystemExit
-        raise _Usage(message)
+EXIT_OK, EXIT_CHANGED, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
+EXIT_PROVED, EXIT_CEX = EXIT_OK, EXIT_CHANGED  # the --no-baseline names
+PROG = "kvproof verify"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m kvproof.verify", description=__doc__.split("\n\n")[0])
+    p = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--max-groups", type=int, default=8, help="largest group count N (default 8)")
     p.add_argument("--min-groups", type=int, default=1, help="smallest group count N (default 1)")
     p.add_argument("--revisions", default=",".join(R.DEFAULT_REVISIONS),
@@ -54,13 +57,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--properties", default="", help="comma list of substrings selecting properties")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds per query (default 20)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="worker processes")
-    p.add_argument("--out", default="out/verify", help="report folder (default out/verify)")
-    p.add_argument("--corpus", default=None, help="corpus folder (default <checkout>/corpus)")
-    p.add_argument("--no-corpus", action="store_true", help="do not write counterexamples")
+    p.add_argument("--out", default=None, help="report folder (default $KVPROOF_OUT/verify, i.e. out/verify)")
+    p.add_argument("--record", action="store_true",
+                   help="also publish minimised counterexamples into the corpus (default: only <out>/counterexamples)")
+    p.add_argument("--corpus", default=None, help="corpus folder for --record (default $KVPROOF_CORPUS, i.e. corpus/)")
+    p.add_argument("--no-corpus", action="store_true", help="write no counterexample files at all")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--baseline", default=None,
+                   help="baseline of accepted findings (default: verify/baseline.json of the kvproof package)")
+    g.add_argument("--no-baseline", action="store_true",
+                   help="no baseline: exit 1 on any safety counterexample (the old gate)")
+    p.add_argument("--update-baseline", action="store_true",
+                   help="rewrite the baseline with this run's findings (merged per revision, property and N)")
     p.add_argument("--max-block", type=int, default=M.MAX_BLOCK,
                    help=f"largest raw block size in the domain (default {M.MAX_BLOCK}; 0 = unbounded)")
     p.add_argument("--dcp", default=",".join(map(str, M.DCP_VALUES)), help="dcp values (comma list)")
     p.add_argument("--no-drift", action="store_true", help="skip the drift check of installed vLLMs")
+    p.add_argument("--verbose", "-v", action="store_true", help="print the full per-property table too")
     p.add_argument("--quiet", action="store_true", help="no live progress")
     return p
 
@@ -70,24 +83,37 @@ def _parse(argv) -> argparse.Namespace:
     revs = [r.strip() for r in args.revisions.split(",") if r.strip()]
     bad = [r for r in revs if r not in R.REVISIONS]
     if bad or not revs:
-        raise _Usage(f"unknown revision(s) {', '.join(bad) or '(none)'}; modelled: {', '.join(R.REVISIONS)}")
+        raise UsageError(f"unknown revision(s) {', '.join(bad) or '(none)'}; modelled: {', '.join(R.REVISIONS)}")
     args.revision_list = revs
     if not 1 <= args.min_groups <= args.max_groups <= 64:
-        raise _Usage("need 1 <= --min-groups <= --max-groups <= 64")
+        raise UsageError("need 1 <= --min-groups <= --max-groups <= 64")
     if args.timeout <= 0:
-        raise _Usage("--timeout must be positive")
+        raise UsageError("--timeout must be positive")
+    if args.jobs < 1:
+        raise UsageError("--jobs must be >= 1")
     if args.max_block < 0:
-        raise _Usage("--max-block must be >= 0")
+        raise UsageError("--max-block must be >= 0")
     try:
         args.dcp_values = tuple(int(d) for d in args.dcp.split(","))
     except ValueError:
-        raise _Usage(f"--dcp {args.dcp!r}: want a comma list of integers") from None
+        raise UsageError(f"--dcp {args.dcp!r}: want a comma list of integers") from None
     if not args.dcp_values or args.dcp_values[0] != 1 or any(d < 1 for d in args.dcp_values):
-        raise _Usage("--dcp must start with 1 and hold positive integers")
+        raise UsageError("--dcp must start with 1 and hold positive integers")
     sel = [s.strip() for s in args.properties.split(",") if s.strip()]
     args.property_list = [p for p in PROPERTIES if not sel or any(s in p.key for s in sel)]
     if not args.property_list:
-        raise _Usage(f"--properties {args.properties!r} selects nothing")
+        raise UsageError(f"--properties {args.properties!r} selects nothing")
+    if args.update_baseline and args.no_baseline:
+        raise UsageError("--update-baseline and --no-baseline contradict each other")
+    if args.record and args.no_corpus:
+        raise UsageError("--record and --no-corpus contradict each other")
+    cfg = settings()
+    args.out_path = Path(args.out) if args.out else cfg.out / "verify"
+    args.corpus_path = Path(args.corpus) if args.corpus else cfg.corpus
+    args.baseline_path = Path(args.baseline) if args.baseline else B.default_path()
+    args.baseline_data = None
+    if not args.no_baseline and not (args.update_baseline and not args.baseline_path.exists()):
+        args.baseline_data = B.load(args.baseline_path)  # a bad baseline is a usage error, before the run
     return args
 
 
@@ -151,15 +177,16 @@ def run(args: argparse.Namespace) -> dict:
 
     def on_result(tid, result):
         rev, p, n, premise = tasks.pop(tid)
+        result = dict(result, status=status(result["status"]))  # strings or ProofStatus from run_query
         c = (rev, p)
         row = rows.setdefault((rev, p.key, n), {"revision": rev, "property": p.key, "contract": p.contract,
                                                 "scenario": p.scenario, "kind": p.kind, "n": n})
         row[premise] = result
         progress.tick(f"{rev} {p.key} N={n} {premise}: {result['status']} {result.get('detail', '')[:60]}")
-        if result["status"] in (COUNTEREXAMPLE, WARNING) and result.get("layout"):
+        if result["status"] in WITNESS and result.get("layout"):
             state[c]["seed"][premise] = result["layout"]  # the latest witness pads best to N+1
         if premise == "engine":
-            if result["status"] in (COUNTEREXAMPLE, WARNING):
+            if result["status"] in WITNESS:
                 # an engine witness is a free one too (free drops a premise)
                 row["free"] = dict(result, how="engine witness")
                 progress.tick(f"{rev} {p.key} N={n} free: {result['status']} (engine witness)")
@@ -183,8 +210,27 @@ def run(args: argparse.Namespace) -> dict:
             "killed": pool.killed}
 
 
-def write_corpus(result: dict, folder: Path, args) -> list[dict]:
-    """Minimise the first witness of each (revision, property, premise) and write it."""
+def label(result: dict, args) -> list[dict]:
+    """Per (revision, property) entries with reachability, reason and witness config (for witnesses)."""
+    props = report.summarise(result)
+    for p in props:
+        w = p["witness"]
+        p["reachability"], p["reason"], p["witness_config"] = None, "", None
+        if p["verdict"] not in WITNESS or not w or not w.get("layout"):
+            continue
+        try:
+            lab, reason, cfg = reachability.label(p["revision"], p["property"], w["layout"], premise=w["premise"],
+                                                  engine_status=w["engine_status"], max_block=args.max_block,
+                                                  dcp_values=args.dcp_values)
+        except Exception as err:  # noqa: BLE001 -- a labelling bug must not hide the finding; unlabelled is FREE (not accepted)
+            lab, reason, cfg = reachability.Reachability.FREE, f"labelling failed: {type(err).__name__}: {err}", None
+        p["reachability"], p["reason"], p["witness_config"] = lab, reason, cfg
+        p["witness_layout"] = w["layout"]
+    return props
+
+
+def write_corpus(result: dict, folders: list[Path], args) -> list[dict]:
+    """Minimise the first witness of each (revision, property, premise) and publish it into ``folders``."""
     written = []
     firsts: dict[tuple, dict] = {}
     for row in result["rows"]:
@@ -192,68 +238,108 @@ def write_corpus(result: dict, folder: Path, args) -> list[dict]:
             continue
         for premise in ("engine", "free"):
             r = row.get(premise)
-            if not r or r["status"] != COUNTEREXAMPLE or not r.get("layout"):
+            if not r or status(r["status"]) != CEX or not r.get("layout"):
                 continue
-            if premise == "free" and row.get("engine", {}).get("status") == COUNTEREXAMPLE:
+            if premise == "free" and status(row.get("engine", {}).get("status")) == CEX:
                 continue  # the engine one is the stronger statement
             key = (row["revision"], row["property"], premise)
             if key not in firsts or row["n"] < firsts[key]["n"]:
                 firsts[key] = {"n": row["n"], "layout": r["layout"]}
+    labels = {(p["revision"], p["property"]): p for p in result.get("properties", [])}
     for (rev, key, premise), w in sorted(firsts.items()):
         lay = minimise_corpus(w["layout"], rev, key, premise, args.max_block, args.dcp_values, seconds=10)
         contract = key.split("[")[0]
-        lay = lay.with_meta(revision=rev, contract=contract, premise=premise, found_by="z3",
-                            property=key, scenario=key.split("[")[1].rstrip("]"))
-        path, new = corpus_io.publish(lay, folder)
-        written.append({"revision": rev, "property": key, "premise": premise, "path": str(path), "new": new,
-                        "summary": lay.summary()})
+        meta = {"revision": rev, "contract": contract, "premise": premise, "found_by": "z3", "property": key,
+                "scenario": key.split("[")[1].rstrip("]")}
+        entry = labels.get((rev, key)) or {}
+        if entry.get("reachability") is not None and (entry.get("witness") or {}).get("premise") == premise:
+            meta["reachability"] = str(entry["reachability"])
+        lay = lay.with_meta(**meta)
+        for folder in folders:
+            path, new = corpus_io.publish(lay, folder)
+            written.append({"revision": rev, "property": key, "premise": premise, "path": str(path), "new": new,
+                            "summary": lay.summary()})
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
-    try:
-        args = _parse(argv)
-    except _Usage as err:
-        sys.stderr.write(f"kvproof verify: {err}\n")
-        return EXIT_USAGE
+def _run(args) -> int:
     drift = [] if args.no_drift else check_envs()
     for d in drift:
-        sys.stderr.write(f"kvproof verify: {d['message']}\n")
+        sys.stderr.write(f"{PROG}: {d['message']}\n")
     result = run(args)
     result["drift"] = drift
     result["settings"] = {"revisions": args.revision_list, "max_groups": args.max_groups,
                           "min_groups": args.min_groups, "timeout": args.timeout, "max_block": args.max_block,
                           "dcp_values": list(args.dcp_values), "jobs": args.jobs,
                           "properties": [p.key for p in args.property_list]}
-    if not args.no_corpus:
-        folder = Path(args.corpus) if args.corpus else default_corpus()
-        result["corpus"] = write_corpus(result, folder, args)
-    else:
+    result["properties"] = label(result, args)
+    if args.no_corpus:
         result["corpus"] = []
+    else:
+        folders = [args.out_path / "counterexamples"] + ([args.corpus_path] if args.record else [])
+        result["corpus"] = write_corpus(result, folders, args)
+    if not args.no_baseline:
+        cmp = B.compare(args.baseline_data, result["properties"], result["settings"])
+        cmp["path"] = str(args.baseline_path)
+        if args.update_baseline:
+            B.write(args.baseline_path, B.updated(args.baseline_data, result["properties"], result["settings"]))
+            cmp["updated"], cmp["created"] = True, args.baseline_data is None
+        result["baseline"] = cmp
     code = exit_code(result)
     result["exit_code"] = code
-    out = Path(args.out)
-    paths = report.write_all(result, out)
-    sys.stdout.write(report.terminal(result))
-    sys.stdout.write(f"\nreports: {', '.join(str(p) for p in paths)}\n")
-    sys.stdout.write(f"exit {code} ({EXIT_NAMES[code]})\n")
+    paths = report.write_all(result, args.out_path)
+    sys.stdout.write(report.terminal(result, verbose=args.verbose))
+    if not args.verbose:
+        sys.stdout.write(f"\nfull table: --verbose, or {paths[2]}\n")
+    sys.stdout.write(f"reports: {', '.join(str(p) for p in paths)}\n")
+    sys.stdout.write(f"exit {code} ({exit_name(result, code)})\n")
     return code
 
 
-EXIT_NAMES = {EXIT_PROVED: "all proved", EXIT_CEX: "counterexample found", EXIT_UNKNOWN: "unknown",
-              EXIT_USAGE: "usage error"}
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parse(argv)
+        return _run(args)
+    except KvproofError as err:
+        print_error(PROG, err)
+        return err.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{PROG}: interrupted\n")
+        return 130
+
+
+def exit_name(result: dict, code: int) -> str:
+    if code == EXIT_USAGE:
+        return "usage error"
+    if code == EXIT_UNKNOWN:
+        return "UNKNOWN or stale model"
+    if "baseline" not in result:
+        return "all safety properties proved" if code == EXIT_OK else "safety counterexample found"
+    if code == EXIT_OK:
+        return "baseline rewritten" if result["baseline"].get("updated") else "matches the baseline"
+    return f"{len(result['baseline']['changes'])} change(s) against the baseline"
+
+
+def _statuses(result: dict):
+    for row in result["rows"]:
+        for p in ("engine", "free"):
+            yield row["kind"], status(row.get(p, {}).get("status"))
 
 
 def exit_code(result: dict) -> int:
-    statuses = [(row["kind"], row.get(p, {}).get("status")) for row in result["rows"] for p in ("engine", "free")]
-    if any(k == "safety" and s == COUNTEREXAMPLE for k, s in statuses):
-        return EXIT_CEX
-    if any(s == UNKNOWN for _, s in statuses) or any(d.get("stale") for d in result.get("drift", [])):
-        return EXIT_UNKNOWN
-    return EXIT_PROVED
+    """0 / 1 / 3 (see the module doc). A definite change (1) outranks UNKNOWN (3)."""
+    unknown = (any(s == UNKNOWN for _, s in _statuses(result))
+               or any(d.get("stale") for d in result.get("drift", [])))
+    b = result.get("baseline")
+    if b is None:
+        if any(k == "safety" and s == CEX for k, s in _statuses(result)):
+            return EXIT_CHANGED
+    elif b["changes"] and not b.get("updated"):
+        return EXIT_CHANGED
+    return EXIT_UNKNOWN if unknown else EXIT_OK
 
 
-__all__ = ["main", "run", "exit_code", "PROVED"]
+__all__ = ["PROVED", "ProofStatus", "exit_code", "main", "run"]
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ def check_envs() -> list[dict]:
     try:
         from kvproof import envs
         rows = envs.installed()
-    except Exception:
+    except Exception:  # noqa: BLE001 -- no managed environments: no drift rows
         return []
     out = []
     for row in rows:

@@ -1,33 +1,56 @@
-"""Reports of a proof run: terminal table, JSON, JUnit XML, Markdown."""
+"""Reports of a proof run: terminal summary (+ table), JSON, JUnit XML, Markdown.
+
+Statuses are ``kvproof.verdicts.ProofStatus`` members inside the run (result
+dicts from ``run_query`` may carry strings or members; ``status()`` accepts
+both) and their names in every written report.
+"""
 
 from __future__ import annotations
 
+import enum
 import json
-import os
-import tempfile
+import textwrap
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from kvproof import contracts as C
 from kvproof.spec import lemmas
 from kvproof.spec.properties import BY_KEY
 
-CEX, PROVED, WARNING, UNKNOWN = "COUNTEREXAMPLE", "PROVED", "WARNING", "UNKNOWN"
+from kvproof import contracts as C
+from kvproof.fsio import atomic_write
+from kvproof.verdicts import ProofStatus, Reachability
+
+PROVED, WARNING, CEX, UNKNOWN = ProofStatus.PROVED, ProofStatus.WARNING, ProofStatus.COUNTEREXAMPLE, ProofStatus.UNKNOWN
+WITNESS = (CEX, WARNING)
+PREMISES = ("engine", "free")
 
 
-def row_verdict(row: dict) -> tuple[str, str]:
+def status(value) -> ProofStatus | None:
+    """``ProofStatus`` from a string or a member (None stays None): the transition boundary."""
+    if value is None or isinstance(value, ProofStatus):
+        return value
+    return ProofStatus[str(value)]
+
+
+def _st(row: dict, premise: str) -> ProofStatus | None:
+    return status(row.get(premise, {}).get("status"))
+
+
+def row_verdict(row: dict) -> tuple[ProofStatus, str]:
     """(verdict, premise note) of one (revision, property, N) row."""
-    e, f = row.get("engine", {}).get("status"), row.get("free", {}).get("status")
-    if e in (CEX, WARNING):
+    e, f = _st(row, "engine"), _st(row, "free")
+    if e in WITNESS:
         return e, "engine"
-    if f in (CEX, WARNING):
+    if f in WITNESS:
         return f, "free only" if e == PROVED else "free"
     if UNKNOWN in (e, f):
         return UNKNOWN, "engine" if e == UNKNOWN else "free"
     return PROVED, ""
 
 
-def _ranges(ns: list[int]) -> str:
+def ranges(ns) -> str:
+    """[1, 2, 3, 5] -> "1-3,5"."""
+    ns = sorted(ns)
     if not ns:
         return ""
     out, start, prev = [], ns[0], ns[0]
@@ -41,33 +64,50 @@ def _ranges(ns: list[int]) -> str:
     return ",".join(out)
 
 
+def parse_ranges(text: str) -> list[int]:
+    """"1-3,5" -> [1, 2, 3, 5]."""
+    out: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
 def summarise(result: dict) -> list[dict]:
-    """One line per (revision, property): verdicts over N, time, first witness."""
+    """One entry per (revision, property): verdicts over N, time, first witness (engine-shaped first)."""
     groups: dict[tuple, list[dict]] = {}
     for row in result["rows"]:
         groups.setdefault((row["revision"], row["property"]), []).append(row)
     out = []
-    for (rev, key), rows in groups.items():
+    for (rev, key), rows in sorted(groups.items()):
         rows.sort(key=lambda r: r["n"])
-        by: dict[str, list[int]] = {}
-        notes: dict[str, set] = {}
+        by: dict[ProofStatus, list[int]] = {}
+        notes: dict[ProofStatus, set] = {}
         seconds = 0.0
-        witness = None
+        witnesses = []
         for r in rows:
             v, note = row_verdict(r)
             by.setdefault(v, []).append(r["n"])
             if note:
                 notes.setdefault(v, set()).add(note)
-            seconds += sum(r.get(p, {}).get("seconds", 0.0) for p in ("engine", "free")
+            seconds += sum(r.get(p, {}).get("seconds", 0.0) for p in PREMISES
                            if r.get(p, {}).get("how") != "engine witness")
-            if witness is None and v in (CEX, WARNING):
-                src = r["engine"] if r.get("engine", {}).get("status") == v else r["free"]
-                witness = {"n": r["n"], "summary": src.get("detail", ""), "layout": src.get("layout"),
-                           "outcome": src.get("outcome"), "premise": note}
+            if v in WITNESS:
+                premise = "engine" if note == "engine" else "free"
+                src = r[premise]
+                witnesses.append({"n": r["n"], "summary": src.get("detail", ""), "layout": src.get("layout"),
+                                  "outcome": src.get("outcome"), "premise": premise, "note": note,
+                                  "engine_status": _st(r, "engine")})
         order = [CEX, WARNING, UNKNOWN, PROVED]
         worst = next(v for v in order if v in by)
-        parts = [f"{v} N={_ranges(by[v])}" + (f" ({'/'.join(sorted(notes[v]))})" if notes.get(v) else "")
+        parts = [f"{v} N={ranges(by[v])}" + (f" ({'/'.join(sorted(notes[v]))})" if notes.get(v) else "")
                  for v in order if v in by]
+        # the witness to label: the smallest engine-shaped one, else the smallest
+        engine = [w for w in witnesses if w["premise"] == "engine"]
+        witness = (engine or witnesses or [None])[0]
         prop = BY_KEY[key]
         out.append({"revision": rev, "property": key, "contract": prop.contract, "scenario": prop.scenario,
                     "kind": prop.kind, "verdict": worst, "by_verdict": by, "text": "; ".join(parts),
@@ -75,32 +115,130 @@ def summarise(result: dict) -> list[dict]:
     return out
 
 
-def terminal(result: dict) -> str:
-    lines = []
-    lines.append(f"{'rev':5} {'property':58} {'verdict':15} {'time':>7}  detail")
-    lines.append("-" * 130)
-    for s in summarise(result):
+def _props(result: dict) -> list[dict]:
+    return result.get("properties") or summarise(result)
+
+
+# --- terminal --------------------------------------------------------------------------------
+
+def _wrap(head: str, items: list[str], width: int = 118, indent: int = 11) -> list[str]:
+    if not items:
+        return []
+    return textwrap.wrap(head + ", ".join(items), width=width, subsequent_indent=" " * indent,
+                         break_on_hyphens=False)
+
+
+def _bounds(s: dict) -> str:
+    mb = s.get("max_block")
+    dcp = ",".join(str(d) for d in s.get("dcp_values", []))
+    return f"block sizes <= {mb if mb else 'unbounded'}, dcp in {{{dcp}}}"
+
+
+def summary(result: dict) -> str:
+    """What a maintainer reads first: per release what is proved (and within which bounds), the
+    reachable findings, then free/unreachable counts, then the change against the baseline."""
+    s = result.get("settings", {})
+    props = _props(result)
+    lines = [(f"kvproof verify: revisions {', '.join(s.get('revisions', []))}; N={s.get('min_groups')}.."
+              f"{s.get('max_groups')} groups; {_bounds(s)}; {s.get('timeout')} s per query; "
+              f"wall {result['wall_seconds']:.1f} s")]
+    # 1) reachable findings, with the witness Config (else Layout)
+    reach = [p for p in props if p["verdict"] in WITNESS and p.get("reachability") == Reachability.REACHABLE]
+    lines.append("")
+    if reach:
+        lines.append(f"REACHABLE: {len(reach)} finding(s) a user configuration hits")
+        for p in reach:
+            w = p["witness"] or {}
+            cfg = p.get("witness_config")
+            what = ("config " + json.dumps(cfg, sort_keys=True)) if cfg else f"layout {w.get('summary', '')}"
+            lines.append(f"  {p['revision']:5} {p['property']} {p['verdict']} N={ranges(p['by_verdict'][p['verdict']])}"
+                         f": {what}")
+    else:
+        lines.append("REACHABLE: none (no configuration found that derives a counterexample)")
+    # 2) per release: proved with bounds, findings by label
+    lines.append("")
+    lines.append(f"per release (PROVED = UNSAT for every N listed, {_bounds(s)}):")
+    for rev in s.get("revisions", sorted({p["revision"] for p in props})):
+        mine = [p for p in props if p["revision"] == rev]
+        if not mine:
+            continue
+        proved = [f"{p['property']} N={ranges(p['by_verdict'][PROVED])}" for p in mine if p["verdict"] == PROVED]
+        lines += _wrap(f"{rev:5}  proved {len(proved)}/{len(mine)}: ", proved) or [f"{rev:5}  proved 0/{len(mine)}"]
+        by_label: dict[str, list[str]] = {}
+        for p in mine:
+            if p["verdict"] not in WITNESS:
+                continue
+            lab = p.get("reachability")
+            name = "warning" if p["verdict"] == WARNING else (str(lab) if lab is not None else "unlabelled")
+            by_label.setdefault(name, []).append(
+                f"{p['property']} N={ranges(p['by_verdict'][p['verdict']])}")
+        counts = ", ".join(f"{len(by_label[k])} {k}" for k in ("reachable", "free", "unreachable", "unlabelled",
+                                                                  "warning") if k in by_label)
+        lines.append(f"       findings: {counts or 'none'}")
+        for k, head in (("free", "free (engine-shaped, no config yet): "),
+                        ("unreachable", "unreachable (direct callers only): ")):
+            lines += _wrap("         " + head, by_label.get(k, []))
+        unknown = [f"{p['property']} N={ranges(p['by_verdict'][UNKNOWN])}" for p in mine if UNKNOWN in p["by_verdict"]]
+        lines += _wrap("       UNKNOWN (not proved): ", unknown)
+    # 3) against the baseline
+    lines.append("")
+    b = result.get("baseline")
+    if not b:
+        lines.append("baseline: not compared (--no-baseline)")
+    else:
+        if b.get("created"):
+            lines.append(f"baseline {b['path']}: created ({b['compared']} entries)")
+        elif b.get("updated"):
+            lines.append(f"baseline {b['path']}: rewritten ({len(b['changes'])} change(s) accepted)")
+        elif not b["changes"]:
+            lines.append(f"baseline {b['path']}: matches ({b['compared']} entries compared)")
+        else:
+            lines.append(f"baseline {b['path']}: {len(b['changes'])} change(s)")
+        for c in ([] if b.get("created") else b["changes"]):
+            lines.append(f"  {c['kind'].upper():8} {c['revision']:5} {c['property']}: {c['text']}")
+        for note in b.get("notes", []):
+            lines.append(f"  note: {note}")
+    for d in result.get("drift", []):
+        lines.append(("STALE  " if d["stale"] else "drift ok: ") + d["message"])
+    return "\n".join(lines) + "\n"
+
+
+def table(result: dict) -> str:
+    lines = [f"{'rev':5} {'property':50} {'verdict':15} {'label':12} {'time':>7}  detail", "-" * 140]
+    for s in _props(result):
         w = s["witness"]
         detail = s["text"]
         if w:
             detail += f"  e.g. N={w['n']}: {w['summary']}"
-        lines.append(f"{s['revision']:5} {s['property']:58} {s['verdict']:15} {s['seconds']:6.2f}s  {detail}")
-    for d in result.get("drift", []):
-        lines.append(("STALE  " if d["stale"] else "drift  ") + d["message"])
+        lab = str(s.get("reachability") or "")
+        lines.append(f"{s['revision']:5} {s['property']:50} {s['verdict']!s:15} {lab:12} {s['seconds']:6.2f}s  "
+                     f"{detail}")
     for c in result.get("corpus", []):
-        lines.append(f"corpus {'new ' if c['new'] else 'kept'} {c['path']}  {c['revision']} {c['property']} "
+        lines.append(f"counterexample {'new ' if c['new'] else 'kept'} {c['path']}  {c['revision']} {c['property']} "
                      f"({c['premise']}): {c['summary']}")
     lines.append(f"wall {result['wall_seconds']:.1f}s, {len(result['rows'])} rows, "
                  f"{result.get('killed', 0)} queries killed at the hard deadline")
     return "\n".join(lines) + "\n"
 
 
-def _atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+def terminal(result: dict, verbose: bool = False) -> str:
+    out = summary(result)
+    if verbose:
+        out += "\n" + table(result)
+    return out
+
+
+# --- files -----------------------------------------------------------------------------------
+
+def plain(obj):
+    """JSON-ready copy: enum members as their names (ProofStatus "PROVED", Reachability "free")."""
+    if isinstance(obj, enum.Enum):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {(str(k) if isinstance(k, enum.Enum) else k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    return obj
 
 
 def junit(result: dict) -> str:
@@ -109,7 +247,7 @@ def junit(result: dict) -> str:
     for row in result["rows"]:
         v, note = row_verdict(row)
         name = f"{row['property']} N={row['n']}"
-        secs = sum(row.get(p, {}).get("seconds", 0.0) for p in ("engine", "free"))
+        secs = sum(row.get(p, {}).get("seconds", 0.0) for p in PREMISES)
         body = ""
         if v == CEX:
             fails += 1
@@ -133,16 +271,17 @@ def junit(result: dict) -> str:
 def markdown(result: dict) -> str:
     s = result.get("settings", {})
     out = ["# kvproof verify", "",
-           f"Revisions {', '.join(s.get('revisions', []))}; N = {s.get('min_groups')}..{s.get('max_groups')}; "
+           (f"Revisions {', '.join(s.get('revisions', []))}; N = {s.get('min_groups')}..{s.get('max_groups')}; "
            f"raw block sizes 1..{s.get('max_block') or 'unbounded'}; dcp in {s.get('dcp_values')}; "
            f"timeout {s.get('timeout')} s per query; wall {result['wall_seconds']:.1f} s; "
-           f"exit code {result.get('exit_code')}.", "",
-           "| revision | property | verdict | over N | time (s) | first witness |",
-           "|---|---|---|---|---:|---|"]
-    for r in summarise(result):
+           f"exit code {result.get('exit_code')}."), "", "```", summary(result).rstrip(), "```", "",
+           "| revision | property | verdict | reachability | over N | time (s) | first witness |",
+           "|---|---|---|---|---|---:|---|"]
+    for r in _props(result):
         w = r["witness"]
-        wt = f"N={w['n']} ({w['premise']}): `{w['summary']}`" if w else ""
-        out.append(f"| {r['revision']} | `{r['property']}` | {r['verdict']} | {r['text']} | {r['seconds']:.2f} | {wt} |")
+        wt = f"N={w['n']} ({w['note']}): `{w['summary']}`" if w else ""
+        out.append(f"| {r['revision']} | `{r['property']}` | {r['verdict']} | {r.get('reachability') or ''} | "
+                   f"{r['text']} | {r['seconds']:.2f} | {wt} |")
     out += ["", "## Contracts", "", "| id | kind | protects | statement |", "|---|---|---|---|"]
     for c in C.CATALOGUE:
         out.append(f"| `{c.id}` | {c.kind} | `{c.protects}` | {c.statement} |")
@@ -154,7 +293,7 @@ def markdown(result: dict) -> str:
         out += ["", "## Installed vLLM releases (drift alarm)", ""]
         out += [f"- {'**STALE** ' if d['stale'] else ''}{d['message']}" for d in result["drift"]]
     if result.get("corpus"):
-        out += ["", "## Counterexamples written to the corpus", ""]
+        out += ["", "## Counterexamples written", ""]
         out += [f"- `{c['path']}` ({'new' if c['new'] else 'already there'}): {c['revision']} "
                 f"`{c['property']}` ({c['premise']} premise): `{c['summary']}`" for c in result["corpus"]]
     return "\n".join(out) + "\n"
@@ -163,7 +302,7 @@ def markdown(result: dict) -> str:
 def write_all(result: dict, out: Path) -> list[Path]:
     out = Path(out)
     paths = [out / "verify.json", out / "junit.xml", out / "verify.md"]
-    _atomic(paths[0], json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
-    _atomic(paths[1], junit(result))
-    _atomic(paths[2], markdown(result))
+    atomic_write(paths[0], json.dumps(plain(result), indent=2, sort_keys=True, default=str) + "\n")
+    atomic_write(paths[1], junit(result))
+    atomic_write(paths[2], markdown(result))
     return paths

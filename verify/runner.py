@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
+from collections.abc import Callable, Iterable
 from multiprocessing.connection import wait
-from typing import Any, Callable, Iterable
+
+from kvproof.verdicts import ProofStatus
+from typing import Any
 
 GRACE = 3.0  # seconds on top of a query's own timeout before the kill
 
@@ -29,8 +32,8 @@ def _serve(conn) -> None:
         tid, spec = task
         try:
             result = run_query(spec)
-        except Exception as err:  # a model bug: report it as UNKNOWN with the reason
-            result = {"status": "UNKNOWN", "seconds": 0.0, "detail": f"{type(err).__name__}: {err}"}
+        except Exception as err:  # noqa: BLE001 -- a model bug: report it as UNKNOWN with the reason
+            result = {"status": ProofStatus.UNKNOWN, "seconds": 0.0, "detail": f"{type(err).__name__}: {err}"}
         conn.send((tid, result))
 
 
@@ -97,7 +100,7 @@ class Pool:
                         tid, result = w.parent.recv()
                     except (EOFError, OSError):  # the child died (OOM, crash)
                         tid = w.task[0]
-                        result = {"status": "UNKNOWN", "seconds": time.monotonic() - w.started,
+                        result = {"status": ProofStatus.UNKNOWN, "seconds": time.monotonic() - w.started,
                                   "detail": "worker died"}
                         self._replace(w)
                     w.task = None
@@ -106,7 +109,7 @@ class Pool:
                     tid = w.task[0]
                     self.killed += 1
                     self._replace(w)
-                    queue.extend(on_result(tid, {"status": "UNKNOWN", "seconds": time.monotonic() - w.started,
+                    queue.extend(on_result(tid, {"status": ProofStatus.UNKNOWN, "seconds": time.monotonic() - w.started,
                                                  "detail": "killed at the hard deadline"}))
 
     def _replace(self, w: _Worker) -> None:

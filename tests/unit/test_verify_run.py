@@ -1,4 +1,8 @@
-"""The proof run: the 0.27 counterexample, 0.32 proofs, UNKNOWN and usage exit codes."""
+"""The proof run: the 0.27 counterexample, 0.32 proofs, UNKNOWN and usage exit codes.
+
+Baseline comparison, reachability labels and "nothing outside out/" are in
+test_verify_baseline.py.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,15 @@ import pytest
 
 pytest.importorskip("z3")
 
-from kvproof.layout import Layout
 from kvproof.spec import evaluate
 from kvproof.spec.properties import BY_KEY
 from kvproof.spec.query import COUNTEREXAMPLE, PROVED, UNKNOWN, Query
-from kvproof import corpus as corpus_io
 from kvproof.verify.cli import main
 from kvproof.verify.drift import check_fingerprint
 from kvproof.verify.runner import run_one
+
+from kvproof import corpus as corpus_io
+from kvproof.layout import Layout
 
 HYBRID_ALIGN = "hybrid.group_multiple_of_hash[align]"
 
@@ -54,26 +59,34 @@ def test_tiny_timeout_exits_3(tmp_path):
                  "--no-drift", "--quiet", "--jobs", "1"])
     assert code == 3
     rep = json.loads((tmp_path / "out" / "verify.json").read_text())
-    assert {r["engine"]["status"] for r in rep["rows"]} == {UNKNOWN}
+    assert {r["engine"]["status"] for r in rep["rows"]} == {str(UNKNOWN)}
     assert (tmp_path / "out" / "junit.xml").exists() and (tmp_path / "out" / "verify.md").exists()
 
 
 @pytest.mark.parametrize("argv", [["--revisions", "0.99"], ["--max-groups", "0"], ["--bogus"],
-                                  ["--timeout", "-1"], ["--properties", "nothing-matches"]])
-def test_usage_error_exits_2(argv, tmp_path):
+                                  ["--timeout", "-1"], ["--properties", "nothing-matches"], ["--jobs", "0"],
+                                  ["--baseline", "/nonexistent/baseline.json"],
+                                  ["--no-baseline", "--update-baseline"], ["--record", "--no-corpus"],
+                                  ["--no-baseline", "--baseline", "x.json"]])
+def test_usage_error_exits_2(argv, tmp_path, capsys):
     assert main(argv + ["--out", str(tmp_path), "--no-drift"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvproof verify") and err.count("\n") == 1 and "Traceback" not in err
+    assert not list(tmp_path.iterdir())  # refused before running anything
 
 
-def test_run_finds_027_and_writes_corpus(tmp_path):
-    code = main(["--revisions", "0.27,0.32", "--properties", HYBRID_ALIGN, "--max-groups", "3",
-                 "--out", str(tmp_path / "out"), "--corpus", str(tmp_path / "corpus"), "--no-drift", "--quiet"])
-    assert code == 1
+def test_run_finds_027_and_records_corpus(tmp_path):
+    code = main(["--revisions", "0.27,0.32", "--properties", HYBRID_ALIGN, "--max-groups", "3", "--no-baseline",
+                 "--out", str(tmp_path / "out"), "--corpus", str(tmp_path / "corpus"), "--record", "--no-drift",
+                 "--quiet"])
+    assert code == 1  # --no-baseline: the old gate, any safety counterexample
     rep = json.loads((tmp_path / "out" / "verify.json").read_text())
     verdicts = {(r["revision"], r["n"]): r["engine"]["status"] for r in rep["rows"]}
-    assert verdicts[("0.27", 2)] == COUNTEREXAMPLE and verdicts[("0.27", 3)] == COUNTEREXAMPLE
-    assert verdicts[("0.32", 2)] == PROVED and verdicts[("0.32", 3)] == PROVED
+    assert verdicts[("0.27", 2)] == str(COUNTEREXAMPLE) and verdicts[("0.27", 3)] == str(COUNTEREXAMPLE)
+    assert verdicts[("0.32", 2)] == str(PROVED) and verdicts[("0.32", 3)] == str(PROVED)
     files = list((tmp_path / "corpus").glob("*.json"))
     assert len(files) == 1
+    assert [f.name for f in (tmp_path / "out" / "counterexamples").glob("*.json")] == [files[0].name]
     data = json.loads(files[0].read_text())
     assert data["kvproof"]["revision"] == "0.27" and data["kvproof"]["premise"] == "engine"
     assert data["kvproof"]["contract"] == "hybrid.group_multiple_of_hash" and data["kvproof"]["found_by"] == "z3"
