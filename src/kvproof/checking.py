@@ -1,22 +1,22 @@
 """Run Layouts through real vLLM releases and judge them: the engine of `check`.
 
-Layouts in, one worker per release, Outcomes judged by the contracts, rows
-out. Used by the CLI, the tests and the benches alike.
+Layouts in, one worker per release, Outcomes judged by ``kvproof.judge``
+(the one judge), rows out. Used by the CLI, the tests and the benches alike.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 from kvproof import contracts
 from kvproof.bridge.client import start_all
 from kvproof.envs import Env
-from kvproof.errors import CorpusError, LayoutError
+from kvproof.judge import Judgement, judge as judge_outcome
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
+from kvproof.verdicts import Tier, Verdict
 
 
 @dataclass(frozen=True)
@@ -27,42 +27,66 @@ class Row:
     layout: Layout
     env: str
     outcome: Outcome
-    verdict: str
-    violations: tuple[contracts.Violation, ...]
-    warnings: tuple[contracts.Violation, ...]
+    judgement: Judgement
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.judgement.verdict
+
+    @property
+    def tier(self) -> Tier:
+        return self.judgement.tier
+
+    @property
+    def violations(self) -> tuple[contracts.Violation, ...]:
+        """Contracts that predicted what real vLLM raised (FAIL rows)."""
+        return self.judgement.explained
+
+    @property
+    def latent(self) -> tuple[contracts.Violation, ...]:
+        return self.judgement.latent
+
+    @property
+    def warnings(self) -> tuple[contracts.Violation, ...]:
+        return self.judgement.warnings
 
     def message(self) -> str:
         o = self.outcome
         if not o.expressible:
             return o.not_expressible
-        if self.violations:
-            first = self.violations[0]
-            vllm_msg = (o.manager_error or o.resolver_error)
-            return f"{first.contract.id}: " + (vllm_msg.line() if vllm_msg else first.detail)
-        if o.resolver_error is not None:
-            return o.resolver_error.line()
-        if o.manager_error is not None:
-            return f"unsupported configuration: {o.manager_error.line()}"
-        if self.warnings:
-            return "; ".join(w.line() for w in self.warnings)
-        return ""
+        return self.judgement.line()
 
     def to_dict(self) -> dict:
+        def vs(items):
+            return [{"contract": v.contract.id, "detail": v.detail, "protects": v.contract.protects}
+                    for v in items]
+        j = self.judgement
         return {
             "name": self.name, "env": self.env, "vllm": self.outcome.vllm_version,
             "layout": self.layout.to_dict(), "layout_hash": self.layout.content_hash(),
-            "verdict": self.verdict, "scheduler_block_size": self.outcome.scheduler_block_size,
+            "verdict": str(j.verdict), "tier": str(j.tier),
+            "scheduler_block_size": self.outcome.scheduler_block_size,
             "hash_block_size": self.outcome.hash_block_size,
-            "violations": [{"contract": v.contract.id, "detail": v.detail, "protects": v.contract.protects}
-                           for v in self.violations],
-            "warnings": [{"contract": w.contract.id, "detail": w.detail} for w in self.warnings],
+            "violations": vs(j.explained), "latent": vs(j.latent),
+            "warnings": [{"contract": w.contract.id, "detail": w.detail} for w in j.warnings],
+            "by_design": j.by_design, "note": j.note,
             "outcome": self.outcome.to_dict(),
         }
 
 
 def judge(name: str, layout: Layout, env_name: str, outcome: Outcome) -> Row:
-    verdict, violations, warnings = contracts.verdict(layout, outcome)
-    return Row(name, layout, env_name, outcome, verdict, tuple(violations), tuple(warnings))
+    return Row(name, layout, env_name, outcome, judge_outcome(layout, outcome))
+
+
+def exit_code(rows: Sequence[Row]) -> int:
+    """``kvproof check``'s exit code: 1 any FAIL, else 3 any ERROR, else 0
+    (OK, WARN, REJECTED, NOT_EXPRESSIBLE and LATENT are not failures)."""
+    verdicts = {r.verdict for r in rows}
+    if Verdict.FAIL in verdicts:
+        return 1
+    if Verdict.ERROR in verdicts:
+        return 3
+    return 0
 
 
 def run(named: Sequence[tuple[str, Layout]], envs: Sequence[Env], manager: bool = True) -> tuple[list[Row], dict]:
@@ -79,22 +103,6 @@ def run(named: Sequence[tuple[str, Layout]], envs: Sequence[Env], manager: bool 
         for worker in workers:
             worker.close()
     return rows, info
-
-
-def load_layouts(paths: Sequence[str]) -> list[tuple[str, Layout]]:
-    """Layout files (or folders of them) -> (name, Layout); one-line errors."""
-    out: list[tuple[str, Layout]] = []
-    for p in map(Path, paths):
-        files = sorted(p.glob("*.json")) if p.is_dir() else [p]
-        if p.is_dir() and not files:
-            raise LayoutError(f"{p}: folder holds no *.json layouts")
-        for f in files:
-            try:
-                text = f.read_text()
-            except OSError as err:
-                raise CorpusError(f"{f}: cannot read ({err.strerror})") from None
-            out.append((str(f), Layout.from_json(text, where=str(f))))
-    return out
 
 
 def dumps(rows: Sequence[Row], info: dict) -> str:

@@ -1,30 +1,37 @@
 """The contract catalogue: what vLLM's consumers assume of the resolver.
 
-Each contract has an id, a one-line statement, the vLLM file and function it
-protects, and a premise (when the consumer runs at all). ``check`` evaluates
-all of them over a (Layout, Outcome) pair in pure Python; the Z3 model
-(spec/) encodes the same ids and the fuzzer reports violations by id.
+Each contract has an id, a one-line statement, the exact vLLM
+``file:Class.function`` that enforces it (checked against the installed 0.32
+source by tests/integration/test_contract_agreement.py), a premise (when the
+consumer runs at all) and the evidence tier whose real code enforces it.
+``check`` evaluates them over a (Layout, Outcome) pair in pure Python: a
+*prediction*. Verdicts are not made here: ``kvproof.judge`` turns predictions
+and what real vLLM did into one ``Judgement``. The Z3 model (spec/) encodes
+the same ids.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
+from kvproof.spec.facts import default_dcp_sharded
+from kvproof.verdicts import Tier
 
 SAFETY = "safety"
 EFFICIENCY = "efficiency"
+SUPPORT = "support"  # the manager refuses a configuration it does not support (a failure when real code raises)
 
 
 @dataclass(frozen=True)
 class Contract:
     id: str
-    kind: str  # SAFETY (a failure) or EFFICIENCY (a warning)
+    kind: str  # SAFETY or SUPPORT (a failure once real code raises) or EFFICIENCY (a warning)
     statement: str
-    protects: str  # vLLM file:function whose assertion this is
+    protects: str  # vllm/<file>.py:<Class.function> whose assertion this is (installed 0.32 paths)
     premise: str  # when the consumer runs
+    tier: Tier = Tier.MANAGER  # the evidence tier whose real code enforces it
 
     def __str__(self) -> str:
         return self.id
@@ -48,7 +55,7 @@ def effective_block_sizes(layout: Layout) -> list[int]:
     explicit ``dcp_sharded`` decides.
     """
     def sharded(g) -> bool:
-        return g.dcp_sharded if g.dcp_sharded is not None else g.kind != "mamba"
+        return g.dcp_sharded if g.dcp_sharded is not None else default_dcp_sharded(g.kind)
     return [g.block_size * layout.dcp if sharded(g) else g.block_size for g in layout.groups]
 
 
@@ -61,43 +68,52 @@ CATALOGUE: tuple[Contract, ...] = (
     Contract("coordinator.scheduler_multiple_of_hash", SAFETY,
              "scheduler_block_size % hash_block_size == 0",
              "vllm/v1/core/kv_cache_coordinator.py:KVCacheCoordinator.__init__",
-             "always (every coordinator)"),
+             "always (every coordinator)", Tier.MANAGER),
     Contract("coordinator.scheduler_multiple_of_group", SAFETY,
              "scheduler_block_size % block_size == 0 for every group",
              "vllm/v1/core/kv_cache_coordinator.py:KVCacheCoordinator.__init__",
-             "always (every coordinator)"),
+             "always (every coordinator)", Tier.MANAGER),
     Contract("hybrid.group_multiple_of_hash", SAFETY,
-             "every prefix-cacheable group's block_size % hash_block_size == 0",
+             "every group manager's block_size % hash_block_size == 0",
              "vllm/v1/core/kv_cache_coordinator.py:HybridKVCacheCoordinator.__init__",
-             "prefix caching on and more than one group"),
+             "prefix caching on and more than one group", Tier.MANAGER),
+    Contract("hybrid.two_distinct_specs", SUPPORT,
+             "the groups carry at least two distinct KV cache specs",
+             "vllm/v1/core/kv_cache_coordinator.py:HybridKVCacheCoordinator.verify_and_split_kv_cache_groups",
+             "prefix caching on and more than one group", Tier.MANAGER),
+    Contract("hybrid.dcp_full_attention_or_mamba", SUPPORT,
+             "with dcp > 1 every group is full attention (MLA, hidden-state) or Mamba",
+             "vllm/v1/core/kv_cache_coordinator.py:HybridKVCacheCoordinator.__init__",
+             "prefix caching on, more than one group, dcp > 1", Tier.MANAGER),
     Contract("unitary.hash_equals_block_size", SAFETY,
-             "hash_block_size == the group's block_size",
+             "hash_block_size == the unitary coordinator's block_size",
              "vllm/v1/core/kv_cache_coordinator.py:UnitaryKVCacheCoordinator.__init__",
-             "prefix caching on and exactly one group"),
+             "prefix caching on and exactly one group", Tier.MANAGER),
     Contract("block_pool.target_multiple_of_hash", SAFETY,
-             "every prefix-cacheable group's block_size % hash_block_size == 0 (BlockHashListWithBlockSize)",
-             "vllm/v1/core/block_pool.py:BlockPool / kv_cache_utils.py:BlockHashListWithBlockSize",
-             "block hashing active (prefix caching or a KV connector)"),
+             "every prefix-cacheable group's block_size (as its manager sees it) % hash_block_size == 0",
+             "vllm/v1/core/kv_cache_utils.py:BlockHashListWithBlockSize.__init__",
+             "block hashing active (prefix caching or a KV connector)", Tier.CONSUMER),
     Contract("connector.block_multiple_of_hash", SAFETY,
              "scheduler and every prefix-cacheable group's block_size % hash_block_size == 0",
-             "vllm/distributed/kv_transfer (offloading, simple_kv_offload, LMCache)",
-             "a KV connector is configured"),
+             "vllm/v1/simple_kv_offload/manager.py:SimpleCPUOffloadScheduler.__init__",
+             "a KV connector is configured", Tier.CONSUMER),
     Contract("manager.constructs", SAFETY,
              "the real KVCacheManager builds from the resolver's output",
              "vllm/v1/core/kv_cache_manager.py:KVCacheManager.__init__",
-             "whenever the resolver returned"),
+             "whenever the resolver returned (an observation: the judge names it when no other contract "
+             "predicted the manager's exception)", Tier.MANAGER),
     Contract("resolver.rejects_bad_prefix_match_unit", SAFETY,
              "a prefix_match_unit that does not divide the prefix-cacheable groups is a ValueError",
              "vllm/v1/core/kv_cache_utils.py:resolve_kv_cache_block_sizes",
-             "prefix_match_unit set, several groups, and the resolver hashes with it (no fallback)"),
+             "prefix_match_unit set, several groups, and the resolver hashes with it (no fallback)", Tier.FUNCTION),
     Contract("efficiency.hash_block_size_1", EFFICIENCY,
              "hash_block_size > 1 (1 hashes every token)",
              "vllm/v1/core/kv_cache_utils.py:resolve_kv_cache_block_sizes",
-             "block hashing active"),
+             "block hashing active", Tier.FUNCTION),
     Contract("efficiency.scheduler_within_max_model_len", EFFICIENCY,
              "scheduler_block_size <= max_model_len",
              "vllm/v1/core/kv_cache_utils.py:resolve_kv_cache_block_sizes",
-             "several groups"),
+             "several groups", Tier.FUNCTION),
 )
 
 BY_ID = {c.id: c for c in CATALOGUE}
@@ -107,43 +123,75 @@ def _c(cid: str) -> Contract:
     return BY_ID[cid]
 
 
-def _groups_not_multiple(layout: Layout, sizes: list[int], h: int, only: list[bool] | None = None) -> str:
+def _groups_not_multiple(sizes: list[int], h: int, only: list[bool] | None = None) -> str:
     bad = [s for i, s in enumerate(sizes) if (only is None or only[i]) and s % h]
     return f"block_sizes={sizes}, hash_block_size={h}" if bad else ""
+
+
+def manager_block_sizes(layout: Layout, out: Outcome) -> list[int]:
+    """Each group's block size as its real single-type manager sees it: the
+    release's own view (dcp applied to dcp-sharded specs, Mamba state not)
+    when the bridge recorded it, else the spec default."""
+    return list(out.group_block_sizes) or effective_block_sizes(layout)
+
+
+def unitary_block_size(layout: Layout, out: Outcome) -> int:
+    """The block size the unitary coordinator (one group) hashes and aligns at.
+    Up to 0.29 it scales every spec kind by dcp, Mamba included; the bridge
+    records the real value whenever the manager was built."""
+    return int(out.extra.get("unitary_block_size", manager_block_sizes(layout, out)[0]))
+
+
+# Spec kinds the hybrid coordinator accepts with dcp > 1: FullAttentionSpec and
+# its subclasses (MLA, hidden-state caches) and MambaSpec
+# (HybridKVCacheCoordinator.__init__: isinstance(spec, (FullAttentionSpec, MambaSpec))).
+DCP_HYBRID_KINDS = frozenset({"full_attention", "mla", "hidden_state", "mamba"})
+
+
+def distinct_specs(layout: Layout) -> int:
+    """How many distinct KV cache specs the groups carry (equal specs share one
+    lookup group in ``verify_and_split_kv_cache_groups``)."""
+    return len(set(layout.groups))
 
 
 def _check_resolved(layout: Layout, out: Outcome) -> list[Violation]:
     s, h = out.scheduler_block_size, out.hash_block_size
     assert s is not None and h is not None
-    # The release's own view (dcp applied) when the bridge or model supplied it.
-    sizes = list(out.group_block_sizes) or effective_block_sizes(layout)
+    sizes = manager_block_sizes(layout, out)
     raw = [g.block_size for g in layout.groups]
+    cacheable = prefix_cacheable(layout)
+    caching = layout.cache.enable_prefix_caching
     v: list[Violation] = []
     if s % h:
         v.append(Violation(_c("coordinator.scheduler_multiple_of_hash"), f"scheduler_block_size={s}, hash_block_size={h}"))
     if any(s % b for b in raw):  # the base coordinator checks the specs' own block sizes
         v.append(Violation(_c("coordinator.scheduler_multiple_of_group"), f"scheduler_block_size={s}, block_sizes={raw}"))
-    caching = layout.cache.enable_prefix_caching
-    if caching and len(sizes) > 1:
-        detail = _groups_not_multiple(layout, sizes, h, prefix_cacheable(layout))
+    hybrid = caching and len(sizes) > 1
+    if hybrid:
+        # The real assertion ranges over every group manager, cacheable or not.
+        detail = _groups_not_multiple(sizes, h)
         if detail:
             v.append(Violation(_c("hybrid.group_multiple_of_hash"), detail))
-    # The unitary coordinator compares with its own block size, which up to
-    # 0.29 is scaled by dcp for every spec kind (the release reports it).
-    unit = out.extra.get("unitary_block_size", sizes[0])
-    if caching and len(sizes) == 1 and h != unit:
-        v.append(Violation(_c("unitary.hash_equals_block_size"), f"block_size={unit}, hash_block_size={h}"))
-    cacheable = prefix_cacheable(layout)
+        if layout.dcp > 1:
+            bad = sorted({g.kind for g in layout.groups if g.kind not in DCP_HYBRID_KINDS})
+            if bad:
+                v.append(Violation(_c("hybrid.dcp_full_attention_or_mamba"), f"dcp={layout.dcp} with {', '.join(bad)}"))
+        if distinct_specs(layout) < 2:
+            v.append(Violation(_c("hybrid.two_distinct_specs"), f"{len(sizes)} groups, one spec"))
+    if caching and len(sizes) == 1:
+        unit = unitary_block_size(layout, out)
+        if h != unit:
+            v.append(Violation(_c("unitary.hash_equals_block_size"), f"block_size={unit}, hash_block_size={h}"))
     if layout.hashing_active:
-        detail = _groups_not_multiple(layout, sizes, h, cacheable)
+        # One group with caching on: the unitary coordinator's own size is the target.
+        targets = [unitary_block_size(layout, out)] if caching and len(sizes) == 1 else sizes
+        detail = _groups_not_multiple(targets, h, cacheable if len(targets) == len(cacheable) else None)
         if detail:
             v.append(Violation(_c("block_pool.target_multiple_of_hash"), detail))
     if layout.kv_connector is not None:
-        detail = _groups_not_multiple(layout, sizes + [s], h, cacheable + [True])
+        detail = _groups_not_multiple(sizes + [s], h, cacheable + [True])
         if detail:
             v.append(Violation(_c("connector.block_multiple_of_hash"), detail))
-    if out.manager_error is not None and not unsupported_by_design(out):
-        v.append(Violation(_c("manager.constructs"), out.manager_error.line()))
     pmu = layout.cache.prefix_match_unit
     used = pmu is not None and len(sizes) > 1 and layout.hashing_active and h == pmu
     if used and any(b % pmu for b, c in zip(sizes, cacheable) if c):
@@ -152,17 +200,10 @@ def _check_resolved(layout: Layout, out: Outcome) -> list[Violation]:
     return v
 
 
-def _check_rejected(layout: Layout, out: Outcome) -> list[Violation]:
-    err = out.resolver_error
-    assert err is not None
-    if err.type == "ValueError":
-        return []  # the resolver's documented rejection of a user setting
-    return [Violation(_c("resolver.rejects_bad_prefix_match_unit") if layout.cache.prefix_match_unit
-                      else _c("manager.constructs"), f"resolver raised {err.line()}")]
-
-
-# Manager assertions that reject a configuration vLLM does not support at all
-# (not a block-size bug): the engine would refuse it the same way.
+# Messages of manager assertions that refuse a configuration vLLM does not
+# support at all (not a block-size bug). No earlier engine validation refuses
+# these configurations (vllm/config/ has no such check up to 0.32), so the
+# judge keeps them visible as manager-tier FAILs, marked ``by_design``.
 UNSUPPORTED_BY_DESIGN = (
     "DCP with hybrid KV cache layouts only supports",
     "PCP not support hybrid attn",
@@ -177,11 +218,12 @@ def unsupported_by_design(out: Outcome) -> bool:
 
 
 def check(layout: Layout, out: Outcome) -> list[Violation]:
-    """All safety violations of ``out`` (an empty list means the contracts hold)."""
-    if not out.expressible:
+    """The contracts' predictions for a resolved Outcome: every SAFETY/SUPPORT
+    contract ``out`` violates (empty: the contracts hold). Pure: it never looks
+    at what the manager did; an Outcome the resolver rejected or that is not
+    expressible predicts nothing (``kvproof.judge`` handles those)."""
+    if not out.expressible or not out.resolved:
         return []
-    if out.resolver_error is not None:
-        return _check_rejected(layout, out)
     return _check_resolved(layout, out)
 
 
@@ -197,23 +239,3 @@ def warnings(layout: Layout, out: Outcome) -> list[Violation]:
         w.append(Violation(_c("efficiency.scheduler_within_max_model_len"),
                            f"scheduler_block_size={s} > max_model_len={layout.max_model_len}"))
     return w
-
-
-# Verdicts, in order of severity.
-OK, WARN, REJECTED, NOT_EXPRESSIBLE, FAIL = "OK", "WARN", "REJECTED", "NOT_EXPRESSIBLE", "FAIL"
-
-
-def verdict(layout: Layout, out: Outcome) -> tuple[str, list[Violation], list[Violation]]:
-    """(verdict, violations, warnings) for one Outcome."""
-    if not out.expressible:
-        return NOT_EXPRESSIBLE, [], []
-    v = check(layout, out)
-    if v:
-        return FAIL, v, []
-    if out.resolver_error is not None or unsupported_by_design(out):
-        return REJECTED, [], []
-    w = warnings(layout, out)
-    return (WARN if w else OK), [], w
-
-
-Checker = Callable[[Layout, Outcome], list[Violation]]

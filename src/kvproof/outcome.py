@@ -22,6 +22,9 @@ class StageError:
         return f"{self.type}: {self.message}"
 
 
+_ERRORS = ("resolver_error", "manager_error", "run_error")
+
+
 @dataclass(frozen=True)
 class Outcome:
     layout_hash: str
@@ -38,6 +41,7 @@ class Outcome:
     coordinator: str = ""  # class name of the coordinator vLLM picked
     group_block_sizes: list[int] = field(default_factory=list)  # as the resolver sees them (dcp applied)
     extra: dict[str, Any] = field(default_factory=dict)
+    run_error: StageError | None = None  # the run failed for a reason unrelated to block sizes (-> ERROR)
 
     @property
     def resolved(self) -> bool:
@@ -47,7 +51,7 @@ class Outcome:
         # Hand-written: dataclasses.asdict deep-copies and costs ~200 µs here,
         # more than the resolver call it reports on.
         d = dict(self.__dict__)
-        for key in ("resolver_error", "manager_error"):
+        for key in _ERRORS:
             if d[key] is not None:
                 d[key] = dict(d[key].__dict__)
         d["group_block_sizes"] = list(self.group_block_sizes)
@@ -57,7 +61,7 @@ class Outcome:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Outcome":
         d = dict(d)
-        for key in ("resolver_error", "manager_error"):
+        for key in _ERRORS:
             if d.get(key) is not None:
                 d[key] = StageError(**d[key])
         return cls(**d)

@@ -2,8 +2,9 @@
 
 import pytest
 
-from kvproof import contracts
+from kvproof.judge import judge
 from kvproof.layout import Layout
+from kvproof.verdicts import Tier, Verdict
 
 pytestmark = pytest.mark.integration
 
@@ -22,9 +23,9 @@ def test_seed_fails_on_0_27_with_the_coordinator_assertion(workers):
     assert out.manager_error is not None and out.manager_error.type == "AssertionError"
     assert out.manager_error.message == SEED_MESSAGE
     assert "kv_cache_coordinator.py" in out.manager_error.frame
-    verdict, violations, _ = contracts.verdict(SEED, out)
-    assert verdict == "FAIL"
-    assert "hybrid.group_multiple_of_hash" in {v.contract.id for v in violations}
+    j = judge(SEED, out)
+    assert (j.verdict, j.tier) == (Verdict.FAIL, Tier.MANAGER)
+    assert j.contract == "hybrid.group_multiple_of_hash" and j.observed == out.manager_error
 
 
 @pytest.mark.parametrize("release", ["0.28.0", "0.32.0"])
@@ -32,9 +33,9 @@ def test_seed_passes_on_fixed_releases_with_hash_1_warning(workers, release):
     [out] = workers(release).run([SEED])
     assert (out.scheduler_block_size, out.hash_block_size) == (98464, 1)
     assert out.manager_error is None and out.coordinator == "HybridKVCacheCoordinator"
-    verdict, violations, warnings = contracts.verdict(SEED, out)
-    assert (verdict, violations) == ("WARN", [])
-    assert [w.contract.id for w in warnings] == ["efficiency.hash_block_size_1"]
+    j = judge(SEED, out)
+    assert (j.verdict, j.explained, j.latent) == (Verdict.WARN, (), ())
+    assert [w.contract.id for w in j.warnings] == ["efficiency.hash_block_size_1"]
 
 
 @pytest.mark.parametrize("release", ["0.27.0", "0.32.0"])
@@ -46,7 +47,7 @@ def test_bad_prefix_match_unit_is_the_resolvers_value_error(workers, release):
     [out] = workers(release).run([lay])
     assert out.resolver_error is not None and out.resolver_error.type == "ValueError"
     assert "prefix_match_unit=5" in out.resolver_error.message
-    assert contracts.verdict(lay, out)[0] == "REJECTED"
+    assert judge(lay, out).verdict == Verdict.REJECTED
 
 
 def test_fields_a_release_lacks_are_not_expressible(workers):

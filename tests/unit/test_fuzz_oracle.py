@@ -35,61 +35,59 @@ SEED = L({"groups": [{"kind": "mamba", "block_size": 544, "count": 4}, {"kind": 
 
 def test_seed_bug_is_a_crash():
     o = out(SEED, 98464, 98464, manager_error=StageError("AssertionError", HYBRID_MSG))
-    j = judge(SEED, o)
-    assert j.crash and j.contract == "hybrid.group_multiple_of_hash"
-    assert "manager.constructs" in {v.contract.id for v in j.violations}
+    f = judge(SEED, o)
+    assert f.crash and f.contract == "hybrid.group_multiple_of_hash"
+    assert f.signature.startswith("FAIL:manager:AssertionError:Each KV cache group") and "98464" not in f.signature
 
 
-def test_non_align_mamba_fallback_is_waived():
+def test_real_exception_in_non_align_mamba_fallback_is_never_waived():
+    # The old ``mamba_fallback`` waiver dropped this although the REAL manager raised.
     x = L({"groups": [{"kind": "mamba", "block_size": 544}, {"kind": "full_attention", "block_size": 16}],
            "cache": {"block_size": 16, "mamba_cache_mode": "all"}, "kv_connector": "OffloadingConnector"})
     o = out(x, 544, 544, manager_error=StageError("AssertionError", HYBRID_MSG))
-    j = judge(x, o)
-    assert not j.crash
-    assert {why for _, why in j.waived} == {"mamba_fallback"}
-    assert judge(x, o, strict=True).crash  # --strict keeps the catalogue's verdict
+    f = judge(x, o)
+    assert f.crash and judge(x, o, strict=True).crash
 
 
-def test_unsupported_by_design_is_waived():
+def test_unsupported_by_design_is_a_crash_marked_by_design():
     x = L({"groups": [{"kind": "full_attention", "block_size": 16}, {"kind": "sliding_window", "block_size": 48}],
            "dcp": 2})
     o = out(x, 96, 96, sizes=[32, 96],
             manager_error=StageError("AssertionError", "DCP with hybrid KV cache layouts only supports ..."))
-    j = judge(x, o)
-    assert not j.crash and all(why == "by_design" for _, why in j.waived)
+    f = judge(x, o)
+    assert f.crash and f.judgement.by_design
 
 
 def test_ring_buffer_groups_are_outside_the_hash_contracts():
     x = L({"groups": [{"kind": "full_attention", "block_size": 16384, "prefix_cacheable": False},
-                      {"kind": "mla", "block_size": 278135}]})
-    o = out(x, 16384 * 278135, 278135)
-    j = judge(x, o)
-    assert not j.crash and j.waived == []
+                      {"kind": "mla", "block_size": 278135}], "kv_connector": "OffloadingConnector",
+           "cache": {"enable_prefix_caching": False}})
+    assert not judge(x, out(x, 16384 * 278135, 278135)).latent
     o_bad = out(x, 16384 * 278135, 7)  # the cacheable MLA group is not a multiple of 7
-    assert judge(x, o_bad).crash
+    f = judge(x, o_bad)
+    assert f.latent and not f.crash  # nothing real raised: LATENT, not a crash
 
 
 def test_pmu_with_hashing_inactive_is_not_a_violation():
     x = L({"groups": [{"kind": "full_attention", "block_size": 128}, {"kind": "sliding_window", "block_size": 48}],
            "cache": {"enable_prefix_caching": False, "prefix_match_unit": 128}})
-    j = judge(x, out(x, 384, 384))
-    assert not j.crash and j.waived == []
+    f = judge(x, out(x, 384, 384))
+    assert not f.crash and not f.latent
 
 
-def test_coordinator_contract_waived_when_real_manager_accepts():
+def test_single_mamba_with_dcp_accepted_by_the_real_manager_is_clean():
     x = L({"groups": [{"kind": "mamba", "block_size": 32}], "dcp": 2})
-    j = judge(x, out(x, 64, 64, coordinator="UnitaryKVCacheCoordinator"))
-    assert not j.crash and {w for w, _ in j.waived} == {"unitary.hash_equals_block_size", "block_pool.target_multiple_of_hash"}
-    assert {why for _, why in j.waived} == {"manager_accepts"}
+    f = judge(x, out(x, 64, 64, coordinator="UnitaryKVCacheCoordinator", extra={"unitary_block_size": 64}))
+    assert not f.crash and not f.latent
 
 
-def test_real_divisibility_violation_without_manager_is_kept():
+def test_divisibility_violation_without_a_real_exception_is_latent():
     x = L({"groups": [{"kind": "full_attention", "block_size": 64}, {"kind": "full_attention", "block_size": 96}],
            "kv_connector": "OffloadingConnector"})
     o = Outcome(layout_hash="", vllm_version="x", scheduler_block_size=192, hash_block_size=64,
                 group_block_sizes=[64, 96])
-    j = judge(x, o)
-    assert j.crash and "block_pool.target_multiple_of_hash" in {v.contract.id for v in j.violations}
+    f = judge(x, o)
+    assert f.latent and not f.crash and f.contract == "hybrid.group_multiple_of_hash"
 
 
 def test_shape_is_coarse():
@@ -99,6 +97,7 @@ def test_shape_is_coarse():
     assert shape(a) == shape(b)
     assert dedup_key("0.27.0", "hybrid.group_multiple_of_hash", a) == dedup_key("0.27.0", "hybrid.group_multiple_of_hash", b)
     assert dedup_key("0.27.0", "hybrid.group_multiple_of_hash", a) != dedup_key("0.28.0", "hybrid.group_multiple_of_hash", a)
+    assert dedup_key("0.27.0", "m", a, "FAIL:manager:AssertionError:x") != dedup_key("0.27.0", "m", a, "FAIL:manager:KeyError:x")
 
 
 def test_write_layout_is_canonical_atomic_and_never_overwrites(tmp_path):
@@ -148,6 +147,13 @@ def test_crash_store_dedups_by_contract_and_shape(tmp_path):
     p3, new3 = fresh.record(same_shape, "hybrid.group_multiple_of_hash", "d", b"x")
     assert new3 and p3 == p1 and len(list(corpus.glob("*.json"))) == 1
     assert list(corpus_index(corpus).values()) == [p1]
+    # A signature (the real exception's class) is part of the key and of the meta.
+    p4, new4 = fresh.record(same_shape, "hybrid.group_multiple_of_hash", "d", b"y", "FAIL:manager:AssertionError:m",
+                            verdict="FAIL", tier="manager")
+    assert new4 and p4 != p1
+    meta4 = json.loads(p4.read_text())["kvproof"]
+    assert meta4["signature"] == "FAIL:manager:AssertionError:m" and meta4["tier"] == "manager"
+    assert p4 in corpus_index(corpus).values()
 
 
 def test_read_stats_sums_processes(tmp_path):

@@ -1,0 +1,149 @@
+"""The one judge: (Layout, Outcome, tier) -> ``Judgement``.
+
+Used by ``kvproof check``, ``verify`` (replaying a counterexample), the
+fuzzer's oracle, ``replay`` and ``explain``. Nothing else turns an Outcome
+into a verdict.
+
+API (small on purpose)::
+
+    from kvproof.judge import judge, Judgement
+    j = judge(layout, outcome)               # tier inferred from the Outcome
+    j = judge(layout, outcome, Tier.ENGINE)  # an Outcome recorded by an engine boot
+    j.verdict      # Verdict (IntEnum; max() over rows is a run's verdict)
+    j.tier         # Tier that observed ``observed`` (FAIL/REJECTED), else the tier that ran
+    j.observed     # the real StageError, or None
+    j.explained    # contracts that predicted the observed exception (FAIL rows)
+    j.latent       # contract violations nothing real observed (LATENT rows)
+    j.warnings     # efficiency hazards
+    j.by_design    # the exception is a manager refusal of an unsupported configuration
+    j.contract     # the id that names the row ("" when none)
+
+Rules, in order:
+
+1. Not expressible in the release: NOT_EXPRESSIBLE.
+2. ``Outcome.run_error`` (the run failed for a reason unrelated to block
+   sizes): ERROR, unless real vLLM also raised (then FAIL).
+3. The resolver raised: REJECTED only for its own clear validation of a user
+   error, a ``ValueError`` naming ``prefix_match_unit`` when the user set one;
+   any other exception, and any exception for a configuration whose user set
+   no ``prefix_match_unit`` (an availability regression), is FAIL at the
+   function tier.
+4. The manager (coordinator, block pool) raised: FAIL at the manager tier,
+   never waived; the contracts that predicted it are ``explained`` (else
+   ``manager.constructs`` names it). A refusal of a configuration vLLM does
+   not support by design (``contracts.UNSUPPORTED_BY_DESIGN``) stays FAIL
+   with ``by_design`` set: no earlier engine config validation refuses those
+   configurations (none in ``vllm/config/`` up to 0.32), so a user meets the
+   bare AssertionError at startup.
+5. Otherwise contract violations are LATENT (never FAIL): predicted unsafe,
+   nothing real showed it. Efficiency hazards make WARN, else OK.
+
+``tier`` is the highest tier that ran. For FUNCTION/MANAGER Outcomes an
+exception is attributed to the stage that raised it (resolver -> function,
+manager -> manager); an Outcome recorded at CONSUMER or ENGINE tier
+attributes its exceptions to that tier.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvproof import contracts
+from kvproof.contracts import Violation
+from kvproof.layout import Layout
+from kvproof.outcome import Outcome, StageError
+from kvproof.verdicts import Tier, Verdict
+
+__all__ = ["Judgement", "judge", "resolver_rejects_user_error"]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: Verdict
+    tier: Tier
+    observed: StageError | None = None
+    explained: tuple[Violation, ...] = ()
+    latent: tuple[Violation, ...] = ()
+    warnings: tuple[Violation, ...] = ()
+    by_design: bool = False
+    note: str = ""  # one line: why this verdict (availability, by design, ...)
+
+    @property
+    def contract(self) -> str:
+        """The contract id naming this row: the explaining one for FAIL, the
+        first latent one for LATENT, the first warning for WARN."""
+        for vs in (self.explained, self.latent, self.warnings):
+            if vs:
+                return vs[0].contract.id
+        return ""
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == Verdict.FAIL
+
+    def line(self) -> str:
+        """One line for a table: what real vLLM said, or the contract."""
+        if self.observed is not None:
+            head = f"{self.contract}: " if self.explained else ""
+            tail = f" ({self.note})" if self.note else ""
+            return head + self.observed.line() + tail
+        if self.latent:
+            return "latent " + "; ".join(v.line() for v in self.latent)
+        if self.warnings:
+            return "; ".join(w.line() for w in self.warnings)
+        return self.note
+
+    def to_dict(self) -> dict:
+        def vs(items):
+            return [{"contract": v.contract.id, "detail": v.detail, "protects": v.contract.protects,
+                     "tier": str(v.contract.tier)} for v in items]
+        return {"verdict": str(self.verdict), "tier": str(self.tier),
+                "observed": None if self.observed is None else dict(self.observed.__dict__),
+                "explained": vs(self.explained), "latent": vs(self.latent), "warnings": vs(self.warnings),
+                "by_design": self.by_design, "note": self.note}
+
+
+def resolver_rejects_user_error(layout: Layout, err: StageError) -> bool:
+    """The release's own clear validation of a user error: a ValueError about
+    the ``prefix_match_unit`` the user set."""
+    return (err.type == "ValueError" and layout.cache.prefix_match_unit is not None
+            and "prefix_match_unit" in err.message)
+
+
+def _tier_of(out: Outcome, tier: Tier | None) -> Tier:
+    if tier is not None:
+        return Tier(tier)
+    return Tier.MANAGER if out.manager_attempted else Tier.FUNCTION
+
+
+def judge(layout: Layout, out: Outcome, tier: Tier | None = None) -> Judgement:
+    """The verdict of real vLLM on ``layout`` as recorded in ``out`` (see module doc)."""
+    ran = _tier_of(out, tier)
+    if not out.expressible:
+        return Judgement(Verdict.NOT_EXPRESSIBLE, ran, note=out.not_expressible)
+    late = ran if ran > Tier.MANAGER else None  # consumer/engine Outcomes: that tier observed it
+    err = out.resolver_error
+    if err is not None:
+        if resolver_rejects_user_error(layout, err):
+            return Judgement(Verdict.REJECTED, late or Tier.FUNCTION, err, note="the user's prefix_match_unit")
+        why = ("availability: the resolver refused a configuration whose user set no prefix_match_unit"
+               if layout.cache.prefix_match_unit is None else "the resolver raised other than its documented ValueError")
+        return Judgement(Verdict.FAIL, late or Tier.FUNCTION, err, note=why)
+    predicted = contracts.check(layout, out)
+    warns = tuple(contracts.warnings(layout, out))
+    merr = out.manager_error
+    if merr is not None:
+        explained = tuple(v for v in predicted if v.contract.tier == Tier.MANAGER)
+        if not explained:
+            explained = (Violation(contracts.BY_ID["manager.constructs"], merr.line()),)
+        latent = tuple(v for v in predicted if v.contract.tier > Tier.MANAGER)
+        by_design = contracts.unsupported_by_design(out)
+        note = "unsupported by design; no earlier engine validation refuses it" if by_design else ""
+        return Judgement(Verdict.FAIL, late or Tier.MANAGER, merr, explained, latent, warns, by_design, note)
+    run_error = out.run_error
+    if run_error is not None:
+        return Judgement(Verdict.ERROR, ran, run_error, latent=tuple(predicted), warnings=warns,
+                         note="the run failed for a reason unrelated to block sizes")
+    if predicted:
+        return Judgement(Verdict.LATENT, ran, latent=tuple(predicted), warnings=warns)
+    return Judgement(Verdict.WARN if warns else Verdict.OK, ran, warnings=warns)
