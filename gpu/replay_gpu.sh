@@ -106,7 +106,8 @@ for py in pythons:
             rows.append({"python": py, "recipe": name, "verdict": "SKIP", "detail": "out of time"}); continue
         b = engine.boot(env, recipe, timeout=min(420, left))
         ev = classify.engine_verdict(b)
-        row = {"python": py, "vllm": b.release, "recipe": name, "verdict": ev.verdict, "detail": ev.detail,
+        row = {"python": py, "vllm": b.release, "recipe": name, "verdict": ev.verdict.name, "tier": str(ev.tier),
+               "contracts": list(ev.contracts), "detail": ev.detail, "cpu": b.cpu,
                "live": b.layout_summary(), "scheduler": b.scheduler_block_size, "hash": b.hash_block_size,
                "boot_s": b.boot_seconds, "import_s": b.import_seconds, "generate_s": b.generate_seconds,
                "rss_mb": b.peak_rss_mb, "tokens": b.token_ids[:1], "frame": b.error_frame,

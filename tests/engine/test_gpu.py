@@ -15,6 +15,7 @@ import pytest
 from kvproof.envs import from_python
 from kvproof.replay import classify, engine
 from kvproof.replay.families import SEED_HIDDEN_STATES, Recipe
+from kvproof.verdicts import Tier, Verdict
 
 pytestmark = [pytest.mark.engine, pytest.mark.gpu]
 
@@ -41,10 +42,10 @@ def test_seed_class_on_gpu(gpu_env, recipe):
     ev = classify.engine_verdict(b)
     fixed = tuple(int(x) for x in version.split(".")[:2]) >= (0, 28)
     if fixed:
-        assert ev.verdict in ("OK", "WARN"), ev.detail
+        assert ev.verdict in (Verdict.OK, Verdict.WARN), ev.detail
         assert b.token_ids, "GPU boots must generate"
     else:
         mismatch = any(g["kind"] == "mamba" and g["block_size"] != b.cache_block_size for g in b.groups)
         if not mismatch:
             pytest.skip(f"the GPU engine built {b.layout_summary()}: no Mamba group above the cache block size")
-        assert ev.verdict == "FAIL", ev.detail
+        assert ev.verdict is Verdict.FAIL and ev.tier is Tier.ENGINE, ev.detail

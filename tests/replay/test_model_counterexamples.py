@@ -25,6 +25,14 @@ def test_the_proof_run_left_counterexamples_to_replay():
     assert Z3_FILES, "corpus/ holds no Z3 counterexample; run `make verify`"
 
 
+# Known disagreements of src/kvproof/contracts.py with real vLLM (strict: the fix turns them into XPASS -> fail).
+KNOWN_CONTRACT_GAPS = {
+    "33c4006700b5c115": "contracts.py checks block_pool.target_multiple_of_hash for one group at the unitary "
+                        "coordinator's dcp-scaled size (8); the real 0.27/0.28 MambaManager undoes dcp scaling "
+                        "(block_size 1) and asserts on the first request, so the model's prediction is right",
+}
+
+
 def _release_of(path: Path) -> str | None:
     """The managed release that is the file's revision, if any."""
     revision = json.loads(path.read_text())["kvproof"]["revision"]
@@ -32,7 +40,9 @@ def _release_of(path: Path) -> str | None:
 
 
 @pytest.mark.parametrize("path", Z3_FILES, ids=lambda p: p.stem)
-def test_model_counterexample_is_real_on_its_release(workers, path):
+def test_model_counterexample_is_real_on_its_release(request, workers, path):
+    if path.stem in KNOWN_CONTRACT_GAPS:
+        request.applymarker(pytest.mark.xfail(reason=KNOWN_CONTRACT_GAPS[path.stem], strict=True))
     lay = Layout.from_json(path.read_text(), where=str(path))
     meta = lay.meta
     release = _release_of(path)

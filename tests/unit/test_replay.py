@@ -8,12 +8,16 @@ import pytest
 
 from kvproof.layout import Layout
 from kvproof.replay import bisect, classify, cli, core, synth
-from kvproof.replay.families import FAMILIES, SEED_HIDDEN_STATES, SEED_SLIDING_WINDOW, BootResult, Recipe
+from kvproof.replay.families import (FAMILIES, SEED_HIDDEN_STATES, SEED_SLIDING_WINDOW, SSM_STATE_DTYPE, BootResult,
+                                     Recipe)
+from kvproof.spec import facts
+from kvproof.verdicts import Tier, Verdict
 
 SEED = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 128, "count": 2},
                                     {"kind": "sliding_window", "block_size": 64, "sliding_window": 64}],
                          "cache": {"block_size": 64}})
-SEED_CLASS = classify.FailureClass("FAIL", ("block_pool.target_multiple_of_hash", "hybrid.group_multiple_of_hash"))
+SEED_CLASS = classify.FailureClass(Verdict.FAIL, ("block_pool.target_multiple_of_hash",
+                                                  "hybrid.group_multiple_of_hash"))
 MSG = ("Each KV cache group's real block_size must be divisible by hash_block_size. "
        "block_sizes=[128, 128, 64], hash_block_size=128")
 
@@ -42,12 +46,25 @@ def test_every_family_renders_a_config_and_engine_args(family):
     assert Recipe.from_dict(json.loads(json.dumps(r.to_dict()))) == r
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_pins_the_ssm_state_dtype_so_every_cpu_builds_the_same_layout(family):
+    """AMX CPUs force a float32 SSM state, the CPU GDN kernel needs one: pass it on every CPU (families.py)."""
+    r = Recipe(family=family)
+    assert r.llm_kwargs("/m", "/s")["mamba_ssm_cache_dtype"] == SSM_STATE_DTYPE == "float32"
+    assert r.dtype == "bfloat16"  # the CPU GDN path asserts bf16 activations
+    assert "mamba_ssm_cache_dtype" not in r.but(mamba_ssm_cache_dtype="auto").llm_kwargs("/m", "/s")
+    assert "ssm_state=auto" in r.but(mamba_ssm_cache_dtype="auto").describe()
+    # a corpus recipe written before the knob existed gets the pinned dtype too
+    old = {k: v for k, v in r.to_dict().items() if k != "mamba_ssm_cache_dtype"}
+    assert Recipe.from_dict(old).mamba_ssm_cache_dtype == SSM_STATE_DTYPE
+
+
 def test_hidden_state_extraction_adds_speculative_method_and_connector():
     kw = SEED_HIDDEN_STATES.llm_kwargs("/m", "/s")
     assert kw["speculative_config"]["method"] == "extract_hidden_states"
     assert kw["speculative_config"]["draft_model_config"]["hf_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]
-    assert kw["kv_transfer_config"]["kv_connector"] == "ExampleHiddenStatesConnector"
-    assert SEED_HIDDEN_STATES.connector_name == "ExampleHiddenStatesConnector"
+    assert kw["kv_transfer_config"]["kv_connector"] == facts.HIDDEN_STATES_CONNECTOR
+    assert SEED_HIDDEN_STATES.connector_name == facts.HIDDEN_STATES_CONNECTOR
 
 
 def test_nemotron_pattern_and_sliding_window_reach_the_config():
@@ -83,38 +100,61 @@ def test_failure_class_of_the_seed_on_027_resolution():
 
 
 def test_covers_needs_same_verdict_and_a_superset_of_contracts():
-    live = classify.FailureClass("FAIL", SEED_CLASS.ids + ("manager.constructs",))
+    live = classify.FailureClass(Verdict.FAIL, SEED_CLASS.ids + ("manager.constructs",))
     assert live.covers(SEED_CLASS)
     assert not SEED_CLASS.covers(live)
-    assert not classify.FailureClass("WARN", SEED_CLASS.ids).covers(SEED_CLASS)
+    assert not classify.FailureClass(Verdict.WARN, SEED_CLASS.ids).covers(SEED_CLASS)
+    assert classify.FailureClass("FAIL", SEED_CLASS.ids) == SEED_CLASS  # names from JSON parse to the enum
+    assert str(SEED_CLASS).startswith("FAIL{")
 
 
 def test_startup_assertion_is_an_engine_fail_with_the_seed_class():
     b = boot_result(ok=False, hash_size=128, stage="engine", error=("AssertionError", MSG),
                     frame="vllm/v1/core/kv_cache_coordinator.py:563 in __init__")
     ev = classify.engine_verdict(b)
-    assert ev.verdict == "FAIL" and ev.cls.covers(SEED_CLASS)
+    assert ev.verdict is Verdict.FAIL and ev.tier is Tier.ENGINE and ev.cls.covers(SEED_CLASS)
     assert "kv_cache_coordinator.py" in ev.detail and MSG in ev.detail
 
 
 def test_boot_and_generate_is_ok():
     b = boot_result(token_ids=[[1, 2, 3]], release="0.28.0")
     ev = classify.engine_verdict(b)
-    assert (ev.verdict, ev.detail) == ("OK", "booted and generated")
+    assert (ev.verdict, ev.detail) == (Verdict.OK, "booted and generated")
     assert ev.layout.summary().startswith("mamba:128x2,sliding_window:64 cache=64")
 
 
-def test_a_booted_engine_whose_layout_breaks_a_connector_contract_is_a_latent_fail():
+def test_a_booted_engine_whose_layout_breaks_a_connector_contract_is_latent_not_fail():
+    """The contracts judging a live layout is a prediction: the engine booted and served, so LATENT."""
     groups = [{"kind": "mamba", "block_size": 2048}, {"kind": "mamba", "block_size": 2048},
               {"kind": "full_attention", "block_size": 128}, {"kind": "hidden_state", "block_size": 42}]
-    b = boot_result(groups=groups, cache=42, pc=False, connector="ExampleHiddenStatesConnector",
-                    scheduler=43008, hash_size=43008)
+    b = boot_result(groups=groups, cache=42, pc=False, connector=facts.HIDDEN_STATES_CONNECTOR,
+                    scheduler=43008, hash_size=43008, token_ids=[[1, 2]])
     ev = classify.engine_verdict(b)
-    assert ev.verdict == "FAIL" and "connector.block_multiple_of_hash" in ev.cls.ids
-    assert ev.detail.startswith("booted, but")
+    assert ev.verdict is Verdict.LATENT and ev.tier is Tier.ENGINE
+    assert ev.cls.verdict is Verdict.FAIL and "connector.block_multiple_of_hash" in ev.cls.ids
+    assert "connector.block_multiple_of_hash" in ev.contracts and "connector.block_multiple_of_hash" in ev.detail
+    assert ev.detail.startswith("booted and generated, but the contracts flag")
 
 
-@pytest.mark.parametrize("stage,verdict", [("timeout", "ERROR"), ("crash", "ERROR")])
+def test_a_consumer_assertion_while_serving_is_an_engine_fail():
+    b = boot_result(ok=False, stage="generate", error=("AssertionError", "num_tokens % hash_block_size"),
+                    frame="vllm/v1/core/block_pool.py:210 in cache_full_blocks")
+    ev = classify.engine_verdict(b)
+    assert ev.verdict is Verdict.FAIL and ev.detail.startswith("serving:")
+
+
+def test_a_cpu_kernel_error_while_serving_is_error_with_its_cause():
+    """The GDN kernel's dtype refusal says nothing about block sizes: ERROR, cause and CPU printed."""
+    b = boot_result(ok=False, stage="generate", release="0.28.0",
+                    error=("RuntimeError", "chunk_gated_delta_rule_cpu: initial_state dtype mismatch"),
+                    frame="vllm/_custom_ops.py:3558 in chunk_gated_delta_rule_cpu", cpu="AVX512_BF16 (_C)")
+    ev = classify.engine_verdict(b)
+    assert ev.verdict is Verdict.ERROR
+    assert "initial_state dtype mismatch" in ev.detail and "AVX512_BF16" in ev.detail
+    assert "unrelated to block sizes" in ev.detail
+
+
+@pytest.mark.parametrize("stage,verdict", [("timeout", Verdict.ERROR), ("crash", Verdict.ERROR)])
 def test_timeouts_and_crashes_say_nothing_about_block_sizes(stage, verdict):
     b = BootResult(ok=False, stage=stage, error_type=stage, error_message="x")
     assert classify.engine_verdict(b).verdict == verdict
@@ -122,7 +162,8 @@ def test_timeouts_and_crashes_say_nothing_about_block_sizes(stage, verdict):
 
 def test_an_unrelated_model_error_is_error_not_fail():
     b = BootResult(ok=False, stage="engine", error_type="ValueError", error_message="bad config")
-    assert classify.engine_verdict(b).verdict == "ERROR"
+    ev = classify.engine_verdict(b)
+    assert ev.verdict is Verdict.ERROR and "bad config" in ev.detail
 
 
 # --- synthesis choice (probe faked) ------------------------------------------------------
@@ -166,33 +207,52 @@ def test_synthesiser_explains_a_missing_reproducer(monkeypatch, tmp_path):
 # --- expectations, record, bisect, CLI -------------------------------------------------------
 
 def test_contradiction_only_against_a_recorded_expectation():
-    assert core.ReplayRow("f", "h", "0.27.0", "engine", "OK", "FAIL").contradicts
-    assert not core.ReplayRow("f", "h", "0.27.0", "engine", "OK", None).contradicts
-    assert not core.ReplayRow("f", "h", "0.27.0", "engine", core.SKIP, "FAIL").contradicts
+    assert core.ReplayRow("f", "h", "0.27.0", Tier.ENGINE, Verdict.OK, Verdict.FAIL).contradicts
+    assert core.ReplayRow("f", "h", "0.27.0", Tier.ENGINE, Verdict.LATENT, Verdict.FAIL).contradicts
+    assert not core.ReplayRow("f", "h", "0.27.0", Tier.ENGINE, Verdict.OK, None).contradicts
+    assert not core.ReplayRow("f", "h", "0.27.0", Tier.ENGINE, None, Verdict.FAIL).contradicts
+
+
+def test_rows_carry_enums_and_name_the_tier_that_observed_a_fail():
+    row = core.ReplayRow("f", "h", "0.27.0", "engine", "FAIL", "FAIL")  # names parse to the enums
+    assert (row.tier, row.verdict, row.expected) == (Tier.ENGINE, Verdict.FAIL, Verdict.FAIL)
+    d = row.to_dict()
+    assert (d["tier"], d["verdict"], d["observed_by"], d["expected"]) == ("engine", "FAIL", "engine", "FAIL")
+    assert core.ReplayRow("f", "h", "0.28.0", Tier.ENGINE, Verdict.LATENT).to_dict()["observed_by"] is None
+    assert core.ReplayRow("f", "h", "0.28.0", Tier.ENGINE, None).to_dict()["verdict"] == core.SKIP
+    table = core.format_table([row])
+    assert "engine" in table and "FAIL" in table
 
 
 def test_record_writes_meta_and_keeps_the_content_hash(tmp_path):
     path = tmp_path / f"{SEED.content_hash()}.json"
     path.write_text(json.dumps(SEED.to_dict()))
     boot = boot_result(token_ids=[[1]]).to_dict()
-    rows = [core.ReplayRow(str(path), SEED.content_hash(), "0.27.0", "manager", "FAIL"),
-            core.ReplayRow(str(path), SEED.content_hash(), "0.28.0", "engine", "OK",
+    rows = [core.ReplayRow(str(path), SEED.content_hash(), "0.27.0", Tier.MANAGER, Verdict.FAIL),
+            core.ReplayRow(str(path), SEED.content_hash(), "0.28.0", Tier.ENGINE, Verdict.OK,
                            data={"recipe": "x", "boot": boot, "synth": {"source": "synthesiser", "target": "FAIL{}"}}),
-            core.ReplayRow(str(path), SEED.content_hash(), "0.32.0", "engine", "ERROR")]
+            core.ReplayRow(str(path), SEED.content_hash(), "0.29.0", Tier.ENGINE, Verdict.LATENT),
+            core.ReplayRow(str(path), SEED.content_hash(), "0.32.0", Tier.ENGINE, Verdict.ERROR)]
     core.record(str(path), SEED, rows)
     back = Layout.from_json(path.read_text())
     assert back.content_hash() == SEED.content_hash()
-    assert back.meta["expect"] == {"0.27.0": {"manager": "FAIL"}, "0.28.0": {"engine": "OK"}}
+    assert back.meta["expect"] == {"0.27.0": {"manager": "FAIL"}, "0.28.0": {"engine": "OK"},
+                                   "0.29.0": {"engine": "LATENT"}}
+    assert core.expectation(back, "0.29.0", Tier.ENGINE) is Verdict.LATENT
     assert back.meta["engine"]["found_by"] == "synthesiser"
     assert Recipe.from_dict(back.meta["engine"]["recipe"]) == SEED_SLIDING_WINDOW
 
 
 def test_first_fixed_release():
-    rows = [core.ReplayRow("f", "h", r, "engine", v) for r, v in
-            [("0.27.0", "FAIL"), ("0.28.0", "OK"), ("0.32.0", "OK")]]
-    assert bisect.first_fixed(rows, "engine") == ("0.28.0", ["0.27.0"])
+    rows = [core.ReplayRow("f", "h", r, Tier.ENGINE, v) for r, v in
+            [("0.27.0", Verdict.FAIL), ("0.28.0", Verdict.OK), ("0.32.0", Verdict.OK)]]
+    assert bisect.first_fixed(rows, Tier.ENGINE) == ("0.28.0", ["0.27.0"])
     assert bisect.first_fixed(rows[:1], "engine") == (None, ["0.27.0"])
     assert "0.28.0" in bisect.matrix(rows, ["engine"])
+    latent = [rows[0], core.ReplayRow("f", "h", "0.28.0", Tier.ENGINE, Verdict.LATENT)]
+    assert bisect.first_fixed(latent, Tier.ENGINE) == ("0.28.0", ["0.27.0"])
+    error = [rows[0], core.ReplayRow("f", "h", "0.28.0", Tier.ENGINE, Verdict.ERROR)]
+    assert bisect.first_fixed(error, Tier.ENGINE) == (None, ["0.27.0"])  # an ERROR says nothing
 
 
 def test_cli_input_errors_exit_2(tmp_path, capsys):

@@ -3,8 +3,10 @@
 Replays each FILE on every managed release (oldest first) at the chosen tiers
 (default all: function, manager and real engine boots) and names the first
 release where it stops failing: the first release whose verdict at the
-deciding tier (engine if replayed, else manager, else function) is not FAIL
-after one that was. Exit 0 when every replay agrees with the expectations
+deciding tier (engine if replayed, else manager, else function) is OK, WARN,
+LATENT or REJECTED after one that was FAIL (ERROR and unreplayed rows say
+nothing). A LATENT there is named: real vLLM stopped failing, but the
+contracts still flag the layout. Exit 0 when every replay agrees with the expectations
 recorded in the file (a counterexample that still fails on the newest release
 is reported, not an error), 1 when a replay contradicts them, 2 on a usage or
 input error.
@@ -16,32 +18,38 @@ import json
 import sys
 from typing import Sequence
 
-from kvproof import checking, contracts
+from kvproof import inputs
 from kvproof.errors import KvproofError
 from kvproof.replay import core
 from kvproof.replay.cli import _Parser, releases_of, tiers_of
+from kvproof.verdicts import Tier, Verdict
+
+STOPS_FAILING = (Verdict.OK, Verdict.WARN, Verdict.LATENT, Verdict.REJECTED)
 
 
-def first_fixed(rows: Sequence[core.ReplayRow], tier: str) -> tuple[str | None, list[str]]:
+def first_fixed(rows: Sequence[core.ReplayRow], tier: Tier | str) -> tuple[str | None, list[str]]:
     """(first release where ``tier`` stops failing, releases where it fails)."""
+    tier = core.as_tier(tier)
     by_release = sorted((r for r in rows if r.tier == tier), key=lambda r: core.version_key(r.release))
     failing: list[str] = []
     for r in by_release:
-        if r.verdict == contracts.FAIL:
+        if r.verdict == Verdict.FAIL:
             failing.append(r.release)
-        elif failing and r.verdict in (contracts.OK, contracts.WARN, contracts.REJECTED):
+        elif failing and r.verdict in STOPS_FAILING:
             return r.release, failing
     return None, failing
 
 
-def matrix(rows: Sequence[core.ReplayRow], tiers: Sequence[str]) -> str:
+def matrix(rows: Sequence[core.ReplayRow], tiers: Sequence[Tier | str]) -> str:
+    tiers = [core.as_tier(t) for t in tiers]
     releases = sorted({r.release for r in rows}, key=core.version_key)
     cell = {(r.release, r.tier): r for r in rows}
-    lines = [f"{'vllm':8}" + "".join(f"  {t:10}" for t in tiers) + "  engine detail" * ("engine" in tiers)]
+    lines = [f"{'vllm':8}" + "".join(f"  {str(t):10}" for t in tiers) + "  engine detail" * (Tier.ENGINE in tiers)]
     for rel in releases:
-        line = f"{rel:8}" + "".join(f"  {(cell[(rel, t)].verdict if (rel, t) in cell else '-'):10}" for t in tiers)
-        if "engine" in tiers and (rel, "engine") in cell:
-            line += "  " + cell[(rel, "engine")].detail[:200]
+        line = f"{rel:8}" + "".join(f"  {(cell[(rel, t)].verdict_name if (rel, t) in cell else '-'):10}"
+                                    for t in tiers)
+        if Tier.ENGINE in tiers and (rel, Tier.ENGINE) in cell:
+            line += "  " + cell[(rel, Tier.ENGINE)].detail[:200]
         lines.append(line)
     return "\n".join(lines)
 
@@ -57,30 +65,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     try:
         args = ap.parse_args(argv)
-        named = checking.load_layouts(args.files)
+        named = inputs.load_layouts(args.files)
         tiers = tiers_of("all" if args.matrix else args.tier)
         echo = (lambda s: print(s, file=sys.stderr)) if args.json else print
         rows = core.replay(named, releases_of(args), tiers, echo=echo, synthesise=not args.no_synth)
     except KvproofError as err:
         print(f"kvproof: error: {err}", file=sys.stderr)
         return err.exit_code
-    deciding = "engine" if "engine" in tiers else ("manager" if "manager" in tiers else "function")
+    deciding = max(core.as_tier(t) for t in tiers)  # the strongest tier replayed
     code = 0
     out = []
     for name, lay in named:
         mine = [r for r in rows if r.name == name]
         fixed, failing = first_fixed(mine, deciding)
+        fixed_row = next((r for r in mine if r.tier == deciding and r.release == fixed), None)
         out.append({"name": name, "layout_hash": lay.content_hash(), "summary": lay.summary(),
-                    "deciding_tier": deciding, "fails_on": failing, "first_fixed": fixed,
+                    "deciding_tier": str(deciding), "first_fixed_verdict": fixed_row.verdict_name if fixed_row else None, "fails_on": failing, "first_fixed": fixed,
                     "contradictions": sum(r.contradicts for r in mine), "results": [r.to_dict() for r in mine]})
         if not args.json:
             print(f"\n{name}: {lay.summary()}")
             print(matrix(mine, tiers))
             if fixed:
+                latent = (f"; still LATENT there: the contracts flag the layout "
+                          f"({', '.join(fixed_row.data.get('contracts') or []) or 'see detail'})"
+                          if fixed_row is not None and fixed_row.verdict == Verdict.LATENT else "")
                 print(f"first release where it stops failing ({deciding} tier): {fixed} "
-                      f"(fails on {', '.join(failing)})")
+                      f"(fails on {', '.join(failing)}){latent}")
             elif failing:
-                print(f"still failing on the newest release replayed ({deciding} tier): {failing[-1]}")
+                print(f"still failing on the newest release replayed ({deciding} tier): {failing[-1]} "
+                      f"(FAIL observed at the {deciding} tier)")
             else:
                 print(f"never fails at the {deciding} tier on the releases replayed")
     if any(o["contradictions"] for o in out):

@@ -143,6 +143,32 @@ def _coordinator(llm: Any) -> str:
     return type(obj).__name__
 
 
+def cpu_kernels() -> str:
+    """Which x86 kernel build vLLM loads here (vllm/platforms/cpu.py import_kernels) and AMX.
+
+    _C for AVX512-BF16, _C_AVX512 for AVX512 without BF16, _C_AVX2 otherwise; AMX also switches
+    the GDN/Mamba conv path and forces a float32 SSM state (check_and_update_config). Printed with
+    every failed boot so a CPU-dependent kernel error names the CPU it happened on.
+    """
+    try:
+        cpu = torch.cpu
+        if not cpu._is_avx512_supported():
+            isa, lib = "AVX2", "_C_AVX2"
+        elif cpu._is_avx512_bf16_supported():
+            isa, lib = "AVX512_BF16", "_C"
+        else:
+            isa, lib = "AVX512", "_C_AVX512"
+        if cpu._is_amx_tile_supported():
+            isa += "+AMX"
+        cap = torch.backends.cpu.get_cpu_capability()
+        return f"{isa} ({lib}; torch {cap})"
+    except Exception as err:  # an older torch or a non-x86 machine
+        return f"unknown ({type(err).__name__})"
+
+
+CPU = cpu_kernels()
+
+
 def _peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
@@ -168,7 +194,7 @@ def _cleanup(llm: Any) -> None:
 
 def boot(recipe: Recipe, workdir: Path, probe: bool, capture: Capture) -> BootResult:
     res = BootResult(ok=False, release=vllm.__version__, recipe=recipe.to_dict(), stage="config",
-                     import_seconds=round(IMPORT_SECONDS, 2))
+                     import_seconds=round(IMPORT_SECONDS, 2), cpu=CPU)
     model_dir = workdir / f"model-{recipe.key()}"
     model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / "config.json").write_text(json.dumps(recipe.hf_config(), indent=1))
@@ -222,7 +248,7 @@ def main() -> None:
     workdir = Path(request["workdir"])
     workdir.mkdir(parents=True, exist_ok=True)
     capture = Capture()
-    _real_stdout.write(MARK + json.dumps({"ready": True, "vllm": vllm.__version__,
+    _real_stdout.write(MARK + json.dumps({"ready": True, "vllm": vllm.__version__, "cpu": CPU,
                                           "import_seconds": round(IMPORT_SECONDS, 2)}) + "\n")
     _real_stdout.flush()
     for raw in request["recipes"]:

@@ -1,49 +1,87 @@
 """Failure classes and engine verdicts, in pure Python (no vLLM).
 
 A *failure class* is what a maintainer would call "the same bug": the verdict
-(FAIL or WARN) plus the contract ids the contracts catalogue reports for it,
-e.g. ``FAIL{block_pool.target_multiple_of_hash, hybrid.group_multiple_of_hash}``.
+the contracts give (FAIL or WARN) plus the contract ids the catalogue reports
+for it, e.g. ``FAIL{block_pool.target_multiple_of_hash, hybrid.group_multiple_of_hash}``.
 The same function serves a counterexample Layout (judged on the real resolver
 of a release) and a live engine layout (read back from a real boot), so the
-synthesiser can compare the two.
+synthesiser can compare the two. A class is a *prediction*; what the engine
+tier observed is ``engine_verdict`` (a ``Verdict`` at ``Tier.ENGINE``):
+
+- FAIL only when real vLLM raised or asserted in a block-size consumer (at
+  boot or while serving) or the resolver itself raised something other than a
+  clear ``ValueError``;
+- LATENT when the engine booted (and served) but the contracts flag its live
+  layout: the contract ids are reported, nothing real has failed yet;
+- ERROR when the boot failed for a reason unrelated to block sizes (a CPU
+  kernel, a model the release cannot run, a timeout): the cause is printed;
+- REJECTED when the resolver refused the configuration with a ValueError.
+
+``engine_verdict`` turns a boot into an engine-tier Outcome (a consumer
+assertion as ``manager_error``, an unrelated failure as ``run_error``) and asks
+the one judge, ``kvproof.judge.judge(..., Tier.ENGINE)``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kvproof import contracts
+from kvproof.judge import Judgement, judge
 from kvproof.layout import Cache, Group, Layout
 from kvproof.outcome import Outcome, StageError
 from kvproof.replay.families import BootResult
+from kvproof.spec import facts
+from kvproof.verdicts import Tier, Verdict
+from kvproof.verdicts import parse as _parse
 
-ERROR = "ERROR"  # the engine failed for a reason that says nothing about block sizes
 # Frames whose AssertionError is a block-size consumer refusing the layout.
 _CONSUMER_FILES = ("kv_cache_coordinator.py", "block_pool.py", "kv_cache_utils.py", "kv_cache_manager.py",
                    "single_type_kv_cache_manager.py", "scheduler.py", "kv_connector", "offloading")
 
 
+def as_verdict(value: "Verdict | str") -> Verdict:
+    """A ``Verdict`` from an enum member or its name (contracts and JSON still speak strings)."""
+    return value if isinstance(value, Verdict) else _parse(Verdict, str(value))
+
+
+def as_tier(value: "Tier | str") -> Tier:
+    return value if isinstance(value, Tier) else _parse(Tier, str(value))
+
+
 @dataclass(frozen=True)
 class FailureClass:
-    verdict: str
+    verdict: Verdict
     ids: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "verdict", as_verdict(self.verdict))
+        object.__setattr__(self, "ids", tuple(self.ids))
+
     def __str__(self) -> str:
-        return f"{self.verdict}{{{', '.join(self.ids)}}}" if self.ids else self.verdict
+        return f"{self.verdict.name}{{{', '.join(self.ids)}}}" if self.ids else self.verdict.name
 
     def covers(self, target: "FailureClass") -> bool:
         """Does this (live) class reproduce ``target``? Same verdict, at least its contracts."""
         return self.verdict == target.verdict and set(target.ids) <= set(self.ids)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "contracts": list(self.ids)}
+        return {"verdict": self.verdict.name, "contracts": list(self.ids)}
 
 
 def failure_class(layout: Layout, outcome: Outcome) -> FailureClass:
-    verdict, violations, warnings = contracts.verdict(layout, outcome)
-    found = violations if verdict == contracts.FAIL else warnings
-    return FailureClass(verdict, tuple(sorted({v.contract.id for v in found})))
+    """What the contracts predict for ``layout`` given ``outcome`` (not what real vLLM did):
+    FAIL{violated ids}, REJECTED, WARN{hazard ids}, OK or NOT_EXPRESSIBLE."""
+    if not outcome.expressible:
+        return FailureClass(Verdict.NOT_EXPRESSIBLE, ())
+    violated = contracts.check(layout, outcome)
+    if violated:
+        return FailureClass(Verdict.FAIL, tuple(sorted({v.contract.id for v in violated})))
+    if outcome.resolver_error is not None or contracts.unsupported_by_design(outcome):
+        return FailureClass(Verdict.REJECTED, ())
+    warns = contracts.warnings(layout, outcome)
+    return FailureClass(Verdict.WARN if warns else Verdict.OK, tuple(sorted({w.contract.id for w in warns})))
 
 
 def function_outcome(outcome: Outcome) -> Outcome:
@@ -61,14 +99,14 @@ def live_layout(boot: BootResult) -> Layout | None:
     groups = []
     for g in boot.groups:
         kind = g["kind"]
-        if kind not in ("full_attention", "sliding_window", "chunked_local", "mla", "mamba", "hidden_state"):
+        if kind not in facts.KINDS:
             kind = "full_attention"  # an attention spec kvproof does not model separately
         groups.append(Group(
             kind=kind, block_size=int(g["block_size"]),
             prefix_cacheable=None if g.get("prefix_cacheable", True) else False,
             sliding_window=g.get("sliding_window") if kind == "sliding_window" else None,
             attention_chunk_size=g.get("attention_chunk_size") if kind == "chunked_local" else None))
-    mode = boot.mamba_cache_mode if boot.mamba_cache_mode in ("align", "all", "none") else "none"
+    mode = boot.mamba_cache_mode if boot.mamba_cache_mode in facts.ALL_MAMBA_MODES else "none"
     return Layout(groups=tuple(groups),
                   cache=Cache(block_size=int(boot.cache_block_size),
                               enable_prefix_caching=bool(boot.enable_prefix_caching), mamba_cache_mode=mode),
@@ -80,53 +118,92 @@ def is_consumer_assertion(boot: BootResult) -> bool:
         any(f in boot.error_frame for f in _CONSUMER_FILES) or "block_size" in boot.error_message)
 
 
-def live_outcome(boot: BootResult, layout: Layout) -> Outcome:
-    manager_error = None
+def is_serving_assertion(boot: BootResult) -> bool:
+    """A block-size consumer asserted while the booted engine served requests."""
+    return boot.stage == "generate" and boot.error_type == "AssertionError" and \
+        any(f in boot.error_frame for f in _CONSUMER_FILES)
+
+
+def _error(boot: BootResult) -> StageError:
+    return StageError(boot.error_type, boot.error_message, boot.error_frame)
+
+
+def live_outcome(boot: BootResult, layout: Layout, with_run_error: bool = False) -> Outcome:
+    """The boot as an engine-tier Outcome: a consumer assertion (startup or serving) is the
+    manager error, a resolver exception the resolver error; with ``with_run_error`` any other
+    failure is ``run_error`` (unrelated to block sizes)."""
+    manager_error = resolver_error = run_error = None
     resolved = boot.scheduler_block_size is not None
-    if not boot.ok and resolved and is_consumer_assertion(boot):
-        manager_error = StageError(boot.error_type, boot.error_message, boot.error_frame)
-    resolver_error = None
-    if not resolved and boot.groups and boot.error_type:
-        resolver_error = StageError(boot.error_type, boot.error_message, boot.error_frame)
+    if not boot.ok:
+        if resolved and (is_serving_assertion(boot) or (boot.stage != "generate" and is_consumer_assertion(boot))):
+            manager_error = _error(boot)
+        elif not resolved and boot.groups and boot.error_type and boot.stage == "engine":
+            resolver_error = _error(boot)
+        elif with_run_error:
+            run_error = _error(boot)
     return Outcome(layout_hash=layout.content_hash(), vllm_version=boot.release, source="engine",
                    scheduler_block_size=boot.scheduler_block_size, hash_block_size=boot.hash_block_size,
                    resolver_error=resolver_error, manager_attempted=resolved, manager_error=manager_error,
-                   coordinator=boot.coordinator)
+                   coordinator=boot.coordinator, run_error=run_error)
 
 
 @dataclass(frozen=True)
 class EngineVerdict:
-    verdict: str  # OK / WARN / FAIL / REJECTED / ERROR
-    cls: FailureClass | None  # the live layout's failure class (None: died before KV init)
+    verdict: Verdict  # OK / WARN / LATENT / REJECTED / ERROR / FAIL, observed at ``tier``
+    cls: FailureClass | None  # what the contracts predict for the live layout (None: died before KV init)
     detail: str
     layout: Layout | None
+    tier: Tier = Tier.ENGINE
+    contracts: tuple[str, ...] = field(default=())  # contract ids behind a FAIL, LATENT or WARN
+    judgement: Judgement | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict.name, "tier": str(self.tier), "contracts": list(self.contracts),
+                "class": self.cls.to_dict() if self.cls else None, "detail": self.detail}
+
+
+def _error_cause(boot: BootResult) -> str:
+    msg = f"{boot.error_type}: {boot.error_message}".strip(": ")
+    where = f" [{boot.error_frame}]" if boot.error_frame else ""
+    cpu = f" (cpu {boot.cpu})" if boot.cpu else ""
+    return f"{msg}{where}{cpu}"
+
+
+def _ids(*groups: tuple) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(v.contract.id for g in groups for v in g))
 
 
 def engine_verdict(boot: BootResult) -> EngineVerdict:
-    """Judge one boot: what the engine did, and what the contracts say of its live layout."""
+    """Judge one boot by what real vLLM did; the contracts only turn a clean boot into LATENT or WARN."""
     layout = live_layout(boot)
-    cls = None
-    if layout is not None:
-        out = live_outcome(boot, layout)
-        cls = failure_class(layout, out)
-    if not boot.ok:
-        msg = f"{boot.error_type}: {boot.error_message}".strip()
-        if boot.stage in ("timeout", "crash"):
-            return EngineVerdict(ERROR, cls, f"{boot.stage}: {boot.error_message}", layout)
-        if boot.stage == "generate":
-            return EngineVerdict(ERROR, cls, f"booted, generation failed: {msg} [{boot.error_frame}]", layout)
-        if layout is not None and is_consumer_assertion(boot) and boot.scheduler_block_size is not None:
-            return EngineVerdict(contracts.FAIL, cls, f"startup: {msg} [{boot.error_frame}]", layout)
-        if layout is not None and boot.scheduler_block_size is None:
-            v = contracts.REJECTED if boot.error_type == "ValueError" else contracts.FAIL
-            return EngineVerdict(v, cls, f"resolver: {msg} [{boot.error_frame}]", layout)
-        return EngineVerdict(ERROR, cls, f"{msg} [{boot.error_frame}]", layout)
-    assert cls is not None or layout is None
-    if cls is None:
-        return EngineVerdict(ERROR, None, "booted but no KV layout was captured", None)
-    if cls.verdict == contracts.FAIL:
-        return EngineVerdict(contracts.FAIL, cls, "booted, but the live layout violates " + ", ".join(cls.ids), layout)
+    if layout is None:  # died before the resolver saw a layout: nothing about block sizes
+        if not boot.ok:
+            return EngineVerdict(Verdict.ERROR, None, f"unrelated to block sizes: {boot.stage}: "
+                                                      f"{_error_cause(boot)}", None)
+        return EngineVerdict(Verdict.ERROR, None, "unrelated to block sizes: booted but no KV layout was captured",
+                             None)
+    cls = failure_class(layout, live_outcome(boot, layout))
+    j = judge(layout, live_outcome(boot, layout, with_run_error=True), Tier.ENGINE)
+    cause = _error_cause(boot)
     what = "booted and generated" if boot.token_ids else "booted (generation not run)"
-    if cls.verdict == contracts.WARN:
-        return EngineVerdict(contracts.WARN, cls, f"{what}; warnings: " + ", ".join(cls.ids), layout)
-    return EngineVerdict(cls.verdict, cls, what, layout)
+    if j.verdict == Verdict.FAIL:
+        where = "serving" if boot.stage == "generate" else ("resolver" if j.observed is not None and
+                                                            boot.scheduler_block_size is None else "startup")
+        note = f" ({j.note})" if j.note else ""
+        ids = _ids(j.explained, j.latent) or cls.ids
+        return EngineVerdict(Verdict.FAIL, cls, f"{where}: {cause}{note}", layout, j.tier, ids, j)
+    if j.verdict == Verdict.REJECTED:
+        return EngineVerdict(Verdict.REJECTED, cls, f"resolver: {cause}", layout, j.tier, (), j)
+    if j.verdict == Verdict.ERROR:
+        stage = "booted, generation failed" if boot.stage == "generate" else boot.stage
+        return EngineVerdict(Verdict.ERROR, cls, f"unrelated to block sizes: {stage}: {cause}", layout, j.tier,
+                             _ids(j.latent), j)
+    if j.verdict == Verdict.LATENT:
+        # A prediction, not an observation: real vLLM accepted and served this layout.
+        ids = _ids(j.latent)
+        return EngineVerdict(Verdict.LATENT, cls, f"{what}, but the contracts flag the live layout: "
+                                                  + ", ".join(ids), layout, j.tier, ids, j)
+    if j.verdict == Verdict.WARN:
+        ids = _ids(j.warnings)
+        return EngineVerdict(Verdict.WARN, cls, f"{what}; warnings: " + ", ".join(ids), layout, j.tier, ids, j)
+    return EngineVerdict(j.verdict, cls, what, layout, j.tier, (), j)

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Sequence
 
-from kvproof import checking
+from kvproof import inputs
 from kvproof.errors import KvproofError, UsageError
 from kvproof.replay import core
 
@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser().parse_args(argv)
-        named = checking.load_layouts(args.files)
+        named = inputs.load_layouts(args.files)
         echo = (lambda s: print(s, file=sys.stderr)) if args.json else print
         rows = core.replay(named, releases_of(args), tiers_of(args.tier), echo=echo, synthesise=not args.no_synth)
     except KvproofError as err:
@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, lay in named:
             core.record(name, lay, rows)
         for r in rows:
-            r.expected = r.expected if r.verdict in (core.SKIP, "ERROR") else r.verdict
+            r.expected = r.expected if r.verdict is None or r.verdict in core.UNRECORDED else r.verdict
     bad = [r for r in rows if r.contradicts]
     if args.json:
         print(json.dumps({"results": [r.to_dict() for r in rows], "contradictions": len(bad)}, indent=2))

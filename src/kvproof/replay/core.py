@@ -8,25 +8,33 @@ engine:   a real ``vllm.LLM`` boot of a tiny model whose live layout has the
           (meta kvproof.engine.recipe) or one the synthesiser finds.
 
 Expectations ride in the corpus file: ``meta["kvproof"]["expect"] = {release: {tier: verdict}}``.
+Rows carry ``Verdict`` and ``Tier`` enums; JSON and the corpus speak their names. A FAIL names
+the tier that observed it; at the engine tier a clean boot whose live layout the contracts flag is
+LATENT (with the contract ids), never FAIL.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from kvproof import checking, contracts, corpus, envs
+from kvproof import checking, corpus, envs
 from kvproof.envs import Env
 from kvproof.errors import EnvError, KvproofError
+from kvproof.fsio import atomic_write
+from kvproof.judge import judge
 from kvproof.layout import Layout
 from kvproof.replay import classify, engine, synth
+from kvproof.replay.classify import as_tier, as_verdict
 from kvproof.replay.families import BootResult, Recipe
+from kvproof.verdicts import Tier, Verdict
 
-TIERS = ("function", "manager", "engine")
-SKIP = "SKIP"
+REPLAY_TIERS = (Tier.FUNCTION, Tier.MANAGER, Tier.ENGINE)
+TIERS = tuple(str(t) for t in REPLAY_TIERS)  # CLI spelling: "function", "manager", "engine"
+SKIP = "SKIP"  # how a row without a verdict (no engine reproducer) is printed; ReplayRow.verdict is None
+UNRECORDED = (Verdict.ERROR,)  # say nothing about block sizes: never written as an expectation
 
 
 def version_key(release: str) -> tuple[int, ...]:
@@ -58,25 +66,44 @@ class ReplayRow:
     name: str
     layout_hash: str
     release: str
-    tier: str
-    verdict: str
-    expected: str | None = None
+    tier: Tier
+    verdict: Verdict | None  # None: nothing replayed (no engine reproducer)
+    expected: Verdict | None = None
     detail: str = ""
     data: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.tier = as_tier(self.tier)
+        if self.verdict is not None and not (isinstance(self.verdict, str) and self.verdict == SKIP):
+            self.verdict = as_verdict(self.verdict)
+        else:
+            self.verdict = None
+        self.expected = None if self.expected is None else as_verdict(self.expected)
+
     @property
     def contradicts(self) -> bool:
-        return self.expected is not None and self.verdict != SKIP and self.verdict != self.expected
+        return self.expected is not None and self.verdict is not None and self.verdict != self.expected
+
+    @property
+    def verdict_name(self) -> str:
+        return SKIP if self.verdict is None else self.verdict.name
+
+    @property
+    def observed_by(self) -> str | None:
+        """The tier that observed a FAIL (``None`` for every other verdict)."""
+        return str(self.tier) if self.verdict == Verdict.FAIL else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "layout_hash": self.layout_hash, "release": self.release, "tier": self.tier,
-                "verdict": self.verdict, "expected": self.expected, "contradicts": self.contradicts,
-                "detail": self.detail, **self.data}
+        return {"name": self.name, "layout_hash": self.layout_hash, "release": self.release, "tier": str(self.tier),
+                "verdict": self.verdict_name, "observed_by": self.observed_by,
+                "expected": self.expected.name if self.expected is not None else None,
+                "contradicts": self.contradicts, "detail": self.detail, **self.data}
 
 
-def expectation(layout: Layout, release: str, tier: str) -> str | None:
+def expectation(layout: Layout, release: str, tier: Tier | str) -> Verdict | None:
     expect = (layout.meta or {}).get("expect") or {}
-    return (expect.get(release) or {}).get(tier)
+    raw = (expect.get(release) or {}).get(str(as_tier(tier)))
+    return None if raw is None else as_verdict(raw)
 
 
 def _stored_recipe(layout: Layout) -> Recipe | None:
@@ -86,33 +113,35 @@ def _stored_recipe(layout: Layout) -> Recipe | None:
 
 # --- function + manager tiers ---------------------------------------------------
 
-def bridge_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env], tiers: Sequence[str]) -> list[ReplayRow]:
+def bridge_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env],
+                tiers: Sequence[Tier | str]) -> list[ReplayRow]:
     rows: list[ReplayRow] = []
-    if not ({"function", "manager"} & set(tiers)) or not named:
+    tiers = {as_tier(t) for t in tiers}
+    if not ({Tier.FUNCTION, Tier.MANAGER} & tiers) or not named:
         return rows
-    checked, _info = checking.run(named, list(env_map.values()), manager="manager" in tiers)
+    checked, _info = checking.run(named, list(env_map.values()), manager=Tier.MANAGER in tiers)
     by_env = {e.name: r for r, e in env_map.items()}
     for row in checked:
         release = by_env[row.env]
         name, lay, o = row.name, row.layout, row.outcome
-        if "function" in tiers:
+        if Tier.FUNCTION in tiers:
             fo = classify.function_outcome(o)
-            v, viol, warn = contracts.verdict(lay, fo)
+            v = judge(lay, fo, Tier.FUNCTION).verdict
             cls = classify.failure_class(lay, fo)
             detail = (f"scheduler={o.scheduler_block_size} hash={o.hash_block_size}"
                       if o.resolved else (o.resolver_error.line() if o.resolver_error else o.not_expressible))
             if cls.ids:
                 detail += " " + str(cls)
-            rows.append(ReplayRow(name, lay.content_hash(), release, "function", v,
-                                  expectation(lay, release, "function"), detail,
+            rows.append(ReplayRow(name, lay.content_hash(), release, Tier.FUNCTION, v,
+                                  expectation(lay, release, Tier.FUNCTION), detail,
                                   {"scheduler_block_size": o.scheduler_block_size, "hash_block_size": o.hash_block_size,
                                    "class": cls.to_dict(), "vllm": o.vllm_version}))
-        if "manager" in tiers:
+        if Tier.MANAGER in tiers:
             detail = row.message() or (f"{o.coordinator} built" if o.coordinator else "")
             if o.manager_error is not None:
                 detail = f"{o.manager_error.line()} [{o.manager_error.frame}]"
-            rows.append(ReplayRow(name, lay.content_hash(), release, "manager", row.verdict,
-                                  expectation(lay, release, "manager"), detail,
+            rows.append(ReplayRow(name, lay.content_hash(), release, Tier.MANAGER, judge(lay, o, Tier.MANAGER).verdict,
+                                  expectation(lay, release, Tier.MANAGER), detail,
                                   {"coordinator": o.coordinator,
                                    "manager_error": o.manager_error.line() if o.manager_error else None,
                                    "vllm": o.vllm_version}))
@@ -135,22 +164,18 @@ def _load_reproducers() -> dict[str, Any]:
 def _save_reproducer(key: str, rep: synth.Reproducer) -> None:
     data = _load_reproducers()
     data[key] = rep.to_dict()
-    path = _reproducer_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_write(_reproducer_file(), json.dumps(data, indent=1, sort_keys=True))
 
 
 def target_class(layout: Layout, function_rows: Sequence[ReplayRow]) -> tuple[str, classify.FailureClass] | None:
-    """The failure class to reproduce and the release it shows on (first FAIL, else first WARN)."""
-    rows = sorted((r for r in function_rows if r.tier == "function" and r.layout_hash == layout.content_hash()),
+    """The failure class to reproduce and the release it shows on (first predicted FAIL, else WARN)."""
+    rows = sorted((r for r in function_rows if r.tier == Tier.FUNCTION and r.layout_hash == layout.content_hash()),
                   key=lambda r: version_key(r.release))
-    for wanted in (contracts.FAIL, contracts.WARN):
+    for wanted in (Verdict.FAIL, Verdict.WARN):  # the contracts' prediction (a function row itself is LATENT)
         for r in rows:
-            if r.verdict == wanted:
-                c = r.data["class"]
-                return r.release, classify.FailureClass(c["verdict"], tuple(c["contracts"]))
+            c = r.data.get("class") or {}
+            if c and as_verdict(c["verdict"]) == wanted:
+                return r.release, classify.FailureClass(as_verdict(c["verdict"]), tuple(c["contracts"]))
     return None
 
 
@@ -185,7 +210,7 @@ def find_recipe(layout: Layout, function_rows: Sequence[ReplayRow], echo: Callab
 
 
 def boot_detail(b: BootResult, ev: classify.EngineVerdict) -> str:
-    bits = [ev.detail]
+    bits = [ev.detail if ev.verdict != Verdict.FAIL else f"observed at the {ev.tier} tier: {ev.detail}"]
     if b.groups:
         bits.append(f"live {b.layout_summary()} scheduler={b.scheduler_block_size} hash={b.hash_block_size}")
     bits.append(f"boot {b.boot_seconds}s rss {b.peak_rss_mb}MB")
@@ -202,37 +227,39 @@ def engine_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env], fu
     for name, lay in named:
         recipe, how = find_recipe(lay, function_rows, echo, synthesise)
         for release, env in env_map.items():
-            exp = expectation(lay, release, "engine")
+            exp = expectation(lay, release, Tier.ENGINE)
             if recipe is None:
-                rows.append(ReplayRow(name, lay.content_hash(), release, "engine", SKIP, exp,
+                rows.append(ReplayRow(name, lay.content_hash(), release, Tier.ENGINE, None, exp,
                                       "no engine reproducer: " + how.get("reason", ""), {"synth": how}))
                 continue
             if echo:
                 echo(f"kvproof: booting {recipe.family} on vLLM {release}")
             b = engine.boot(env, recipe, timeout=timeout)
             ev = classify.engine_verdict(b)
-            rows.append(ReplayRow(name, lay.content_hash(), release, "engine", ev.verdict, exp, boot_detail(b, ev),
+            rows.append(ReplayRow(name, lay.content_hash(), release, ev.tier, ev.verdict, exp, boot_detail(b, ev),
                                   {"recipe": recipe.describe(), "tricks": recipe.tricks(), "synth": how,
-                                   "class": ev.cls.to_dict() if ev.cls else None, "boot": b.to_dict()}))
+                                   "class": ev.cls.to_dict() if ev.cls else None,
+                                   "contracts": list(ev.contracts), "boot": b.to_dict()}))
     return rows
 
 
-def replay(named: Sequence[tuple[str, Layout]], releases: Sequence[str], tiers: Sequence[str],
+def replay(named: Sequence[tuple[str, Layout]], releases: Sequence[str], tiers: Sequence[Tier | str],
            echo: Callable[[str], None] | None = None, synthesise: bool = True) -> list[ReplayRow]:
+    tiers = [as_tier(t) for t in tiers]
     env_map = resolve_envs(releases)
-    need_function = "engine" in tiers and not all(_stored_recipe(l) for _, l in named)
-    bridge_tiers = list(dict.fromkeys([t for t in tiers if t != "engine"] + (["function"] if need_function else [])))
+    need_function = Tier.ENGINE in tiers and not all(_stored_recipe(l) for _, l in named)
+    bridge_tiers = list(dict.fromkeys([t for t in tiers if t != Tier.ENGINE]
+                                      + ([Tier.FUNCTION] if need_function else [])))
     rows = bridge_rows(named, env_map, bridge_tiers) if bridge_tiers else []
-    if "engine" in tiers:
+    if Tier.ENGINE in tiers:
         # The target class may show on a release outside the selection: evaluate all installed ones.
         extra = [r for r in default_releases() if r not in env_map]
-        fn_rows = [r for r in rows if r.tier == "function"]
+        fn_rows = [r for r in rows if r.tier == Tier.FUNCTION]
         if need_function and extra:
-            fn_rows += bridge_rows(named, resolve_envs(extra), ["function"])
+            fn_rows += bridge_rows(named, resolve_envs(extra), [Tier.FUNCTION])
         rows += engine_rows(named, env_map, fn_rows, echo, synthesise)
     keep = [r for r in rows if r.tier in tiers]
-    order = {t: i for i, t in enumerate(TIERS)}
-    keep.sort(key=lambda r: (r.name, version_key(r.release), order[r.tier]))
+    keep.sort(key=lambda r: (r.name, version_key(r.release), r.tier))
     return keep
 
 
@@ -240,10 +267,11 @@ def format_table(rows: Sequence[ReplayRow], width: int = 150) -> str:
     head = f"{'layout':16}  {'vllm':7}  {'tier':8}  {'verdict':8}  {'expect':8}  detail"
     lines = [head, "-" * min(width, 120)]
     for r in rows:
-        exp = r.expected or "-"
+        exp = r.expected.name if r.expected is not None else "-"
         mark = "  <-- CONTRADICTS" if r.contradicts else ""
         detail = r.detail if len(r.detail) <= width else r.detail[:width - 3] + "..."
-        lines.append(f"{r.layout_hash:16}  {r.release:7}  {r.tier:8}  {r.verdict:8}  {exp:8}  {detail}{mark}")
+        lines.append(f"{r.layout_hash:16}  {r.release:7}  {str(r.tier):8}  {r.verdict_name:8}  {exp:8}  "
+                     f"{detail}{mark}")
     return "\n".join(lines)
 
 
@@ -252,16 +280,16 @@ def record(path: str, layout: Layout, rows: Sequence[ReplayRow]) -> Layout:
 
     Only the ``expect`` and ``engine`` keys of meta["kvproof"] are touched; the
     layout itself, and therefore its content hash and file name, is unchanged.
-    ERROR and SKIP verdicts are not recorded as expectations.
+    ERROR verdicts and rows without a verdict are not recorded as expectations.
     """
     meta = dict(layout.meta or {})
     expect = {k: dict(v) for k, v in (meta.get("expect") or {}).items()}
     for r in rows:
-        if r.layout_hash != layout.content_hash() or r.verdict in (SKIP, classify.ERROR):
+        if r.layout_hash != layout.content_hash() or r.verdict is None or r.verdict in UNRECORDED:
             continue
-        expect.setdefault(r.release, {})[r.tier] = r.verdict
+        expect.setdefault(r.release, {})[str(r.tier)] = r.verdict.name
     meta["expect"] = dict(sorted(expect.items(), key=lambda kv: version_key(kv[0])))
-    engine_row = next((r for r in rows if r.layout_hash == layout.content_hash() and r.tier == "engine"
+    engine_row = next((r for r in rows if r.layout_hash == layout.content_hash() and r.tier == Tier.ENGINE
                        and r.data.get("recipe")), None)
     if engine_row is not None and not (meta.get("engine") or {}).get("recipe"):
         how = engine_row.data.get("synth") or {}

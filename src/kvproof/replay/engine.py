@@ -29,14 +29,14 @@ from kvproof.bridge.client import worker_env
 from kvproof.envs import Env
 from kvproof.locks import file_lock
 from kvproof.replay.families import BootResult, Recipe
+from kvproof.settings import settings
 
 MARK = "KVPROOF-BOOT "
 DEFAULT_TIMEOUT = 300.0
 
 
 def kvproof_cache() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "kvproof"
+    return settings().cache_home
 
 
 def env_release(env: Env) -> str:
@@ -75,6 +75,7 @@ def boot_many(env: Env, recipes: Sequence[Recipe], probe: bool = False,
     request = json.dumps({"recipes": [r.to_dict() for r in recipes], "workdir": str(work), "probe": probe})
     results: list[BootResult] = []
     stderr_tail: list[str] = []
+    cpu = ""
     started = time.monotonic()
     with boot_lock():
         proc = subprocess.Popen([str(env.python), "-m", "kvproof.replay.boot"], stdin=subprocess.PIPE,
@@ -101,6 +102,7 @@ def boot_many(env: Env, recipes: Sequence[Recipe], probe: bool = False,
                     continue
                 payload = json.loads(line[len(MARK):])
                 if payload.get("ready"):
+                    cpu = str(payload.get("cpu") or "")
                     continue
                 results.append(BootResult.from_dict(payload))
             proc.wait()
@@ -118,6 +120,7 @@ def boot_many(env: Env, recipes: Sequence[Recipe], probe: bool = False,
             results.append(_failed(r, release, "crash", f"boot process exited with code {proc.returncode}: {last}",
                                    stderr_tail, elapsed))
     for res in results:
+        res.cpu = res.cpu or cpu
         if res.peak_rss_mb is None:
             res.peak_rss_mb = round(peak_children, 1)
         if not res.ok and not res.log_tail:

