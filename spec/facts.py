@@ -151,3 +151,17 @@ PREFIX_LOOKUP_METHODS = ("get_computed_blocks", "get_computed_blocks_for_connect
 # KVCacheManager.allocate_slots parameters that count tokens whose KV the step
 # will hold (scheduled, local hit, external hit); names differ by release.
 ALLOC_TOKEN_PARAMS = ("num_new_tokens", "num_new_computed_tokens", "num_external_computed_tokens")
+# Connector constructor refusals that are a setup precondition, not a block-size
+# verdict (the consumer tier reports NOT_EXPRESSIBLE with the reason, never FAIL):
+# (substring of the real message, why the engine never builds it that way).
+CONNECTOR_SETUP_REFUSALS = (
+    ("only works when using 'extract_hidden_states'",
+     "needs the extract_hidden_states speculative method, which the harness supplies; reached without it"),
+    ("Could not uniquely identify the extract-hidden-states",
+     "the engine's extract_hidden_states path adds exactly one hidden-state group"),
+    ("pin_memory", "needs pinned host memory (an accelerator), absent on this CPU machine"),
+)
+# Connector-internal methods that store a (hash, group) key (the rest look one up).
+# vllm/v1/core/block_pool.py BlockHashToBlockMap.insert, kv_offload OffloadingManager
+# prepare_store/complete_store.
+CONNECTOR_STORE_METHODS = ("insert", "prepare_store", "complete_store")

@@ -118,17 +118,6 @@ def domain(rev: R.Revision, x: Inputs, max_block: int, dcp_values) -> list:
     return c
 
 
-def engine_premise(rev: R.Revision, x: Inputs) -> list:
-    """cache_config.block_size as EngineCore derives it after KV cache init."""
-    if rev.engine_block_size == "all":
-        members = [z3.BoolVal(True)] * x.n
-    else:  # min over prefix-cacheable groups, all groups if none is
-        none = z3.Not(z3.Or(x.pc))
-        members = [z3.Or(p, none) for p in x.pc]
-    return ([z3.Implies(m, x.cache_bs <= b) for m, b in zip(members, x.bs)]
-            + [z3.Or([z3.And(m, x.cache_bs == b) for m, b in zip(members, x.bs)])])
-
-
 def dcp_set(values) -> tuple[int, ...]:
     """A dcp set in the one form encodings are keyed by: sorted, distinct, positive."""
     out = tuple(sorted({int(d) for d in values}))

@@ -40,6 +40,7 @@ import z3
 from kvproof import contracts as C
 from kvproof.layout import Cache, Group, Layout
 from kvproof.spec import facts, lemmas
+from kvproof.spec.premise import engine_premise
 from kvproof.spec import model as M
 from kvproof.spec import revisions as R
 from kvproof.spec.properties import BY_KEY, Property
@@ -87,7 +88,7 @@ class Query:
             base = (M.domain(self.rev, self.x, self.max_block, self.dcp_values) + self.r.facts
                     + [self.pre, self.viol])
             if self.premise == "engine":
-                base += M.engine_premise(self.rev, self.x)
+                base += engine_premise(self.rev, self.x)
             self._solver = z3.Solver()
             self._solver.add(*base)
         return self._solver
@@ -186,7 +187,7 @@ def _formula(revision: str, key: str, premise: str, max_block: int, dcp_values: 
     pre, viol = prop.formulas(enc.x, enc.r)
     parts = M.domain(enc.rev, enc.x, max_block, dcp_values) + [pre, viol]
     if premise == "engine":
-        parts += M.engine_premise(enc.rev, enc.x)
+        parts += engine_premise(enc.rev, enc.x)
     return enc, z3.And(*parts)
 
 

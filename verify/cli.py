@@ -38,8 +38,8 @@ from kvproof.verify.report import CEX, PROVED, UNKNOWN, WITNESS, status
 from kvproof.verify.runner import Pool
 
 from kvproof import corpus as corpus_io
-from kvproof.cliutil import Parser, print_error
-from kvproof.errors import KvproofError, UsageError
+from kvproof.cliutil import Parser, guarded
+from kvproof.errors import UsageError
 from kvproof.settings import settings
 from kvproof.verdicts import ProofStatus
 
@@ -224,7 +224,10 @@ def label(result: dict, args) -> list[dict]:
                                                   dcp_values=args.dcp_values)
         except Exception as err:  # noqa: BLE001 -- a labelling bug must not hide the finding; unlabelled is FREE (not accepted)
             lab, reason, cfg = reachability.Reachability.FREE, f"labelling failed: {type(err).__name__}: {err}", None
-        p["reachability"], p["reason"], p["witness_config"] = lab, reason, cfg
+        p["reachability"], p["reason"] = lab, reason
+        p["witness_config"] = cfg["config"] if cfg else None
+        p["witness_release"] = cfg["release"] if cfg else None
+        p["witness_derived_layout"] = cfg["layout"] if cfg else None
         p["witness_layout"] = w["layout"]
     return props
 
@@ -297,15 +300,7 @@ def _run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = _parse(argv)
-        return _run(args)
-    except KvproofError as err:
-        print_error(PROG, err)
-        return err.exit_code
-    except KeyboardInterrupt:
-        sys.stderr.write(f"{PROG}: interrupted\n")
-        return 130
+    return guarded(PROG, lambda a: _run(_parse(a)), argv)
 
 
 def exit_name(result: dict, code: int) -> str:

@@ -1,4 +1,9 @@
-"""kvproof's command line. Exit codes: 0 ok, 1 a contract failed, 2 usage or input error.
+"""kvproof's command line.
+
+Exit codes of ``check``: 0 nothing FAIL (OK, WARN, REJECTED, NOT_EXPRESSIBLE
+and LATENT rows), 1 any FAIL (real vLLM raised or misbehaved, at the tier the
+table names), 3 any ERROR and no FAIL (a run failed for a reason unrelated to
+block sizes), 2 usage or input error. Verdicts come from ``kvproof.judge``.
 
 Subcommands that belong to other layers (verify, fuzz, replay, bisect) are
 dispatched to their own ``main(argv)`` so each stays importable alone.
@@ -12,9 +17,12 @@ import json
 import sys
 from typing import Sequence
 
-from kvproof import checking, contracts, envs, explain
+from kvproof import checking, contracts, envs, explain, inputs
+from kvproof.cliutil import Parser, guarded
 from kvproof.errors import KvproofError, UsageError
 from kvproof.layout import Layout, parse_groups_spec
+from kvproof.spec import facts
+from kvproof.verdicts import Verdict
 
 # name -> (module, help); each module has main(argv) -> int
 DELEGATED = {
@@ -22,12 +30,8 @@ DELEGATED = {
     "fuzz": ("kvproof.fuzz.run", "atheris fuzzing of the real installed vLLM"),
     "replay": ("kvproof.replay.cli", "replay counterexamples: function, manager and engine tiers"),
     "bisect": ("kvproof.replay.bisect", "first managed release where a counterexample stops failing"),
+    "selftest": ("kvproof.selftest.run", "seeded vLLM mutants: which layer catches each (kill matrix)"),
 }
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
-        raise UsageError(f"{self.prog}: {message}")
 
 
 def _add_release_args(p: argparse.ArgumentParser) -> None:
@@ -40,8 +44,8 @@ def _add_release_args(p: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="kvproof", description="Prove, fuzz and replay vLLM's KV cache block-size resolution.")
-    sub = ap.add_subparsers(dest="cmd", parser_class=_Parser)
+    ap = Parser(prog="kvproof", description="Prove, fuzz and replay vLLM's KV cache block-size resolution.")
+    sub = ap.add_subparsers(dest="cmd", parser_class=Parser)
     c = sub.add_parser("check", help="run layouts through real vLLM releases and judge the contracts")
     c.add_argument("files", nargs="*", help="Layout JSON files or folders of them")
     c.add_argument("--groups", help="inline groups, e.g. mamba:544x4,hidden_state:181")
@@ -50,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     pc.add_argument("--prefix-caching", dest="prefix_caching", action="store_true", default=None)
     pc.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false")
     c.add_argument("--prefix-match-unit", type=int)
-    c.add_argument("--mamba-cache-mode", choices=("align", "all", "none"))
+    c.add_argument("--mamba-cache-mode", choices=facts.ALL_MAMBA_MODES)
     c.add_argument("--kv-connector")
     c.add_argument("--dcp", type=int, default=1)
     c.add_argument("--max-model-len", type=int, default=131072)
@@ -58,12 +62,31 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("explain", help="turn a 'block_sizes=[...], hash_block_size=N' log line into a check")
     e.add_argument("line")
     _add_release_args(e)
+    d = sub.add_parser("derive", help="derive the Layout real vLLM builds from a user configuration")
+    d.add_argument("config", nargs="?", help="a Config as a JSON file or an inline JSON object (or a list of them)")
+    d.add_argument("--enumerate", action="store_true",
+                   help="derive every Config of the bounded knob space and write the release's table "
+                        "(spec/derived/RELEASE.json, what `verify` searches for witness Configs)")
+    d.add_argument("--vllm", action="append", metavar="RELEASE",
+                   help=f"vLLM release to derive with (repeatable; default {envs.DEFAULT_RELEASE})")
+    d.add_argument("--json", action="store_true", help="machine-readable output")
     env = sub.add_parser("env", help="manage vLLM environments")
-    envsub = env.add_subparsers(dest="env_cmd", parser_class=_Parser)
+    envsub = env.add_subparsers(dest="env_cmd", parser_class=Parser)
     create = envsub.add_parser("create", help="build (or reuse) environments")
     create.add_argument("releases", nargs="*", default=list(envs.SUPPORTED))
     create.add_argument("--force", action="store_true")
     envsub.add_parser("list", help="show installed environments")
+    ov = envsub.add_parser("overlay", help="a vLLM checkout's Python files over a release environment (seconds)")
+    ov.add_argument("name")
+    ov.add_argument("--base", default=envs.DEFAULT_RELEASE, help="managed release to copy (hard links)")
+    ov.add_argument("--vllm-src", required=True, metavar="PATH", help="root of a vLLM checkout (holds vllm/)")
+    ov.add_argument("--ref", metavar="GITREF", help="take the files at this commit (default: the working tree)")
+    ov.add_argument("--since", metavar="GITREF", help="compare C++/CUDA sources against this commit "
+                                                     "(default: tag v<base>, else the upstream merge base)")
+    ov.add_argument("--force", action="store_true", help="replace an overlay of that name")
+    rm = envsub.add_parser("remove", help="remove an overlay (a managed release only with --force)")
+    rm.add_argument("name")
+    rm.add_argument("--force", action="store_true")
     sub.add_parser("contracts", help="list the contract catalogue")
     for name, (_, help_text) in DELEGATED.items():
         sub.add_parser(name, help=help_text, add_help=False)
@@ -96,12 +119,14 @@ def _print_table(rows: Sequence[checking.Row], info: dict) -> None:
         i = info.get(env_name, {})
         print(f"vLLM {i.get('vllm', '?')} ({env_name}, resolver {i.get('fingerprint', '?')})")
         width = max(len(r.layout.summary()) for r in env_rows)
-        print(f"  {'layout':<{width}}  {'scheduler':>9}  {'hash':>7}  {'verdict':<8} contract / vLLM message")
+        print(f"  {'layout':<{width}}  {'scheduler':>9}  {'hash':>7}  {'verdict':<16} contract / vLLM message")
         for r in env_rows:
             o = r.outcome
             s = "-" if o.scheduler_block_size is None else o.scheduler_block_size
             h = "-" if o.hash_block_size is None else o.hash_block_size
-            print(f"  {r.layout.summary():<{width}}  {s:>9}  {h:>7}  {r.verdict:<8} {r.message()}")
+            # FAIL names the tier that observed it; LATENT rows name the contract in the message.
+            verdict = f"{r.verdict} ({r.tier})" if r.verdict == Verdict.FAIL else str(r.verdict)
+            print(f"  {r.layout.summary():<{width}}  {s:>9}  {h:>7}  {verdict:<16} {r.message()}")
         print()
 
 
@@ -110,41 +135,47 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError("check: give layout files or --groups, not both")
     if not args.groups and not args.files:
         raise UsageError("check: give layout files or --groups")
-    named = [("inline", _inline_layout(args))] if args.groups else checking.load_layouts(args.files)
+    named = [("inline", _inline_layout(args))] if args.groups else inputs.load_layouts(args.files)
     rows, info = checking.run(named, _envs(args), manager=not args.no_manager)
     if args.json:
         print(checking.dumps(rows, info))
     else:
         _print_table(rows, info)
-    return 1 if any(r.verdict == contracts.FAIL for r in rows) else 0
+    return checking.exit_code(rows)
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    d = explain.diagnose(args.line)
+    """Every configuration choice that prints the log line, per installed release."""
+    explain.parse(args.line)  # a bad line is a usage error before any vLLM starts
     if not (args.vllm or args.python):
         args.vllm = [r for r in envs.SUPPORTED if _installed(r)] or [envs.DEFAULT_RELEASE]
-    rows, info = checking.run([("explained", d.layout)], _envs(args))
-    reproduced = [r for r in rows if r.verdict == contracts.FAIL and r.outcome.manager_error
-                  and f"hash_block_size={d.hash_block_size}" in r.outcome.manager_error.message]
-    fixed = [r for r in rows if r.verdict != contracts.FAIL]
-    known = d.known_bug and bool(reproduced) and bool(fixed)
+    sizes, hash_size, answers = explain.explain(args.line, _envs(args))
     if args.json:
-        print(json.dumps({"layout": d.layout.to_dict(), "reasoning": d.reasoning, "known_bug": known,
-                          "results": [r.to_dict() for r in rows]}, indent=2))
-        return 1 if reproduced else 0
-    print(f"read: block_sizes={list(d.block_sizes)}, hash_block_size={d.hash_block_size}")
-    print(f"why:  {d.reasoning}")
-    print(f"layout: {d.layout.canonical()}\n")
-    _print_table(rows, info)
-    if known:
-        print(f"diagnosis: the known vLLM <= 0.27 Mamba align fallback bug: reproduced on "
-              f"{', '.join(r.outcome.vllm_version for r in reproduced)}; fine on "
-              f"{', '.join(r.outcome.vllm_version for r in fixed)}. Upgrade to vLLM >= 0.28.0.")
-    elif reproduced:
-        print("diagnosis: reproduced, but not the known <= 0.27 bug's shape")
+        print(json.dumps({"block_sizes": sizes, "hash_block_size": hash_size, "releases": [
+            {"vllm": a.release, "tried": a.tried, "ambiguous": a.ambiguous,
+             "reproducing": [{"choice": c.describe(), "layout": c.layout.to_dict(), "message": m,
+                              "derived_by": None if x is None else {"config": x.config.to_dict(minimal=True),
+                                                                    "layout": x.layout.to_dict()}}
+                             for c, m, x in zip(a.reproducing, a.messages, a.examples)]} for a in answers]}, indent=2))
+        return 1 if any(a.reproducing for a in answers) else 0
+    print(f"read: block_sizes={sizes}, hash_block_size={hash_size}")
+    for a in answers:
+        head = f"vLLM {a.release}: {len(a.reproducing)} of {a.tried} configuration choices print this line"
+        print(head + (" (ambiguous: the line cannot tell them apart)" if a.ambiguous else ""))
+        for c, x in zip(a.reproducing, a.examples):
+            print(f"  {c.describe()}  [{c.layout.summary()}]")
+            if x is not None:
+                print(f"    a real model reaches this class: {x.config.describe()} derives {x.layout.summary()} "
+                      f"(hash {x.hash_block_size})")
+    fixed = [a.release for a in answers if not a.reproducing]
+    broken = [a.release for a in answers if a.reproducing]
+    if broken and fixed:
+        print(f"diagnosis: reproduced on {', '.join(broken)}; no choice prints it on {', '.join(fixed)}")
+    elif broken:
+        print(f"diagnosis: reproduced on {', '.join(broken)} (every release run)")
     else:
-        print("diagnosis: not reproduced by the reconstructed layout on the releases run")
-    return 1 if reproduced else 0
+        print("diagnosis: no configuration choice prints this line on the releases run")
+    return 1 if broken else 0
 
 
 def _installed(release: str) -> bool:
@@ -170,7 +201,19 @@ def cmd_env(args: argparse.Namespace) -> int:
         for r in rows:
             print(f"{r['name']:<20} vllm {r['vllm']:<8} {r['status']:<10} {r['disk_mb']:>6} MB  {r['path']}")
         return 0
-    raise UsageError("env: say `create` or `list`")
+    if args.env_cmd in ("overlay", "remove"):
+        from kvproof import overlay
+        if args.env_cmd == "remove":
+            print(f"removed {overlay.remove(args.name, force=args.force)}")
+            return 0
+        made = overlay.create(args.name, args.base, args.vllm_src, ref=args.ref, since=args.since, force=args.force)
+        o = made.manifest[overlay.KEY]
+        print(f"{made.env.name}: {o['base']} + {len(o['files'])} file(s) from {o['source']['path']}"
+              f"@{(o['source'].get('commit') or 'worktree')[:12]} in {made.seconds:.1f} s ({made.env.python})")
+        for f in o["files"]:
+            print(f"  {f}")
+        return 0
+    raise UsageError("env: say `create`, `list`, `overlay` or `remove`")
 
 
 def cmd_contracts(args: argparse.Namespace) -> int:
@@ -179,23 +222,87 @@ def cmd_contracts(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def cmd_derive(args: argparse.Namespace) -> int:
+    """Config -> real vLLM derivation, per release: the Layout and resolver result, or vLLM's error."""
+    from pathlib import Path
+
+    from kvproof.config import Config
+    from kvproof.derivation import derive_all, write_table
+    from kvproof.spec.revisions import revision_for
+    if args.enumerate:
+        if args.config:
+            raise UsageError("derive: give a Config or --enumerate, not both")
+        for release in args.vllm or list(envs.SUPPORTED):
+            envs.find(release)
+            print(f"derivation table for vLLM {release}: {write_table(release)}")
+        return 0
+    if not args.config:
+        raise UsageError("derive: give a Config (JSON file or inline object) or --enumerate")
+    text = args.config
+    where = "config"
+    if not text.lstrip().startswith(("{", "[")):
+        path = Path(text)
+        if not path.is_file():
+            raise UsageError(f"derive: {text}: no such file (give a JSON file or an inline JSON object)")
+        text, where = inputs.read_text(path), str(path)
+    data = inputs.parse_json(text, f"derive: {where}", UsageError)
+    items = data if isinstance(data, list) else [data]
+    releases = args.vllm or [envs.DEFAULT_RELEASE]
+    plan = []
+    for release in releases:
+        try:
+            revision = revision_for(release)
+        except KeyError as err:
+            raise UsageError(f"derive: {err.args[0]}") from None
+        configs = []
+        for i, item in enumerate(items):
+            label = where if len(items) == 1 else f"{where}[{i}]"
+            try:
+                configs.append(Config.from_dict(item, revision))
+            except KvproofError as err:
+                raise type(err)(f"{label} (vLLM {release}): {err}") from None
+        plan.append((release, envs.find(release), configs))
+    rows = []
+    for release, env, configs in plan:
+        for d in derive_all(release, configs):
+            rows.append({"release": release, "config": d.config.to_dict(minimal=True), "ok": d.error is None,
+                         "summary": d.layout.summary() if d.layout else None,
+                         "layout": d.layout.to_dict() if d.layout else None,
+                         "scheduler_block_size": d.scheduler_block_size, "hash_block_size": d.hash_block_size,
+                         "error": None if d.error is None else {"stage": d.error.stage, "type": d.error.type,
+                                                                "message": d.error.message,
+                                                                "frame": d.error.frame},
+                         "seconds": d.seconds, "describe": d.config.describe()})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    for r in rows:
+        print(f"vLLM {r['release']}: {r['describe']}")
+        if r["summary"]:
+            print(f"  layout:   {r['summary']}")
+        if r["ok"]:
+            print(f"  resolver: scheduler_block_size={r['scheduler_block_size']} "
+                  f"hash_block_size={r['hash_block_size']}")
+        else:
+            e = r["error"]
+            text = " | ".join(ln.strip() for ln in e["message"].strip().splitlines() if ln.strip())
+            print(f"  rejected at {e['stage']}: {e['type']}: {text[:400]}" + (f"  [{e['frame']}]" if e["frame"] else ""))
+    return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        if argv and argv[0] in DELEGATED:
-            module = importlib.import_module(DELEGATED[argv[0]][0])
-            return int(module.main(argv[1:]) or 0)
-        args = _parser().parse_args(argv)
-        handlers = {"check": cmd_check, "explain": cmd_explain, "env": cmd_env, "contracts": cmd_contracts}
-        if args.cmd not in handlers:
-            raise UsageError("kvproof: say check, explain, env, contracts, verify, fuzz, replay or bisect (--help)")
-        return handlers[args.cmd](args)
-    except KvproofError as err:
-        print(f"kvproof: error: {err}", file=sys.stderr)
-        return err.exit_code
-    except KeyboardInterrupt:
-        return 130
+    if argv and argv[0] in DELEGATED:
+        module = importlib.import_module(DELEGATED[argv[0]][0])
+        return int(module.main(argv[1:]) or 0)
+    args = _parser().parse_args(argv)
+    handlers = {"check": cmd_check, "explain": cmd_explain, "env": cmd_env, "contracts": cmd_contracts,
+                "derive": cmd_derive}
+    if args.cmd not in handlers:
+        raise UsageError("kvproof: say check, explain, derive, env, contracts, verify, fuzz, replay, bisect or "
+                         "selftest (--help)")
+    return handlers[args.cmd](args)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def main(argv: Sequence[str] | None = None) -> int:
+    return guarded("kvproof: error", _main, argv)

@@ -42,10 +42,19 @@ def test_check_file_json_gives_the_issue_table(seed_rows):
     assert "hash_block_size=98464" in fail["outcome"]["manager_error"]["message"]
 
 
-def test_explain_names_the_known_bug():
-    proc = kvproof("explain", SEED_LINE, *[a for r in RELEASES for a in ("--vllm", r)])
+def test_explain_lists_every_reproducing_choice_per_release():
+    proc = kvproof("explain", SEED_LINE, "--json", *[a for r in RELEASES for a in ("--vllm", r)])
     assert proc.returncode == 1, proc.stderr
-    assert "the known vLLM <= 0.27 Mamba align fallback bug: reproduced on 0.27.0" in proc.stdout
+    by = {r["vllm"]: r for r in json.loads(proc.stdout)["releases"]}
+    # 0.27: the align fallback (the seed) and mode "all" both print it; the line cannot tell them apart
+    modes_027 = {c["layout"]["cache"]["mamba_cache_mode"] for c in by["0.27.0"]["reproducing"]}
+    assert modes_027 == {"align", "all"} and by["0.27.0"]["ambiguous"]
+    # 0.28 fixed align, but a user who sets mamba_cache_mode="all" still gets the same line
+    assert {c["layout"]["cache"]["mamba_cache_mode"] for c in by["0.28.0"]["reproducing"]} == {"all"}
+    assert not by["0.32.0"]["reproducing"]  # 0.32 accepts no "all" and hashes at the GCD in align
+    assert all(c["message"].endswith("block_sizes=[544, 544, 544, 544, 181], hash_block_size=98464")
+               for r in by.values() for c in r["reproducing"])
+    assert any(c["derived_by"] for c in by["0.28.0"]["reproducing"])  # a real model reaches the 0.28 class
 
 
 def test_user_interpreter_via_python_flag():

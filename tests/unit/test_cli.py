@@ -40,17 +40,20 @@ def test_malformed_layout_file_is_one_line_exit_2(tmp_path):
     assert proc.stderr.strip() == f"kvproof: error: {bad}: groups[0].block_size must be >= 1, got -4"
 
 
-def test_explain_reconstructs_the_seed_as_the_mamba_fallback():
-    d = explain.diagnose("AssertionError: Each KV cache group's real block_size must be divisible by "
-                         "hash_block_size. block_sizes=[544, 544, 544, 544, 181], hash_block_size=98464")
-    assert d.known_bug
-    assert [g.kind for g in d.layout.groups] == ["mamba"] * 4 + ["hidden_state"]
-    assert d.layout.cache.block_size == 181 and d.layout.cache.mamba_cache_mode == "align"
+def test_explain_candidates_cover_every_mode_caching_and_connector():
+    sizes = [544, 544, 544, 544, 181]
+    choices = explain.candidates(sizes, 98464, "0.27.0")
+    mamba = [c for c in choices if c.mamba_block_size == 544]
+    assert {c.mamba_cache_mode for c in mamba} == {"align", "all", "none"}
+    assert {(c.prefix_caching, c.connector) for c in mamba} == {(True, False), (True, True), (False, True),
+                                                                 (False, False)}
+    assert all(c.layout.cache.block_size == 181 for c in choices)  # the engine's cache block size
+    assert not [c for c in explain.candidates(sizes, 98464, "0.32.0") if c.mamba_cache_mode == "all"]
 
 
-def test_explain_reads_a_non_lcm_hash_as_prefix_match_unit():
-    d = explain.diagnose("block_sizes=[16, 48], hash_block_size=32")
-    assert not d.known_bug and d.layout.cache.prefix_match_unit == 32
+def test_explain_reads_a_non_lcm_non_gcd_hash_as_prefix_match_unit():
+    choices = explain.candidates([16, 48], 32, "0.32.0")
+    assert any(c.prefix_match_unit == 32 for c in choices)
 
 
 def test_contracts_listing_names_every_contract(capsys):

