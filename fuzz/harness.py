@@ -32,6 +32,7 @@ KVPROOF_FUZZ_WORKDIR (campaign folder: seen/, stats/, conformance/),
 KVPROOF_FUZZ_CORPUS_OUT (where crash Layouts go, default corpus/ of the checkout),
 KVPROOF_FUZZ_PREMISE (engine|free), KVPROOF_FUZZ_STRICT=1 (kept for the runner; there are no waivers),
 KVPROOF_FUZZ_RAISE_KNOWN=1 (raise on known classes too),
+KVPROOF_FUZZ_COLLECT=1 (store every new FAIL class and keep fuzzing: one run lists them all),
 KVPROOF_FUZZ_INSTRUMENT=0 (no coverage instrumentation: for benchmarks),
 KVPROOF_FUZZ_FAST=0 (the bridge's plain path instead of ``Bridge(fast=True)``),
 KVPROOF_FUZZ_MEMO=0 (fast path without the manager memo).
@@ -169,6 +170,8 @@ def build(target: str):
     from kvproof.fuzz.decode import decode
     from kvproof.fuzz.oracle import judge
     from kvproof.fuzz.store import CrashStore
+    from kvproof.spec.premise import derivable
+    from kvproof.spec.revisions import revision_for
 
     fast = os.environ.get("KVPROOF_FUZZ_FAST", "1") != "0"
     bridge = Bridge(fast=fast, memo_managers=fast and os.environ.get("KVPROOF_FUZZ_MEMO", "1") != "0")
@@ -177,10 +180,15 @@ def build(target: str):
     premise = os.environ.get("KVPROOF_FUZZ_PREMISE", "engine")
     strict = os.environ.get("KVPROOF_FUZZ_STRICT") == "1"
     raise_known = os.environ.get("KVPROOF_FUZZ_RAISE_KNOWN") == "1"
+    collect = os.environ.get("KVPROOF_FUZZ_COLLECT") == "1"
     workdir = Path(os.environ["KVPROOF_FUZZ_WORKDIR"]) if os.environ.get("KVPROOF_FUZZ_WORKDIR") else None
     # The runner always names it; a bare harness (ClusterFuzzLite) keeps findings beside the run.
     corpus_out = Path(os.environ.get("KVPROOF_FUZZ_CORPUS_OUT") or settings().out / "fuzz-findings")
     version = bridge.version
+    try:
+        premise_rev = revision_for(version)
+    except KeyError:
+        premise_rev = None
     stats = Stats(workdir, target, version, bridge)
     stats.data["caps"] = caps.to_dict()
     stats.data["instrumented"] = instrumented
@@ -227,7 +235,13 @@ def build(target: str):
         stats.data["crashes"] += 1
         if stats.data["first_crash_s"] is None:
             stats.data["first_crash_s"] = time.monotonic() - t0
+        stats.data.setdefault("classes", []).append(
+            {"tier": str(j.tier), "contract": f.contract, "signature": f.signature, "layout": layout.summary(),
+             "path": str(path), "detail": detail[:300], "seconds": round(time.monotonic() - t0, 2),
+             "outside_premise": derivable(layout, premise_rev) if premise_rev else "release not modelled"})
         stats.flush()
+        if collect and new:
+            return
         raise ContractViolation(f"{detail}\n  layout: {layout.summary()}\n  stored: {path}\n"
                                 f"  replay: kvproof check {path} --vllm {version}")
 

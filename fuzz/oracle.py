@@ -62,7 +62,8 @@ def signature(j: Judgement) -> str:
     """Verdict, tier and the real exception's type + message with numbers erased."""
     if j.observed is None:
         return f"{j.verdict}"
-    msg = re.sub(r"\d+", "N", j.observed.message)[:120]
+    msg = re.sub(r"\[[\d,\s]*\]", "[...]", j.observed.message)  # group lists of any length are one class
+    msg = re.sub(r"\d+", "N", msg)[:120]
     return f"{j.verdict}:{j.tier}:{j.observed.type}:{msg}"
 
 
@@ -74,13 +75,14 @@ def judge(layout: Layout, out: Outcome, strict: bool = False) -> Finding:
 
 
 def shape(layout: Layout) -> tuple[Any, ...]:
-    """The coarse class of a layout for de-duplication (with the contract id)."""
+    """The coarse class of a layout for de-duplication (with the contract id): what
+    picks a resolver branch, not which attention kinds happen to be present."""
     c = layout.cache
     mamba_vs_cache = ""
     if layout.has_mamba:
         mb = {g.block_size for g in layout.groups if g.kind == "mamba"}
         mamba_vs_cache = "eq" if mb == {c.block_size} else "ne"
-    return (tuple(sorted({g.kind for g in layout.groups})), len(layout.groups) > 1,
+    return (layout.has_mamba, any(g.is_attention for g in layout.groups), len(layout.groups) > 1,
             c.enable_prefix_caching, layout.kv_connector is not None, layout.dcp > 1,
             c.prefix_match_unit is not None, c.mamba_cache_mode if layout.has_mamba else "",
             mamba_vs_cache, any(g.prefix_cacheable is False for g in layout.groups))

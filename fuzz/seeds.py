@@ -15,11 +15,12 @@ decoder reads them, so libFuzzer's dictionary mutations splice whole values.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import sys
 from pathlib import Path
 
+from kvproof.cliutil import Parser, guarded
+from kvproof.fsio import atomic_write
 from kvproof.fuzz.decode import BS_MAX, BS_ODD, BS_PAGE, BS_POW2, BS_SMALL, encode
 from kvproof.fuzz.provider import int_chunk
 from kvproof.layout import Layout
@@ -86,8 +87,8 @@ def dict_text() -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kvproof.fuzz.seeds")
+def _main(argv: list[str] | None) -> int:
+    p = Parser(prog="python -m kvproof.fuzz.seeds")
     p.add_argument("--write", action="store_true")
     p.add_argument("--check", action="store_true")
     args = p.parse_args(argv)
@@ -98,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
             if old.name not in files:
                 old.unlink()
         for name, data in files.items():
-            (SEED_DIR / name).write_bytes(data)
-        DICT_PATH.write_text(dict_text())
+            atomic_write(SEED_DIR / name, data)
+        atomic_write(DICT_PATH, dict_text())
         print(f"wrote {len(files)} seeds to {SEED_DIR} and {len(dict_entries())} entries to {DICT_PATH}")
         return 0
     ok = DICT_PATH.exists() and DICT_PATH.read_text() == dict_text()
@@ -111,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, layout in SEED_LAYOUTS.items():
         print(f"{name}: {layout.summary()}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return guarded("python -m kvproof.fuzz.seeds", _main, argv)
 
 
 if __name__ == "__main__":

@@ -110,6 +110,11 @@ CATALOGUE: tuple[Contract, ...] = (
              "hash_block_size > 1 (1 hashes every token)",
              "vllm/v1/core/kv_cache_utils.py:resolve_kv_cache_block_sizes",
              "block hashing active", Tier.FUNCTION),
+    Contract("efficiency.consumer_prefix_reuse", EFFICIENCY,
+             "a request stream recomputes less than half of the shared-prefix tokens it could reuse "
+             "(measured by the consumer tier, never predicted)",
+             "vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks",
+             "prefix caching on and a stream with shared prefixes", Tier.CONSUMER),
     Contract("efficiency.scheduler_within_max_model_len", EFFICIENCY,
              "scheduler_block_size <= max_model_len",
              "vllm/v1/core/kv_cache_utils.py:resolve_kv_cache_block_sizes",
@@ -209,6 +214,10 @@ UNSUPPORTED_BY_DESIGN = (
     "PCP not support hybrid attn",
     "requires at least two attention groups",
     "requires at least one cacheable group",
+    # ChunkedLocalAttentionManager.find_longest_cache_hit (0.27-0.32): reached only with the
+    # hybrid KV cache manager on for a chunked-local model, which vllm/config/vllm.py turns off
+    # unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (and always with EAGLE).
+    "not compatible with chunked local attention",
 )
 
 

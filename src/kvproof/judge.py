@@ -38,6 +38,26 @@ Rules, in order:
 5. Otherwise contract violations are LATENT (never FAIL): predicted unsafe,
    nothing real showed it. Efficiency hazards make WARN, else OK.
 
+Consumer tier (``judge_consumer(result, layout=None)``, a ``kvproof.consumer``
+``ConsumerResult``: the real Scheduler driven by a request stream), first match wins:
+
+C1. ``not_expressible`` set (the release has no such setting, or the engine never
+    builds that connector setup, e.g. a connector without SupportsHMA on a hybrid
+    layout): NOT_EXPRESSIBLE with the reason.
+C2. ``setup_error`` (building the configuration failed before vLLM ran): ERROR.
+C3. the resolver raised: rule 3 (REJECTED only for the user's prefix_match_unit).
+C4. any other ``exception``, or any ``prefix_hit``, ``hash_chain``, ``connector``,
+    ``kv_event`` observation: FAIL at the consumer tier. ``observed`` is the first
+    one (an exception keeps its type, message and frame; an oracle observation has
+    type ``oracle:<id>``); with a layout, the SAFETY contracts its resolved block
+    sizes violate are ``explained``; ``by_design`` as rule 4.
+    An assertion in a frame that checks the fake worker's transfer report
+    (``HARNESS_FED_FRAMES``) is ERROR with that cause, not FAIL.
+C5. ``stalled`` (the stream did not finish in the step budget): ERROR with cause.
+C6. shared-prefix tokens recomputed >= ``CONSUMER_WARN_FRACTION`` of those reusable:
+    WARN (``efficiency.consumer_prefix_reuse``) with the measured numbers; else OK
+    (the numbers are the note).
+
 ``tier`` is the highest tier that ran. For FUNCTION/MANAGER Outcomes an
 exception is attributed to the stage that raised it (resolver -> function,
 manager -> manager); an Outcome recorded at CONSUMER or ENGINE tier
@@ -54,7 +74,13 @@ from kvproof.layout import Layout
 from kvproof.outcome import Outcome, StageError
 from kvproof.verdicts import Tier, Verdict
 
-__all__ = ["Judgement", "judge", "resolver_rejects_user_error"]
+__all__ = ["Judgement", "judge", "judge_consumer", "consumer_efficiency_line", "resolver_rejects_user_error",
+           "CONSUMER_WARN_FRACTION"]
+
+CONSUMER_WARN_FRACTION = 0.5  # at least half of the reusable shared-prefix tokens recomputed
+# Scheduler frames that only check what the consumer harness's fake worker reported
+# (finished_recving/finished_sending): an assertion there is about the harness first.
+HARNESS_FED_FRAMES = ("in _update_from_kv_xfer_finished",)
 
 
 @dataclass(frozen=True)
@@ -147,3 +173,83 @@ def judge(layout: Layout, out: Outcome, tier: Tier | None = None) -> Judgement:
     if predicted:
         return Judgement(Verdict.LATENT, ran, latent=tuple(predicted), warnings=warns)
     return Judgement(Verdict.WARN if warns else Verdict.OK, ran, warnings=warns)
+
+
+# --- consumer tier ---------------------------------------------------------------
+
+_HARD_ORACLES = ("exception", "prefix_hit", "hash_chain", "connector", "kv_event")
+
+
+def consumer_efficiency_line(r) -> str:
+    e = r.efficiency
+    return (f"{e.hit_tokens + e.external_tokens} of {e.reusable_tokens} reusable shared-prefix tokens hit "
+            f"({e.recomputed_fraction:.1%} recomputed; {e.prompt_tokens} prompt tokens, {e.admissions} admissions)")
+
+
+def _stage_error(oracle: str, detail: str) -> StageError:
+    """An observation as a StageError: an exception keeps type/message/frame."""
+    if oracle == "exception":
+        body = detail.split(": ", 1)[1] if detail.startswith(("resolver: ", "Scheduler(): ")) else detail
+        head, _, frame = body.rpartition(" @ ")
+        if not head:
+            head, frame = body, ""
+        typ, _, msg = head.partition(": ")
+        return StageError(typ, msg, frame)
+    return StageError(f"oracle:{oracle}", detail)
+
+
+def consumer_outcome(r, layout: Layout | None = None) -> Outcome:
+    """The ConsumerResult as an Outcome (the resolver's pair, the tier's error) for the contracts."""
+    sizes = [] if layout is None else list(contracts.effective_block_sizes(layout))
+    return Outcome(layout_hash=r.layout_hash, vllm_version=r.vllm_version, expressible=not r.not_expressible,
+                   not_expressible=r.not_expressible or "", scheduler_block_size=r.scheduler_block_size,
+                   hash_block_size=r.hash_block_size, group_block_sizes=sizes)
+
+
+def judge_consumer(r, layout: Layout | None = None) -> Judgement:
+    """The verdict of a consumer-tier run (``kvproof.consumer.ConsumerResult``); rules C1-C6."""
+    T = Tier.CONSUMER
+    if r.not_expressible:
+        return Judgement(Verdict.NOT_EXPRESSIBLE, T, note=r.not_expressible)
+    if r.setup_error:
+        return Judgement(Verdict.ERROR, T, StageError("SetupError", r.setup_error),
+                         note="building the configuration failed before vLLM ran")
+    hard = [o for o in r.observations if o.oracle in _HARD_ORACLES]
+    out = consumer_outcome(r, layout) if layout is not None else None
+    warns = tuple(contracts.warnings(layout, out)) if out is not None and out.resolved else ()
+    if hard:
+        first = hard[0]
+        err = _stage_error(first.oracle, first.detail)
+        more = sum(r.counts.get(k, 0) for k in _HARD_ORACLES) - 1
+        note = f"{first.oracle} at step {first.step}" + (f" (+{more} more observations)" if more > 0 else "")
+        if first.oracle == "exception" and first.detail.startswith("resolver: "):
+            if (layout is not None and resolver_rejects_user_error(layout, err)) or \
+                    (layout is None and err.type == "ValueError" and "prefix_match_unit" in err.message):
+                return Judgement(Verdict.REJECTED, T, err, note="the user's prefix_match_unit")
+            return Judgement(Verdict.FAIL, T, err, note="the resolver raised: " + note)
+        if first.oracle == "exception" and any(f in err.frame for f in HARNESS_FED_FRAMES):
+            return Judgement(Verdict.ERROR, T, err, warnings=warns,
+                             note="raised on the fake worker's transfer report (harness protocol, not "
+                                  "evidence about vLLM until reproduced with a real worker): " + note)
+        predicted = contracts.check(layout, out) if out is not None and out.resolved else []
+        if first.oracle == "exception":  # the contract whose enforcing file raised
+            explained = tuple(v for v in predicted if v.contract.protects.split(":")[0].removeprefix("vllm/")
+                              in err.frame)
+        else:  # a misbehaviour the consumer-tier contracts predicted
+            explained = tuple(v for v in predicted if v.contract.tier == Tier.CONSUMER)
+        latent = tuple(v for v in predicted if v not in explained)
+        by_design = first.oracle == "exception" and err.type == "AssertionError" and any(
+            p in err.message for p in contracts.UNSUPPORTED_BY_DESIGN)
+        if by_design:
+            note += "; unsupported by design, no earlier engine validation refuses it"
+        return Judgement(Verdict.FAIL, T, err, explained, latent, warns, by_design, note)
+    stalled = r.by("stalled")
+    if stalled:
+        return Judgement(Verdict.ERROR, T, StageError("oracle:stalled", stalled[0].detail), warnings=warns,
+                         note="the stream did not finish in the harness's step budget")
+    e = r.efficiency
+    line = consumer_efficiency_line(r)
+    if e.reusable_tokens and e.recomputed_fraction >= CONSUMER_WARN_FRACTION:
+        w = Violation(contracts.BY_ID["efficiency.consumer_prefix_reuse"], line)
+        return Judgement(Verdict.WARN, T, warnings=(w,) + warns, note=line)
+    return Judgement(Verdict.WARN if warns else Verdict.OK, T, warnings=warns, note=line)

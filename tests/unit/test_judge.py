@@ -92,3 +92,75 @@ def test_judgement_round_trips_to_json():
     j = judge(SEED, out(SEED, 98464, 98464, manager_attempted=True, manager_error=StageError("AssertionError", HYBRID_MSG)))
     d = json.loads(json.dumps(j.to_dict()))
     assert d["verdict"] == "FAIL" and d["tier"] == "manager" and d["explained"][0]["contract"] == "hybrid.group_multiple_of_hash"
+
+
+# --- consumer tier: judge_consumer over hand-made ConsumerResults (rules C1-C6) ---------------
+
+from kvproof.consumer.oracles import Efficiency, Observation  # noqa: E402
+from kvproof.consumer.result import ConsumerResult  # noqa: E402
+from kvproof.judge import judge_consumer  # noqa: E402
+
+FIXED = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 544, "count": 4},
+                                     {"kind": "hidden_state", "block_size": 181}],
+                          "cache": {"block_size": 181, "mamba_cache_mode": "align", "enable_prefix_caching": True},
+                          "kv_connector": "SimpleCPUOffloadConnector"})
+
+
+def cres(obs=(), s=98464, h=1, eff=None, **kw):
+    obs = [Observation(*o) for o in obs]
+    counts = {}
+    for o in obs:
+        counts[o.oracle] = counts.get(o.oracle, 0) + 1
+    return ConsumerResult("x", "t", obs, counts, eff or Efficiency(100, 50, 50, 0, 2), scheduler_block_size=s,
+                          hash_block_size=h, **kw)
+
+
+def test_consumer_not_expressible_and_setup_error():
+    assert judge_consumer(cres(not_expressible="no SupportsHMA")).verdict == Verdict.NOT_EXPRESSIBLE
+    j = judge_consumer(cres(setup_error="TypeError: x"))
+    assert (j.verdict, j.tier) == (Verdict.ERROR, Tier.CONSUMER)
+
+
+def test_consumer_exception_is_fail_explained_by_the_contract_whose_file_raised():
+    msg = ("Scheduler(): AssertionError: Each KV cache group's real block_size must be divisible by "
+           "hash_block_size. block_sizes=[544, 544, 544, 544, 181], hash_block_size=98464 "
+           "@ vllm/v1/core/kv_cache_coordinator.py:563 in __init__")
+    j = judge_consumer(cres([("exception", 0, msg)], h=98464), FIXED)
+    assert (j.verdict, j.tier) == (Verdict.FAIL, Tier.CONSUMER)
+    assert j.observed.type == "AssertionError" and j.observed.frame.startswith("vllm/v1/core/kv_cache_coordinator")
+    assert j.contract == "hybrid.group_multiple_of_hash"
+    assert "connector.block_multiple_of_hash" in {v.contract.id for v in j.latent}
+
+
+def test_consumer_oracle_observation_is_fail_with_its_oracle_type():
+    j = judge_consumer(cres([("kv_event", 3, "BlockStored(...): hash #0 names no token prefix")]))
+    assert j.verdict == Verdict.FAIL and j.observed.type == "oracle:kv_event" and "step 3" in j.note
+
+
+def test_consumer_resolver_value_error_rejected_only_for_the_users_pmu():
+    pmu = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16},
+                                       {"kind": "mamba", "block_size": 32}],
+                            "cache": {"block_size": 16, "prefix_match_unit": 5}})
+    err = "resolver: ValueError: prefix_match_unit 5 does not divide @ vllm/v1/core/kv_cache_utils.py:1 in f"
+    assert judge_consumer(cres([("exception", 0, err)]), pmu).verdict == Verdict.REJECTED
+    other = "resolver: ValueError: something else @ vllm/v1/core/kv_cache_utils.py:1 in f"
+    assert judge_consumer(cres([("exception", 0, other)]), pmu).verdict == Verdict.FAIL
+
+
+def test_consumer_by_design_and_harness_fed_frames():
+    cl = ("AssertionError: KV cache groups with different block sizes are not compatible with chunked local "
+          "attention now @ vllm/v1/core/single_type_kv_cache_manager.py:1325 in find_longest_cache_hit")
+    j = judge_consumer(cres([("exception", 0, cl)]))
+    assert j.verdict == Verdict.FAIL and j.by_design
+    fed = "AssertionError:  @ vllm/v1/core/sched/scheduler.py:3230 in _update_from_kv_xfer_finished"
+    assert judge_consumer(cres([("exception", 5, fed)])).verdict == Verdict.ERROR
+
+
+def test_consumer_stalled_is_error_and_efficiency_warns_with_numbers():
+    assert judge_consumer(cres([("stalled", 9, "3 requests unfinished")])).verdict == Verdict.ERROR
+    poor = judge_consumer(cres(eff=Efficiency(1000, 800, 100, 0, 4)))
+    assert poor.verdict == Verdict.WARN and poor.contract == "efficiency.consumer_prefix_reuse"
+    assert "100 of 800" in poor.line()
+    good = judge_consumer(cres(eff=Efficiency(1000, 800, 700, 50, 4)), FIXED)
+    assert good.verdict == Verdict.WARN and good.contract == "efficiency.hash_block_size_1"  # hash 1 still warns
+    assert judge_consumer(cres(eff=Efficiency(1000, 800, 700, 50, 4), h=16, s=16)).verdict == Verdict.OK

@@ -29,7 +29,10 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
                    check=True)
     work = tmp_path / "work"
     work.mkdir()
-    probe = ("import kvproof, kvproof.spec.facts, kvproof.fuzz.run as r, kvproof.verify, kvproof.bridge.client as c;"
+    packages = sorted({".".join(p.relative_to(ROOT / "src").parent.parts) for p in (ROOT / "src").rglob("__init__.py")}
+                      | {f"kvproof.{name}" for name in ("spec", "verify", "fuzz")})
+    probe = ("import importlib; [importlib.import_module(p) for p in " + repr(packages) + "];"
+             "import kvproof, kvproof.spec.facts, kvproof.fuzz.run as r, kvproof.verify, kvproof.bridge.client as c;"
              "from pathlib import Path; root = c.package_root();"
              "assert (root / 'kvproof' / 'spec' / 'facts.py').exists(), root;"
              "assert r.SEEDS.is_dir() and r.DICT.exists(), r.SEEDS;"

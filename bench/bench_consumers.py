@@ -1,0 +1,179 @@
+"""Consumer contracts vs the real consumer, per release; consumer vs resolver execs/s on one core.
+
+    .venv/bin/python bench/bench_consumers.py [--releases 0.27.0 0.28.0 0.32.0] [--n 120] [--seconds 90]
+
+For each release, in its vLLM environment (one subprocess, one core): fuzzer-shaped
+inputs (random bytes -> ``kvproof.consumer.fuzz.decode_input``: Layout, optional
+connector, request stream) are run through the consumer tier (real Scheduler) and
+judged (``kvproof.judge.judge_consumer``); the consumer-tier contracts of
+``kvproof.contracts`` are evaluated on the same (layout, resolved sizes). For each
+contract, over the inputs where its premise holds: contract violated & real FAIL
+(agree, unsafe), holds & no FAIL (agree, safe), violated & no FAIL (contract
+stricter than the code: LATENT), holds & FAIL (contract misses a failure). The
+smallest disagreeing layouts are listed. The same layouts go through the resolver
+target's operation (``Bridge(fast=True).evaluate(layout, manager=True)``) for its
+execs/s. Writes ``bench/results/consumer_agreement.md``; the machine's load average
+is read before and after (2 shared cores: numbers are indicative).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+CONTRACTS = ("block_pool.target_multiple_of_hash", "connector.block_multiple_of_hash")
+
+IN_ENV = r'''
+import json, os, random, sys, time
+os.environ["KVPROOF_FUZZ_INSTRUMENT"] = "0"
+real_stdout = sys.stdout; sys.stdout = sys.stderr
+from kvproof.consumer.fuzz import Target
+from kvproof.bridge.runtime import Bridge
+from kvproof.judge import judge_consumer, consumer_outcome
+from kvproof import contracts
+n, seconds, ids = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3].split(",")
+t = Target(workdir=None)
+bridge = Bridge(fast=True)
+rng = random.Random(20240611)
+rows, t_cons, t_res, t_start = [], 0.0, 0.0, time.monotonic()
+for i in range(n):
+    if time.monotonic() - t_start > seconds:
+        break
+    data = bytes(rng.randrange(256) for _ in range(rng.randrange(8, 96)))
+    try:
+        layout, stream = t.decode(data)
+    except Exception:
+        continue
+    t0 = time.perf_counter(); res = t.run(layout, stream); t_cons += time.perf_counter() - t0
+    t0 = time.perf_counter()
+    try:
+        bridge.evaluate(layout, manager=True)
+    except Exception:
+        pass
+    t_res += time.perf_counter() - t0
+    j = judge_consumer(res, layout)
+    out = consumer_outcome(res, layout)
+    pred = {v.contract.id: v.detail for v in (contracts.check(layout, out) if out.resolved else [])}
+    rows.append({"layout": layout.summary(), "groups": len(layout.groups),
+                 "size": sum(g.block_size for g in layout.groups), "hashing": layout.hashing_active,
+                 "connector": layout.kv_connector, "resolved": out.resolved,
+                 "verdict": str(j.verdict), "by_design": j.by_design, "line": j.line()[:200],
+                 "pred": {k: pred.get(k) for k in ids}, "steps": res.steps})
+real_stdout.write(json.dumps({"vllm": t.version, "rows": rows, "t_cons": t_cons, "t_res": t_res}) + "\n")
+'''
+
+
+def run_release(release: str, n: int, seconds: float) -> dict:
+    from kvproof import envs
+    from kvproof.bridge.client import worker_env
+
+    env = envs.find(release)
+    cmd = ["taskset", "-c", "0", str(env.python), "-c", IN_ENV, str(n), str(seconds), ",".join(CONTRACTS)]
+    if not shutil_which("taskset"):
+        cmd = cmd[2:]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=worker_env({"VLLM_LOGGING_LEVEL": "ERROR"}),
+                          timeout=seconds + 600)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        raise SystemExit(f"{release}: bench failed:\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def shutil_which(name: str) -> bool:
+    import shutil
+    return shutil.which(name) is not None
+
+
+def premise(cid: str, row: dict) -> bool:
+    if not row["resolved"] or row["verdict"] == "NOT_EXPRESSIBLE":
+        return False
+    return row["hashing"] if cid.startswith("block_pool") else row["connector"] is not None
+
+
+def table(data: dict) -> list[str]:
+    out = ["| vLLM | contract | inputs (premise) | agree: violated & FAIL | agree: holds & no FAIL | "
+           "violated, no FAIL (LATENT) | holds, FAIL (missed) | agreement | by-design refusals (excluded) |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    minimal: list[str] = []
+    for rel, d in data.items():
+        for cid in CONTRACTS:
+            rows = [r for r in d["rows"] if premise(cid, r)]
+            a = b = c = e = 0
+            dis: list[dict] = []
+            design = sum(r["by_design"] for r in rows)
+            rows = [r for r in rows if not r["by_design"]]
+            for r in rows:
+                v = r["pred"].get(cid) is not None
+                f = r["verdict"] == "FAIL"
+                if v and f:
+                    a += 1
+                elif not v and not f:
+                    b += 1
+                else:
+                    c += v and not f
+                    e += f and not v
+                    dis.append(r)
+            n = len(rows)
+            out.append(f"| {rel} | `{cid}` | {n} | {a} | {b} | {c} | {e} | {(a + b) / n:.0%} | {design} |" if n else
+                       f"| {rel} | `{cid}` | 0 | - | - | - | - | - | {design} |")
+            for r in sorted(dis, key=lambda r: (r["groups"], r["size"]))[:3]:
+                kind = "violated, no FAIL" if r["pred"].get(cid) else "holds, FAIL"
+                minimal.append(f"- {rel} `{cid}` ({kind}): `{r['layout']}` -> {r['verdict']}: "
+                               f"{r['line'][:160] or '-'}" + (f"; contract: {r['pred'][cid]}" if r["pred"].get(cid)
+                                                             else ""))
+    return out + ["", "Smallest disagreeing layouts (up to 3 per release and contract):", ""] + (minimal or ["- none"])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--releases", nargs="*", default=["0.27.0", "0.28.0", "0.32.0"])
+    p.add_argument("--n", type=int, default=120)
+    p.add_argument("--seconds", type=float, default=90)
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "consumer_agreement.md"))
+    args = p.parse_args()
+    load0 = os.getloadavg()
+    data, speed = {}, []
+    for rel in args.releases:
+        t0 = time.monotonic()
+        d = run_release(rel, args.n, args.seconds)
+        data[rel] = d
+        k = len(d["rows"])
+        verdicts: dict[str, int] = {}
+        for r in d["rows"]:
+            verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+        speed.append(f"| {rel} | {k} | {k / max(d['t_cons'], 1e-9):.1f} | {k / max(d['t_res'], 1e-9):.0f} | "
+                     f"{sum(r['steps'] for r in d['rows']) / max(k, 1):.0f} | "
+                     + ", ".join(f"{v} {n}" for v, n in sorted(verdicts.items())) + f" | {time.monotonic() - t0:.0f} s |")
+        print(speed[-1], flush=True)
+    load1 = os.getloadavg()
+    lines = ["# Consumer-tier contracts vs the real consumer", "",
+             f"Written by `bench/bench_consumers.py` on {time.strftime('%Y-%m-%d %H:%M')}; "
+             f"{os.cpu_count()} cores, load average {load0[0]:.2f} before, {load1[0]:.2f} after "
+             "(shared machine: rates are indicative). Inputs: fuzzer-shaped random bytes decoded as in "
+             "`kvproof fuzz --target consumers` (Layout + optional connector + request stream), same seed "
+             "per release; one process per release pinned to one core.", "",
+             "## Agreement", "",
+             "A contract's premise: `block_pool.*` when block hashing is active, `connector.*` when a "
+             "connector is configured; only resolved, expressible inputs count. FAIL is "
+             "`judge_consumer`'s (any consumer-tier failure of real vLLM); by-design refusals (a manager or "
+             "consumer assertion refusing an unsupported shape, `contracts.UNSUPPORTED_BY_DESIGN`: not a "
+             "block-size question) are excluded from the 2x2 and counted apart.", ""]
+    lines += table(data)
+    lines += ["", "## Speed (one core)", "",
+              "| vLLM | inputs | consumer execs/s | resolver target execs/s (bridge fast path, manager) | "
+              "mean scheduler steps | consumer verdicts | wall |", "|---|---|---|---|---|---|---|"] + speed
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

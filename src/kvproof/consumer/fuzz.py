@@ -1,0 +1,162 @@
+"""The consumer fuzz target: (Layout, stream) bytes -> the real scheduler -> consumer oracles -> the judge.
+
+Runs INSIDE a vLLM environment. ``kvproof fuzz --target consumers`` (``fuzz/run.py``)
+starts it as ``<env>/bin/python -m kvproof.consumer.fuzz [libFuzzer flags]``;
+``fuzz/fuzz_consumers.py`` is the ClusterFuzzLite entry point; ``Target.test_one_input(data)``
+works without atheris' ``Fuzz`` loop (benchmarks, tests).
+
+Bytes decode into a Layout with the fuzz decoder (``kvproof.fuzz.decode``, the
+release's capabilities by introspection), an optional connector from
+``facts.CONSUMER_CONNECTORS``, and a stream from a seed (``stream.random_stream``
+at a scale fitted to the layout's block sizes). ``kvproof.judge.judge_consumer``
+gives the verdict. Same conventions as the contracts target (``fuzz/harness.py``):
+
+- stats in ``$KVPROOF_FUZZ_WORKDIR/stats/consumers-<pid>.json`` ("execs", "crashes",
+  "known", "verdicts", "classes": [{tier, contract, signature, layout, path, detail,
+  seconds}]), flushed every second;
+- a FAIL of a new class (vLLM, contract, layout shape, signature: the observation with
+  numbers erased) is stored by ``CrashStore`` in ``$KVPROOF_FUZZ_CORPUS_OUT`` as a corpus
+  Layout whose meta carries the stream (``meta.stream``) and the tier, so
+  ``python -m kvproof.consumer FILE --stream <meta.stream> --vllm R`` replays it;
+  then raised (libFuzzer stops) unless ``KVPROOF_FUZZ_COLLECT=1`` (store and go on);
+- a known class is counted (``known``); ``KVPROOF_FUZZ_RAISE_KNOWN=1`` raises anyway.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from kvproof.spec import facts
+
+
+class ConsumerViolation(AssertionError):
+    """A consumer oracle saw real vLLM misbehave (the fuzzer's crash)."""
+
+
+TARGET = "consumers"
+
+
+def stream_scale(layout: Any) -> int:
+    big = max(g.block_size for g in layout.groups)
+    return max(16, min(3 * big, 4096, layout.max_model_len // 4))
+
+
+def decode_input(data: bytes, caps: Any, premise: str = "engine") -> tuple[Any, Any]:
+    """Bytes -> (Layout with an optional connector, Stream). Needs atheris (FuzzedDataProvider)."""
+    import atheris
+
+    from kvproof.consumer.stream import random_stream
+    from kvproof.fuzz.decode import decode
+
+    fdp = atheris.FuzzedDataProvider(data)
+    seed = fdp.ConsumeIntInRange(0, (1 << 32) - 1)
+    conn = fdp.ConsumeIntInRange(0, len(facts.CONSUMER_CONNECTORS))
+    layout = decode(fdp, caps, premise)
+    if conn < len(facts.CONSUMER_CONNECTORS):
+        layout = replace(layout, kv_connector=facts.CONSUMER_CONNECTORS[conn])
+    return layout, random_stream(random.Random(seed), stream_scale(layout))
+
+
+class Target:
+    def __init__(self, workdir: Path | None = None) -> None:
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+        from kvproof.consumer.harness import Harness  # imports vLLM
+        from kvproof.fuzz.harness import Stats, instrument_covered, release_caps
+        from kvproof.fuzz.store import CrashStore
+        from kvproof.settings import settings
+
+        import vllm
+        self.version = vllm.__version__
+        self.harness = Harness()
+        self.caps = release_caps(self.harness.builder)
+        self.premise = os.environ.get("KVPROOF_FUZZ_PREMISE", "engine")
+        wd = workdir or (Path(os.environ["KVPROOF_FUZZ_WORKDIR"]) if os.environ.get("KVPROOF_FUZZ_WORKDIR") else None)
+        self.workdir = wd
+        scratch = wd or Path(os.environ.get("TMPDIR", "/tmp")) / f"kvproof-fuzz-{os.getpid()}"
+        corpus_out = Path(os.environ.get("KVPROOF_FUZZ_CORPUS_OUT") or settings().out / "fuzz-findings")
+        self.store = CrashStore(corpus_out, scratch / "seen-consumers", self.version)
+        self.stats = Stats(wd, TARGET, self.version)
+        self.stats.data.update(steps=0, run_seconds=0.0, caps=self.caps.to_dict())
+        self.instrumented = instrument_covered() if os.environ.get("KVPROOF_FUZZ_INSTRUMENT", "1") != "0" else {}
+        self.stats.data["instrumented"] = self.instrumented
+        self.collect = os.environ.get("KVPROOF_FUZZ_COLLECT") == "1"
+        self.raise_known = os.environ.get("KVPROOF_FUZZ_RAISE_KNOWN") == "1"
+        self.t0 = time.monotonic()
+
+    def decode(self, data: bytes) -> tuple[Any, Any]:
+        return decode_input(data, self.caps, self.premise)
+
+    def run(self, layout: Any, stream: Any) -> Any:
+        from kvproof.consumer.result import ConsumerResult
+
+        t0 = time.perf_counter()
+        st = self.harness.run(layout, stream)
+        return ConsumerResult.from_state(st, layout.content_hash(), self.version, time.perf_counter() - t0)
+
+    def one(self, layout: Any, stream: Any, data: bytes = b"") -> Any:
+        from kvproof.fuzz.oracle import signature
+        from kvproof.judge import judge_consumer
+        from kvproof.verdicts import Verdict
+
+        res = self.run(layout, stream)
+        s = self.stats
+        s.data["steps"] += res.steps
+        s.data["run_seconds"] = round(s.data["run_seconds"] + res.seconds, 3)
+        j = judge_consumer(res, layout)
+        s.bump("verdicts", str(j.verdict))
+        if j.verdict != Verdict.FAIL:
+            s.tick()
+            return res
+        obs = j.observed
+        contract = j.contract if j.explained else f"consumer.{(obs.type if obs else 'fail').split(':')[-1]}"
+        sig = signature(j)
+        detail = f"[{j.tier}] {j.line()}"
+        s.bump("fail_classes_seen", f"{j.tier}:{contract}:{obs.type if obs else ''}")
+        path, new = self.store.record(layout, contract, detail, data, sig, verdict="FAIL", tier=str(j.tier),
+                                      stream=stream.to_dict())
+        s.tick()
+        if not new and not self.raise_known:
+            s.data["known"] += 1
+            return res
+        s.data["crashes"] += 1
+        if s.data["first_crash_s"] is None:
+            s.data["first_crash_s"] = time.monotonic() - self.t0
+        s.data.setdefault("classes", []).append(
+            {"tier": str(j.tier), "contract": contract, "signature": sig, "layout": layout.summary(),
+             "path": str(path), "detail": detail[:300], "seconds": round(time.monotonic() - self.t0, 2),
+             "stream": stream.summary()})
+        s.flush()
+        if self.collect and new:
+            return res
+        raise ConsumerViolation(f"{detail}\n  layout: {layout.summary()}\n  stream: {stream.summary()}\n"
+                                f"  stored: {path}\n  replay: python -m kvproof.consumer {path} --vllm {self.version}")
+
+    def test_one_input(self, data: bytes) -> None:
+        layout, stream = self.decode(data)
+        self.one(layout, stream, data)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import atheris
+
+    argv = list(sys.argv if argv is None else argv)
+    if os.environ.get("KVPROOF_FUZZ_ARGV0"):
+        argv[0] = os.environ["KVPROOF_FUZZ_ARGV0"]
+    real_stdout = sys.stdout
+    sys.stdout = sys.stderr  # vLLM prints; libFuzzer owns the process's output
+    target = Target()
+    sys.stdout = real_stdout
+    print(f"kvproof.fuzz: {TARGET} on vLLM {target.version}, caps={target.caps.to_dict()}, "
+          f"instrumented={sum(target.instrumented.values())} functions", file=sys.stderr, flush=True)
+    atheris.Setup(argv, target.test_one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,713 @@
+"""The consumer harness: the REAL scheduler driven by a request stream. Runs INSIDE a vLLM env.
+
+Builds, from a Layout and a Stream, what the engine core builds: the
+``KVCacheConfig`` (with ``kv_cache_tensors`` sized from the specs' page sizes,
+so connectors that size their own pools from it can), a ``VllmConfig`` with a
+model config, KV cache events on (``KVEventsConfig``, null publisher, batches
+captured), the connector named by the Layout; the real resolver gives
+(scheduler, hash) block sizes; the real ``Scheduler`` builds the real
+``KVCacheManager``, block pool and the connector's scheduler side. Then the
+stream is fed in, step by step, with fake ``ModelRunnerOutput``s the way
+vLLM's scheduler tests do (a token per request whose prefill is done), plus a
+fake worker for connectors (finished sends/receives reported one step later).
+Chunked prefill comes from ``max_num_batched_tokens``, preemption from a small
+``num_blocks``. Everything adapts to the release by introspection.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+import torch  # noqa: E402,F401
+from vllm.config import (CacheConfig, DeviceConfig, KVEventsConfig, KVTransferConfig, ModelConfig,  # noqa: E402
+                         ParallelConfig, SchedulerConfig, VllmConfig)
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.v1 import kv_cache_interface as kvi  # noqa: E402
+from vllm.v1.core import kv_cache_utils  # noqa: E402
+from vllm.v1.core.sched import scheduler as sched_mod  # noqa: E402
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+from kvproof.bridge.build import Builder  # noqa: E402
+from kvproof.consumer.oracles import Efficiency, HashIndex, Recorder, Truth, iter_hashes  # noqa: E402
+from kvproof.consumer.stream import Stream  # noqa: E402
+from kvproof.errors import NotExpressible  # noqa: E402
+from kvproof.layout import Layout  # noqa: E402
+from kvproof.spec import facts  # noqa: E402
+
+MAX_MODEL_LEN_CEILING = 1 << 20
+# Methods of a connector's inner pieces whose arguments carry block hashes / offload keys.
+HASH_METHODS = facts.CONNECTOR_HASH_METHODS
+
+
+def _frame(err: BaseException) -> str:
+    frames = traceback.extract_tb(err.__traceback__)
+    chosen = None
+    for f in frames:
+        if "/vllm/" in f.filename:
+            chosen = f
+    chosen = chosen or (frames[-1] if frames else None)
+    return f"{chosen.filename.split('site-packages/')[-1]}:{chosen.lineno} in {chosen.name}" if chosen else ""
+
+
+def _exc(err: BaseException) -> str:
+    msg = " ".join(str(err).split())[:300]
+    return f"{type(err).__name__}: {msg} @ {_frame(err)}"
+
+
+def _kwargs_for(fn: Any, **candidates: Any) -> dict[str, Any]:
+    params = inspect.signature(fn).parameters
+    return {k: v for k, v in candidates.items() if k in params}
+
+
+@dataclass
+class RunState:
+    """What one run observed; ``kvproof.consumer.result.ConsumerResult`` is its JSON form."""
+
+    rec: Recorder = field(default_factory=Recorder)
+    eff: Efficiency = field(default_factory=Efficiency)
+    steps: int = 0
+    scheduler_block_size: int | None = None
+    hash_block_size: int | None = None
+    alignment: int | None = None
+    connector: str | None = None
+    connector_class: str | None = None
+    connector_calls: int = 0
+    events_stored: int = 0
+    events_without_hashes: int = 0  # BlockStored events whose blocks were all null/masked (Mamba align)
+    events_opaque: int = 0  # connector BlockStored events without token ids (CPU/storage medium)
+    worker_recv_dropped: int = 0  # load completions for requests no longer waiting (not reported)
+    preemptions: int = 0
+    not_expressible: str | None = None
+    setup_error: str | None = None  # the release's config refused it (not a block-size verdict)
+    hits: list[dict[str, int]] = field(default_factory=list)
+
+
+class Harness:
+    """One per process (after ``import vllm``): caches the model config and the builder."""
+
+    def __init__(self) -> None:
+        self.builder = Builder()
+        self._model_config: Any = None
+        self._model_dir = tempfile.mkdtemp(prefix="kvproof-consumer-")
+        self._hash_fn: Any = None
+        self.sched_params = inspect.signature(sched_mod.Scheduler.__init__).parameters
+        self.mro_fields = set(getattr(ModelRunnerOutput, "__dataclass_fields__", {}))
+        self.storage = tempfile.mkdtemp(prefix="kvproof-consumer-storage-")
+
+    # --- configs ----------------------------------------------------------------
+    def model_config(self, max_model_len: int) -> Any:
+        if self._model_config is None:
+            # one KV head (MQA): the engine's dcp validation needs tensor_parallel_size > KV heads,
+            # and the harness sets tp = dcp; the KV cache specs come from the Layout, not this model
+            hf = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
+                  "intermediate_size": 256, "num_attention_heads": 2, "num_key_value_heads": 1,
+                  "num_hidden_layers": 2, "vocab_size": 32000, "max_position_embeddings": MAX_MODEL_LEN_CEILING,
+                  "torch_dtype": "float16"}
+            with open(os.path.join(self._model_dir, "config.json"), "w") as f:
+                json.dump(hf, f)
+            self._model_config = ModelConfig(model=self._model_dir, skip_tokenizer_init=True, dtype="float16",
+                                             max_model_len=MAX_MODEL_LEN_CEILING, seed=0)
+        mc = self._model_config
+        mc.max_model_len = max_model_len
+        return mc
+
+    def kv_cache_config(self, layout: Layout, num_blocks: int) -> Any:
+        mode = layout.cache.mamba_cache_mode
+        groups, tensors = [], []
+        for i, g in enumerate(layout.groups):
+            spec = self.builder.spec(g, mode)
+            name = f"model.layers.{i}.attn"
+            groups.append(kvi.KVCacheGroupSpec([name], spec))
+            page = spec.page_size_bytes
+            # layer-outermost placement; field names differ by release (shared_by <= 0.28, layers 0.32)
+            tensors.append(kvi.KVCacheTensor(**_kwargs_for(
+                kvi.KVCacheTensor, size=page * num_blocks, shared_by=[name], layers=[name],
+                layer_stride=page * num_blocks, block_stride=page)))
+        return kvi.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups)
+
+    def vllm_config(self, layout: Layout, stream: Stream, num_blocks: int) -> Any:
+        c = layout.cache
+        if c.prefix_match_unit is not None and "prefix_match_unit" not in self.builder.cache_fields:
+            raise NotExpressible("prefix_match_unit (no CacheConfig.prefix_match_unit)")
+        cache = CacheConfig(**_kwargs_for(CacheConfig, block_size=c.block_size,
+                                          enable_prefix_caching=c.enable_prefix_caching,
+                                          prefix_match_unit=c.prefix_match_unit, mamba_cache_mode=c.mamba_cache_mode))
+        mml = min(layout.max_model_len, MAX_MODEL_LEN_CEILING)
+        sched = SchedulerConfig(**_kwargs_for(
+            SchedulerConfig, max_model_len=mml, is_encoder_decoder=False, max_num_seqs=stream.max_num_seqs,
+            max_num_batched_tokens=max(stream.max_num_batched_tokens, 1), enable_chunked_prefill=True,
+            long_prefill_token_threshold=0))
+        parallel = ParallelConfig(tensor_parallel_size=layout.dcp, decode_context_parallel_size=layout.dcp)
+        kv_transfer = None
+        speculative = None
+        model_config = self.model_config(mml)
+        if layout.kv_connector:
+            hidden = layout.kv_connector == facts.HIDDEN_STATES_CONNECTOR
+            if hidden:
+                # What the engine builds for hidden-state extraction: the speculative method
+                # extract_hidden_states (the connector asserts it) and the connector as producer.
+                n = sum(g.kind == "hidden_state" for g in layout.groups)
+                if n != 1:
+                    raise NotExpressible(
+                        f"{layout.kv_connector} with {n} hidden-state groups: the engine's extract_hidden_states "
+                        f"path adds exactly one HiddenStateCacheSpec group (the connector refuses any other "
+                        f"count: 'Could not uniquely identify the extract-hidden-states group')")
+                speculative = self.speculative_config(model_config, parallel)
+            kv_transfer = KVTransferConfig(kv_connector=layout.kv_connector,
+                                           kv_role="kv_producer" if hidden else "kv_both",
+                                           kv_connector_extra_config=dict(facts.CONSUMER_CONNECTOR_EXTRA,
+                                                                          shared_storage_path=self.storage))
+        events = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
+        extra = {"speculative_config": speculative} if speculative is not None else {}
+        cfg = VllmConfig(model_config=model_config, cache_config=cache, scheduler_config=sched,
+                         parallel_config=parallel, kv_transfer_config=kv_transfer, kv_events_config=events,
+                         device_config=DeviceConfig(device="cpu"), **extra)
+        cfg.cache_config.num_gpu_blocks = num_blocks
+        # what the engine core does after KV init; the Layout says the block size it ended at
+        cfg.cache_config.block_size = c.block_size
+        cfg.cache_config.enable_prefix_caching = c.enable_prefix_caching
+        return cfg
+
+    @staticmethod
+    def speculative_config(model_config: Any, parallel: Any) -> Any:
+        """``SpeculativeConfig(method="extract_hidden_states")`` as ``EngineArgs`` builds it from
+        ``speculative_config={"method": ..., "draft_model_config": {"hf_config": {aux layer ids}}}``."""
+        from vllm.config import SpeculativeConfig
+        return SpeculativeConfig(**_kwargs_for(
+            SpeculativeConfig, method="extract_hidden_states", num_speculative_tokens=1,
+            draft_model_config={"hf_config": {"eagle_aux_hidden_state_layer_ids": [1]}},
+            target_model_config=model_config, target_parallel_config=parallel))
+
+    def hash_fn(self, vcfg: Any) -> Any:
+        from vllm.utils.hashing import get_hash_fn_by_name
+        return get_hash_fn_by_name(vcfg.cache_config.prefix_caching_hash_algo)
+
+    @staticmethod
+    def auto_blocks(layout: Layout, stream: Stream) -> int:
+        need = 0
+        longest = 1
+        for i, r in enumerate(stream.requests):
+            n = len(stream.prompt(i)) + r.max_tokens + 1
+            longest = max(longest, n)
+            need += sum(math.ceil(n / g.block_size) + 1 for g in layout.groups)
+        need *= 2 if any(r.resend_at is not None for r in stream.requests) else 1
+        return need + 8 * len(layout.groups) + 16
+
+    @staticmethod
+    def min_blocks(layout: Layout, stream: Stream) -> int:
+        """The engine refuses a KV cache that cannot hold one longest request; so does this harness."""
+        longest = max(len(stream.prompt(i)) + r.max_tokens + 1 for i, r in enumerate(stream.requests))
+        return sum(math.ceil(longest / g.block_size) + 2 for g in layout.groups) + 1
+
+    # --- one run --------------------------------------------------------------------
+    def run(self, layout: Layout, stream: Stream, max_steps: int | None = None) -> RunState:
+        st = RunState(connector=layout.kv_connector)
+        rec = st.rec
+        num_blocks = max(stream.num_blocks or 0, self.min_blocks(layout, stream)) if stream.num_blocks \
+            else self.auto_blocks(layout, stream)
+        try:
+            kv_cfg = self.kv_cache_config(layout, num_blocks)
+            vcfg = self.vllm_config(layout, stream, num_blocks)
+        except NotExpressible as err:
+            st.not_expressible = str(err)
+            return st
+        except Exception as err:
+            st.setup_error = _exc(err)
+            return st
+        rec.step = 0
+        try:
+            scheduler_bs, hash_bs = kv_cache_utils.resolve_kv_cache_block_sizes(kv_cfg, vcfg)
+        except Exception as err:
+            rec.add("exception", "resolver: " + _exc(err))
+            return st
+        st.scheduler_block_size, st.hash_block_size = scheduler_bs, hash_bs
+        hash_fn = self.hash_fn(vcfg)
+        kv_cache_utils.init_none_hash(hash_fn)
+        block_hasher = kv_cache_utils.get_request_block_hasher(hash_bs, hash_fn)
+        try:
+            kw = _kwargs_for(sched_mod.Scheduler.__init__, vllm_config=vcfg, kv_cache_config=kv_cfg,
+                             structured_output_manager=StructuredOutputManager(vcfg), block_size=scheduler_bs,
+                             hash_block_size=hash_bs, log_stats=True)
+            scheduler = sched_mod.Scheduler(**kw)
+        except Exception as err:
+            refusal = next((why for needle, why in facts.CONNECTOR_SETUP_REFUSALS if needle in str(err)), None)
+            if refusal is not None:
+                st.not_expressible = f"{layout.kv_connector}: {refusal} ({_exc(err)})"
+            else:
+                rec.add("exception", "Scheduler(): " + _exc(err))
+            return st
+        conn = scheduler.connector
+        if conn is not None and len(layout.groups) > 1 and not self._supports_hma(conn):
+            st.not_expressible = (f"{type(conn).__name__} does not implement SupportsHMA: the engine turns the "
+                                  f"hybrid KV cache manager off for it, so these {len(layout.groups)} groups never "
+                                  f"reach its scheduler side")
+            return st
+        try:
+            self._drive(layout, stream, scheduler, block_hasher, hash_fn, st, max_steps)
+        except Exception as err:
+            rec.add("exception", _exc(err))
+        finally:
+            st.steps = max(st.steps, rec.step)
+            try:
+                if scheduler.connector is not None and hasattr(scheduler.connector, "shutdown"):
+                    scheduler.connector.shutdown()
+            except Exception:
+                pass
+        return st
+
+    # --- the loop -------------------------------------------------------------------
+    def _drive(self, layout: Layout, stream: Stream, scheduler: Any, block_hasher: Any, hash_fn: Any,
+               st: RunState, max_steps: int | None) -> None:
+        rec = st.rec
+        hash_bs = st.hash_block_size
+        mgr = scheduler.kv_cache_manager
+        coord = mgr.coordinator
+        st.alignment = self._alignment(coord, st.scheduler_block_size)
+        group_sizes = self.builder.group_block_sizes(scheduler.kv_cache_config, layout.dcp)
+        index = HashIndex(hash_bs, lambda parent, toks: kv_cache_utils.hash_block_tokens(hash_fn, parent, toks))
+        truth = Truth()
+        live: dict[str, Request] = {}
+        prompts: dict[str, list[int]] = {}
+        first_seen: set[str] = set()
+        pending_hit: dict[str, tuple[int, int]] = {}  # req id -> (local, truth) from get_computed_blocks
+        ext_hit: dict[str, int] = {}
+
+        # (b) wrap the real prefix-cache lookups (plain, and the connector variant where it exists)
+        def spy_lookup(real: Any) -> Any:
+            def lookup(request: Any) -> Any:
+                got = real(request)
+                n = got[1]  # (blocks, num_computed_tokens, ...) in every release seen
+                self._check_hit(request, n, truth, index, st, live)
+                pending_hit[request.request_id] = (n, truth.longest(request.all_token_ids))
+                return got
+            return lookup
+        for name in facts.PREFIX_LOOKUP_METHODS:
+            if hasattr(mgr, name):
+                setattr(mgr, name, spy_lookup(getattr(mgr, name)))
+
+        # truth: KV of scheduled tokens counts as computed from the moment its slots are allocated
+        # (a request later in the same step may share it: vLLM computes the batch in one pass)
+        real_alloc = mgr.allocate_slots
+        alloc_sig = inspect.signature(real_alloc)
+
+        def allocate_slots(request: Any, *args: Any, **kw: Any) -> Any:
+            got = real_alloc(request, *args, **kw)
+            if got is not None:
+                bound = alloc_sig.bind(request, *args, **kw).arguments
+                extra = sum(v for k, v in bound.items() if k in facts.ALLOC_TOKEN_PARAMS and isinstance(v, int))
+                toks = request.all_token_ids
+                truth.record(request.request_id, toks, min(request.num_computed_tokens + extra, len(toks)))
+            return got
+        mgr.allocate_slots = allocate_slots
+
+        # (d) capture KV event batches
+        pub = scheduler.kv_event_publisher
+        real_publish = pub.publish
+
+        def publish(batch: Any) -> None:
+            for ev in getattr(batch, "events", ()) or ():
+                self._check_event(ev, index, group_sizes, st)
+            return real_publish(batch)
+        pub.publish = publish
+
+        # (c) the connector's scheduler side
+        conn = scheduler.connector
+        if conn is not None:
+            st.connector_class = type(conn).__name__
+            self._wrap_connector(conn, scheduler, index, group_sizes, st, live, truth, ext_hit)
+
+        events: dict[int, list[tuple[str, int]]] = {}
+        for i, r in enumerate(stream.requests):
+            events.setdefault(r.arrival, []).append(("add", i))
+            if r.resend_at is not None:
+                events.setdefault(max(r.resend_at, r.arrival + 1), []).append(("resend", i))
+            if r.abort_at is not None:
+                events.setdefault(max(r.abort_at, r.arrival), []).append(("abort", i))
+        last_event = max(events) if events else 0
+        total = sum(len(stream.prompt(i)) + r.max_tokens for i, r in enumerate(stream.requests))
+        budget = max_steps or (last_event + 4 * total // max(stream.max_num_batched_tokens, 1) + 200
+                               + 4 * sum(r.max_tokens for r in stream.requests))
+        finished_sending: set[str] = set()
+        finished_recving: set[str] = set()
+        worker_meta: Any = None  # the fake worker's kv_connector_worker_meta for the next output
+        job_driven = False  # the connector reports loads through its jobs (offloading, simple CPU)
+        sent_ids: dict[int, list[str]] = {}
+        step = 0
+        while True:
+            rec.step = step
+            for kind, i in events.get(step, ()):
+                if kind == "abort":
+                    for rid in sent_ids.get(i, ()):
+                        if rid in scheduler.requests and not self._finished(scheduler.requests[rid]):
+                            scheduler.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
+                    continue
+                rid = f"r{i}" if kind == "add" else f"r{i}.re{len(sent_ids.get(i, ()))}"
+                sent_ids.setdefault(i, []).append(rid)
+                req = self._request(rid, stream.prompt(i), stream.requests[i].max_tokens, block_hasher)
+                prompts[rid] = stream.prompt(i)
+                live[rid] = req
+                index.extend(rid, prompts[rid])
+                scheduler.add_request(req)
+            if step > last_event and not scheduler.requests and not finished_sending and worker_meta is None \
+                    and not finished_recving:
+                break
+            if step >= budget:
+                rec.add("stalled", f"{len(scheduler.requests)} requests unfinished after {step} steps "
+                                   f"(num_blocks={scheduler.kv_cache_config.num_blocks})")
+                break
+            out = scheduler.schedule()
+            st.preemptions += len(getattr(out, "preempted_req_ids", None) or ())
+            scheduled = dict(out.num_scheduled_tokens)
+            for rid in scheduled:
+                if rid in pending_hit:
+                    local, true_len = pending_hit.pop(rid)
+                    ext = ext_hit.pop(rid, 0)
+                    loaded = ext_hit.pop(rid + "#async", 0)
+                    if loaded and local >= loaded:  # the loaded tokens came back as a local hit
+                        local, ext = local - loaded, ext + loaded
+                    req = live[rid]
+                    cap = max(0, req.num_prompt_tokens - 1)
+                    if rid not in first_seen:
+                        first_seen.add(rid)
+                        st.eff.admissions += 1
+                        st.eff.prompt_tokens += req.num_prompt_tokens
+                        st.eff.reusable_tokens += min(true_len, cap)
+                        st.eff.hit_tokens += local
+                        st.eff.external_tokens += ext
+                        st.hits.append({"step": step, "req": int(rid[1:].split(".")[0]), "hit": local,
+                                        "external": ext, "truth": min(true_len, cap)})
+                    else:
+                        st.eff.readmissions += 1
+            # fake model runner: a token for each request whose prompt (and output so far) is computed
+            mro = self._model_output(scheduler, out, finished_sending, finished_recving, worker_meta)
+            finished_sending, finished_recving, worker_meta = set(), set(), None
+            if conn is not None:
+                # the fake worker: every job in this step's connector metadata completes by the next step
+                worker_meta, recv, driven = self._worker_reply(getattr(out, "kv_connector_metadata", None))
+                job_driven |= driven
+                # a real worker reports a load's request once; the scheduler asserts it is still
+                # waiting for it or finished (scheduler.py _update_from_kv_xfer_finished)
+                for rid in recv:
+                    req = scheduler.requests.get(rid)
+                    if req is not None and (req.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+                                            or self._finished(req)):
+                        finished_recving.add(rid)
+                    else:
+                        st.worker_recv_dropped += 1
+            scheduler.update_from_output(out, mro)
+            for rid in scheduled:
+                req = live.get(rid)
+                if req is not None:
+                    toks = list(req.all_token_ids)
+                    index.extend(rid, toks)
+                    truth.record(rid, toks, min(req.num_computed_tokens, len(toks)))
+                    self._check_chain(req, index, st)
+            if conn is not None:
+                for rid, req in list(scheduler.requests.items()):
+                    if self._finished(req):
+                        if rid not in finished_recving:  # one release per request (the recv path frees it)
+                            finished_sending.add(rid)
+                    elif req.status == RequestStatus.WAITING_FOR_REMOTE_KVS and not job_driven:
+                        finished_recving.add(rid)
+            step += 1
+        st.steps = step
+
+    # --- pieces -----------------------------------------------------------------------
+    @staticmethod
+    def _supports_hma(conn: Any) -> bool:
+        try:
+            from vllm.distributed.kv_transfer.kv_connector.v1 import SupportsHMA
+        except ImportError:
+            return True
+        return isinstance(conn, SupportsHMA)
+
+    @staticmethod
+    def _finished(req: Any) -> bool:
+        return RequestStatus.is_finished(req.status)
+
+    @staticmethod
+    def _alignment(coord: Any, scheduler_bs: int) -> int:
+        """The hit alignment the release's coordinator promises (read from it, never guessed)."""
+        for name in facts.HIT_ALIGNMENT_ATTRS:
+            val = getattr(coord, name, None)
+            if isinstance(val, int) and val > 0:
+                return val
+        single = getattr(coord, "block_size", None)  # UnitaryKVCacheCoordinator aligns to its block size
+        if isinstance(single, int) and single > 0 and len(getattr(coord, "single_type_managers", ())) == 1:
+            return single
+        return scheduler_bs
+
+    def _request(self, rid: str, prompt: list[int], max_tokens: int, block_hasher: Any) -> Any:
+        sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        kw = _kwargs_for(Request.__init__, request_id=rid, prompt_token_ids=prompt, sampling_params=sp,
+                         pooling_params=None, block_hasher=block_hasher, eos_token_id=None, arrival_time=0.0)
+        return Request(**kw)
+
+    @staticmethod
+    def _worker_reply(meta: Any) -> tuple[Any, set[str], bool]:
+        """What the connector's worker side reports one step after receiving ``meta``, the way
+        vLLM's connector unit tests complete transfers (every job succeeds): (worker metadata,
+        finished_recving, whether loads are job-driven). Shapes (0.27-0.32, same in each):
+        offloading ``OffloadingConnectorMetadata(load_jobs, store_jobs)`` -> 
+        ``OffloadingWorkerMetadata(completed_jobs={job: 1})`` + the load jobs' requests as
+        finished_recving (offloading/worker.py ``get_finished``); simple CPU offload
+        ``SimpleCPUOffloadMetadata(store_event, load_event_to_reqs)`` ->
+        ``SimpleCPUOffloadWorkerMetadata(completed_store_events={event: 1})`` + the load
+        event's requests as finished_recving (manager.py ``update_connector_output``)."""
+        if meta is None:
+            return None, set(), False
+        import sys
+        mod = sys.modules.get(type(meta).__module__)
+        load_jobs, store_jobs = getattr(meta, "load_jobs", None), getattr(meta, "store_jobs", None)
+        if isinstance(load_jobs, dict) and isinstance(store_jobs, dict):
+            cls = getattr(mod, "OffloadingWorkerMetadata", None)
+            jobs = list(load_jobs) + list(store_jobs)
+            recv = {j.req_id for j in load_jobs.values()}
+            return (cls(completed_jobs={j: 1 for j in jobs}) if jobs and cls else None), recv, True
+        if hasattr(meta, "store_event") and isinstance(getattr(meta, "load_event_to_reqs", None), dict):
+            cls = getattr(mod, "SimpleCPUOffloadWorkerMetadata", None)
+            ev = meta.store_event
+            recv = {r for reqs in meta.load_event_to_reqs.values() for r in reqs}
+            return (cls(completed_store_events={ev: 1}) if cls and isinstance(ev, int) and ev >= 0 else None), \
+                recv, True
+        return None, set(), False
+
+    def _model_output(self, scheduler: Any, out: Any, sending: set[str], recving: set[str],
+                      worker_meta: Any = None) -> Any:
+        req_ids = list(out.num_scheduled_tokens)
+        sampled = []
+        for rid in req_ids:
+            req = scheduler.requests[rid]
+            done = req.num_computed_tokens >= req.num_tokens  # already advanced by schedule()
+            sampled.append([1 + (req.num_tokens * 7 + 3) % 29999] if done else [])
+        kw: dict[str, Any] = dict(req_ids=req_ids, req_id_to_index={r: k for k, r in enumerate(req_ids)},
+                                  sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
+                                  pooler_output=[])
+        if scheduler.connector is not None:
+            kw["kv_connector_output"] = KVConnectorOutput(finished_sending=sending or None,
+                                                          finished_recving=recving or None,
+                                                          kv_connector_worker_meta=worker_meta)
+        return ModelRunnerOutput(**{k: v for k, v in kw.items() if k in self.mro_fields})
+
+    # --- oracles --------------------------------------------------------------------
+    def _check_hit(self, request: Any, n: int, truth: Truth, index: HashIndex, st: RunState,
+                   live: dict[str, Any]) -> None:
+        if n <= 0:
+            return
+        toks = request.all_token_ids
+        true_len = truth.longest(toks)
+        if n > true_len:
+            st.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens but the longest common prefix with "
+                                     f"computed KV is {true_len} (prompt {request.num_prompt_tokens})")
+        if n > request.num_tokens - 1:
+            st.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens covers the whole request "
+                                     f"({request.num_tokens} tokens; the last must be computed)")
+        if st.alignment and n % st.alignment and n != request.num_tokens - 1:
+            st.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens is not a multiple of the "
+                                     f"coordinator's alignment {st.alignment}")
+
+    def _check_chain(self, req: Any, index: HashIndex, st: RunState) -> None:
+        real = list(req.block_hashes)
+        mine = index.chains.get(req.request_id, [])
+        for k, (a, b) in enumerate(zip(real, mine)):
+            if bytes(a) != bytes(b):
+                st.rec.add("hash_chain", f"{req.request_id}: block_hashes[{k}] is not the hash of tokens "
+                                         f"[{k * index.h}, {(k + 1) * index.h})")
+                break
+
+    def _check_event(self, ev: Any, index: HashIndex, group_sizes: list[int], st: RunState) -> None:
+        """BlockStored rules, read from ``BlockPool`` (identical in 0.27, 0.28 and 0.32):
+
+        - ``cache_full_blocks`` (block_pool.py:226): ``token_ids`` span every newly full block
+          ``[num_cached, num_full) * block_size``, but ``block_hashes`` list only the blocks that
+          are not null or masked out (Mamba align mode keeps one state block per request, sliding
+          window drops blocks outside the window), so an event may carry fewer hashes than
+          blocks, zero included; ``parent_block_hash`` is the hash of block ``num_cached - 1``.
+          Each hash must name the tokens of a block inside that span, in order.
+        - ``cache_partial_block`` (fine-grained hits): one hash for a prompt tail that ends
+          inside a cache block; ``block_size`` is the tail's length, not the group's.
+        - ``emit_cached_block_events``: a contiguous run from block 0, parent None.
+        - ``cache_partial_block`` events cover the last hash unit of the tail:
+          ``[(n // h - 1) * h, n)``, parent ``block_hashes[n // h - 2]`` (block_pool.py:578).
+        - connector-sourced events (CPU/storage medium) may be opaque: no token ids, no parent,
+          ``block_size`` 0 or the group's (OffloadingConnector without
+          ``self_describing_kv_events``, offloading/events.py; SimpleCPUOffloadConnector when
+          its snapshot is missing or sized differently, manager.py:1120, "until #49962").
+          Only their hashes are checked: each must name a real token prefix.
+        """
+        if type(ev).__name__ != "BlockStored":
+            return
+        st.events_stored += 1
+        hashes = list(ev.block_hashes or ())
+        toks = list(ev.token_ids)
+        bs = ev.block_size
+        gidx = getattr(ev, "group_idx", None)
+        gsize = group_sizes[gidx] if gidx is not None and 0 <= gidx < len(group_sizes) else None
+        where = f"BlockStored(group={gidx}, block_size={bs}, {len(hashes)} hashes, {len(toks)} tokens)"
+        if not hashes:
+            st.events_without_hashes += 1
+        if not toks and hashes:
+            st.events_opaque += 1
+            for k, hv in enumerate(hashes):
+                if index.locate(hv) is None:
+                    st.rec.add("kv_event", f"{where}: hash #{k} names no token prefix at granularity {index.h}")
+            return
+        start = 0
+        if ev.parent_block_hash is not None:
+            p = index.locate(ev.parent_block_hash)
+            if p is None:
+                st.rec.add("kv_event", f"{where}: parent hash names no token prefix")
+                return
+            start = p[1]
+        partial = gsize is not None and bs != gsize and len(hashes) == 1 and len(toks) == bs
+        if gsize is not None and not partial and bs != gsize:
+            st.rec.add("kv_event", f"{where}: block_size disagrees with group block size {gsize}")
+            return
+        if bs <= 0 or len(toks) % bs or len(hashes) > len(toks) // bs:
+            st.rec.add("kv_event", f"{where}: {len(toks)} token ids cannot hold {len(hashes)} blocks of {bs}")
+            return
+        prev_end = start
+        for k, hv in enumerate(hashes):
+            loc = index.locate(hv)
+            if loc is None:
+                st.rec.add("kv_event", f"{where}: hash #{k} names no token prefix at granularity {index.h}")
+                return
+            _, end, seq, _ = loc
+            if partial:
+                if end % index.h:
+                    st.rec.add("kv_event", f"{where}: partial tail ends at {end}, off the hash granularity {index.h}")
+                if end != start + bs:
+                    st.rec.add("kv_event", f"{where}: partial tail hash ends at {end}, event covers [{start}, "
+                                           f"{start + bs})")
+                    return
+            elif (end - start) % bs or end <= prev_end or end > start + len(toks):
+                st.rec.add("kv_event", f"{where}: hash #{k} ends at token {end}, not a block boundary of {bs} "
+                                       f"after {prev_end} within [{start}, {start + len(toks)})")
+                return
+            off = end - start
+            if list(seq[end - bs:end]) != toks[off - bs:off]:
+                st.rec.add("kv_event", f"{where}: hash #{k} names tokens [{end - bs}, {end}) but the event "
+                                       f"carries other token ids there")
+            prev_end = end
+
+    def _wrap_connector(self, conn: Any, scheduler: Any, index: HashIndex, group_sizes: list[int],
+                        st: RunState, live: dict[str, Any], truth: Truth, ext_hit: dict[str, int]) -> None:
+        real_match = conn.get_num_new_matched_tokens
+
+        def get_num_new_matched_tokens(request: Any, num_computed_tokens: int) -> Any:
+            got = real_match(request, num_computed_tokens)
+            st.connector_calls += 1
+            n = got[0] if isinstance(got, tuple) else got
+            if isinstance(n, int) and n > 0:
+                if isinstance(got, tuple) and len(got) > 1 and got[1]:
+                    # async load: once loaded, the next local lookup already counts these tokens
+                    ext_hit[request.request_id + "#async"] = n
+                else:
+                    ext_hit[request.request_id] = n
+                true_len = truth.longest(request.all_token_ids)
+                if num_computed_tokens + n > true_len:
+                    st.rec.add("connector", f"{type(conn).__name__} claims {n} external tokens after "
+                                            f"{num_computed_tokens} local for {request.request_id}, beyond the "
+                                            f"true common prefix {true_len}")
+            return got
+        conn.get_num_new_matched_tokens = get_num_new_matched_tokens
+
+        gpu_pool = scheduler.kv_cache_manager.block_pool
+        seen: set[int] = {id(gpu_pool), id(scheduler), id(scheduler.kv_cache_manager)}
+
+        def walk(obj: Any, depth: int) -> None:
+            if depth > 4 or id(obj) in seen or obj is None:
+                return
+            seen.add(id(obj))
+            mod = type(obj).__module__ or ""
+            if not mod.startswith("vllm"):
+                return
+            for name in HASH_METHODS:
+                fn = getattr(obj, name, None)
+                if callable(fn) and not getattr(fn, "_kvproof", False):
+                    try:
+                        setattr(obj, name, self._hash_spy(fn, f"{type(obj).__name__}.{name}", index,
+                                                          group_sizes, st, live))
+                    except (AttributeError, TypeError):
+                        pass
+            for attr in list(getattr(obj, "__dict__", {}).values()):
+                if isinstance(attr, (list, tuple)):
+                    for x in attr[:8]:
+                        walk(x, depth + 1)
+                elif isinstance(attr, dict):
+                    continue
+                else:
+                    walk(attr, depth + 1)
+        walk(conn, 0)
+
+    def _hash_spy(self, fn: Any, label: str, index: HashIndex, group_sizes: list[int], st: RunState,
+                  live: dict[str, Any]) -> Any:
+        store = label.rsplit(".", 1)[-1] in facts.CONNECTOR_STORE_METHODS
+
+        def spy(*args: Any, **kw: Any) -> Any:
+            st.connector_calls += 1
+            owner = None
+            for a in list(args) + list(kw.values()):
+                rid = getattr(a, "req_id", None) or getattr(a, "request_id", None)
+                if isinstance(rid, str) and rid in live:
+                    owner = live[rid]
+            for hv in iter_hashes(list(args) + list(kw.values())):
+                self._check_connector_hash(hv, label, owner, index, group_sizes, st, store, live)
+            return fn(*args, **kw)
+        spy._kvproof = True  # type: ignore[attr-defined]
+        return spy
+
+    def _check_connector_hash(self, hv: Any, label: str, owner: Any, index: HashIndex, group_sizes: list[int],
+                              st: RunState, store: bool = False, live: dict[str, Any] | None = None) -> None:
+        """A (hash, group) key a connector's inner block pool stores or looks up.
+
+        Pairing rule (single_type_kv_cache_manager.py, 0.27-0.32): a key ends on a block
+        boundary of its group, except in fine-grained mode (the coordinator's hit alignment
+        ``a`` < the group's block size ``G`` and ``G % a == 0``): then ``find_longest_cache_hit``
+        probes every interior hash boundary (FullAttentionManager phase 2, MambaManager
+        right-to-left), so a lookup may end at any multiple of ``a``; and a store off a block
+        boundary must be a partial prompt tail (``_cache_partial_tail_block``: the last hash
+        boundary of a request's prompt, ``(prompt-1)//h*h``, or ``prompt//h*h`` with EAGLE).
+        """
+        loc = index.locate(hv)
+        if loc is None:
+            st.rec.add("connector", f"{label}: a {len(bytes(hv))}-byte hash names no token prefix at "
+                                    f"granularity {index.h}")
+            return
+        start, end, seq, group = loc
+        if group is not None and 0 <= group < len(group_sizes) and end % group_sizes[group]:
+            g = group_sizes[group]
+            a = st.alignment or g
+            fine = a < g and g % a == 0 and end % a == 0
+            # stores: FullAttentionManager.cache_blocks registers the partial tail whenever
+            # block_size != hash_block_size, whatever the alignment (GPU and CPU pools alike)
+            ok = self._partial_tail(end, seq, index.h, live or {}) if store else fine
+            if not ok:
+                what = "a stored key that is no request's prompt tail" if fine else f"{end} is not a block boundary"
+                st.rec.add("connector", f"{label}: hash of tokens [0, {end}) paired with group {group} whose "
+                                        f"blocks are {g} tokens ({what})")
+        if owner is not None:
+            toks = owner.all_token_ids
+            if len(toks) < end or list(toks[:end]) != list(seq[:end]):
+                st.rec.add("connector", f"{label}: hash of tokens [0, {end}) used for {owner.request_id}, "
+                                        f"whose tokens differ there")
+
+    @staticmethod
+    def _partial_tail(end: int, seq: list[int], h: int, live: dict[str, Any]) -> bool:
+        for req in live.values():
+            n = req.num_prompt_tokens
+            if end in ((n - 1) // h * h, n // h * h) and list(req.all_token_ids[:end]) == list(seq[:end]):
+                return True
+        return False

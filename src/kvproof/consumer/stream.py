@@ -1,0 +1,224 @@
+"""A request stream: what the consumer tier feeds the real scheduler. Stdlib only.
+
+A ``Stream`` is a list of requests whose prompts are built from shared
+prefixes of assorted lengths (so prefix-cache hits are possible and their
+true extent is known), plus the scheduler's budget (blocks, batched tokens,
+running requests) that decides chunked prefill and preemption.
+
+JSON::
+
+    {"prefixes": [1000, 300],            # shared prefix lengths (token content is derived)
+     "requests": [{"prefix": 0, "prefix_len": 700, "suffix_len": 40, "arrival": 0,
+                   "max_tokens": 3, "resend_at": 9, "abort_at": null, "tokens": null}],
+     "num_blocks": null, "max_num_batched_tokens": 512, "max_num_seqs": 8}
+
+``tokens`` (explicit prompt ids) overrides prefix/suffix. ``resend_at``: the
+same prompt arrives again as a new request at that step. ``abort_at``: the
+request is aborted at that step if still unfinished. ``num_blocks`` null:
+enough for every request at once (no pressure).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, Iterator
+
+from kvproof.errors import LayoutError
+from kvproof.inputs import parse_json
+
+VOCAB = 30000
+MAX_TOKENS_PER_PROMPT = 1 << 17
+MAX_REQUESTS = 512
+MAX_STEP = 10_000
+_REQ_KEYS = {"prefix", "prefix_len", "suffix_len", "arrival", "max_tokens", "resend_at", "abort_at", "tokens"}
+_TOP_KEYS = {"prefixes", "requests", "num_blocks", "max_num_batched_tokens", "max_num_seqs"}
+
+
+@dataclass(frozen=True)
+class Req:
+    prefix: int = 0
+    prefix_len: int = 0
+    suffix_len: int = 1
+    arrival: int = 0
+    max_tokens: int = 1
+    resend_at: int | None = None
+    abort_at: int | None = None
+    tokens: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Stream:
+    prefixes: tuple[int, ...] = ()
+    requests: tuple[Req, ...] = ()
+    num_blocks: int | None = None
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 16
+
+    # --- token content ------------------------------------------------------
+    def prompt(self, i: int) -> list[int]:
+        """Prompt token ids of request ``i`` (deterministic from the stream)."""
+        r = self.requests[i]
+        if r.tokens is not None:
+            return list(r.tokens)
+        p = r.prefix
+        head = [prefix_token(p, k) for k in range(r.prefix_len)]
+        tail = [1 + (7919 * (i + 1) + 104729 * k + 17) % (VOCAB - 1) for k in range(r.suffix_len)]
+        return head + tail
+
+    # --- JSON edge ------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        reqs = []
+        for r in self.requests:
+            d = {k: v for k, v in asdict(r).items() if v is not None}
+            if r.tokens is not None:
+                d["tokens"] = list(r.tokens)
+            reqs.append(d)
+        return {"prefixes": list(self.prefixes), "requests": reqs, "num_blocks": self.num_blocks,
+                "max_num_batched_tokens": self.max_num_batched_tokens, "max_num_seqs": self.max_num_seqs}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Stream":
+        return _parse(data)
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "stream") -> "Stream":
+        data = parse_json(text, where)
+        try:
+            return _parse(data)
+        except LayoutError as err:
+            raise LayoutError(f"{where}: {err}") from None
+
+    def summary(self) -> str:
+        n = sum(len(self.prompt(i)) for i in range(len(self.requests)))
+        return (f"{len(self.requests)} requests, {n} prompt tokens, prefixes {list(self.prefixes)}, "
+                f"blocks={self.num_blocks or 'auto'}, batch={self.max_num_batched_tokens}")
+
+
+def prefix_token(p: int, k: int) -> int:
+    return 1 + (31 * k + 1009 * (p + 1)) % (VOCAB - 1)
+
+
+# --- validation ---------------------------------------------------------------
+
+def _int(v: Any, name: str, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise LayoutError(f"{name} must be an integer, got {json.dumps(v)[:40]}")
+    if not lo <= v <= hi:
+        raise LayoutError(f"{name} must be in [{lo}, {hi}], got {v}")
+    return v
+
+
+def _opt(v: Any, name: str, lo: int, hi: int) -> int | None:
+    return None if v is None else _int(v, name, lo, hi)
+
+
+def _parse(data: Any) -> Stream:
+    if not isinstance(data, dict):
+        raise LayoutError(f"stream must be an object, got {type(data).__name__}")
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise LayoutError(f"stream has unknown field {unknown[0]!r} (allowed: {', '.join(sorted(_TOP_KEYS))})")
+    prefixes = data.get("prefixes", [])
+    if not isinstance(prefixes, list):
+        raise LayoutError("prefixes must be a list of lengths")
+    pre = tuple(_int(v, f"prefixes[{i}]", 0, MAX_TOKENS_PER_PROMPT) for i, v in enumerate(prefixes))
+    raw = data.get("requests")
+    if not isinstance(raw, list) or not raw:
+        raise LayoutError("requests must be a non-empty list")
+    if len(raw) > MAX_REQUESTS:
+        raise LayoutError(f"requests: at most {MAX_REQUESTS}, got {len(raw)}")
+    reqs = []
+    for i, r in enumerate(raw):
+        w = f"requests[{i}]"
+        if not isinstance(r, dict):
+            raise LayoutError(f"{w} must be an object, got {type(r).__name__}")
+        bad = sorted(set(r) - _REQ_KEYS)
+        if bad:
+            raise LayoutError(f"{w} has unknown field {bad[0]!r} (allowed: {', '.join(sorted(_REQ_KEYS))})")
+        tokens = r.get("tokens")
+        if tokens is not None:
+            if not isinstance(tokens, list) or not tokens or len(tokens) > MAX_TOKENS_PER_PROMPT:
+                raise LayoutError(f"{w}.tokens must be a non-empty list of token ids")
+            tokens = tuple(_int(t, f"{w}.tokens[{k}]", 0, VOCAB - 1) for k, t in enumerate(tokens))
+        prefix = _int(r.get("prefix", 0), f"{w}.prefix", 0, max(len(pre) - 1, 0))
+        plen = _int(r.get("prefix_len", 0), f"{w}.prefix_len", 0, pre[prefix] if pre else 0)
+        slen = _int(r.get("suffix_len", 1), f"{w}.suffix_len", 0, MAX_TOKENS_PER_PROMPT)
+        if tokens is None and plen + slen == 0:
+            raise LayoutError(f"{w}: prompt is empty (prefix_len + suffix_len == 0)")
+        if tokens is None and plen + slen > MAX_TOKENS_PER_PROMPT:
+            raise LayoutError(f"{w}: prompt longer than {MAX_TOKENS_PER_PROMPT} tokens")
+        arrival = _int(r.get("arrival", 0), f"{w}.arrival", 0, MAX_STEP)
+        reqs.append(Req(prefix, plen, slen, arrival, _int(r.get("max_tokens", 1), f"{w}.max_tokens", 1, 4096),
+                        _opt(r.get("resend_at"), f"{w}.resend_at", 0, MAX_STEP),
+                        _opt(r.get("abort_at"), f"{w}.abort_at", 0, MAX_STEP), tokens))
+    return Stream(pre, tuple(reqs), _opt(data.get("num_blocks"), "num_blocks", 1, 1 << 22),
+                  _int(data.get("max_num_batched_tokens", 2048), "max_num_batched_tokens", 1, 1 << 20),
+                  _int(data.get("max_num_seqs", 16), "max_num_seqs", 1, 1024))
+
+
+# --- generation and shrinking ---------------------------------------------------
+
+def random_stream(rng: random.Random, scale: int = 1000) -> Stream:
+    """One stream: a few shared prefixes of assorted lengths and requests over them."""
+    scale = max(scale, 64)
+    prefixes = tuple(rng.choice([rng.randint(1, 64), rng.randint(64, scale), rng.randint(scale, 3 * scale)])
+                     for _ in range(rng.randint(1, 3)))
+    reqs = []
+    for _ in range(rng.randint(2, 8)):
+        p = rng.randrange(len(prefixes))
+        plen = rng.choice([prefixes[p], rng.randint(0, prefixes[p])])
+        slen = rng.choice([0, 1, rng.randint(1, 200)]) if plen else rng.randint(1, 200)
+        reqs.append(Req(p, plen, slen, rng.randint(0, 6), rng.randint(1, 6),
+                        rng.choice([None, None, rng.randint(2, 20)]),
+                        rng.choice([None, None, None, rng.randint(1, 10)])))
+    pressure = rng.random() < 0.3
+    return Stream(prefixes, tuple(reqs), rng.randint(4, 40) if pressure else None,
+                  rng.choice([64, 256, 1024, 4096]), rng.choice([2, 4, 16]))
+
+
+def streams(seed: int, scale: int = 1000) -> Iterator[Stream]:
+    """An endless, reproducible sequence of streams."""
+    rng = random.Random(seed)
+    while True:
+        yield random_stream(rng, scale)
+
+
+def shrink(stream: Stream, still_fails: Callable[[Stream], bool], budget: int = 200) -> Stream:
+    """Greedy shrinker: drop requests, then cut lengths/tokens/budgets while ``still_fails``."""
+    best = stream
+    tries = 0
+
+    def attempt(candidate: Stream) -> bool:
+        nonlocal best, tries
+        if tries >= budget or candidate == best:
+            return False
+        tries += 1
+        try:
+            ok = still_fails(candidate)
+        except Exception:
+            ok = False
+        if ok:
+            best = candidate
+        return ok
+
+    changed = True
+    while changed and tries < budget:
+        changed = False
+        for i in range(len(best.requests) - 1, -1, -1):
+            if len(best.requests) > 1 and i < len(best.requests):
+                changed |= attempt(replace(best, requests=best.requests[:i] + best.requests[i + 1:]))
+        for i in range(len(best.requests)):
+            r = best.requests[i]
+            for cand in (replace(r, resend_at=None), replace(r, abort_at=None), replace(r, max_tokens=1),
+                         replace(r, arrival=0), replace(r, suffix_len=max(r.suffix_len // 2, 0 if r.prefix_len else 1)),
+                         replace(r, prefix_len=r.prefix_len // 2 if r.suffix_len else max(r.prefix_len // 2, 1))):
+                if cand != r:
+                    changed |= attempt(replace(best, requests=best.requests[:i] + (cand,) + best.requests[i + 1:]))
+        if best.num_blocks is not None:
+            changed |= attempt(replace(best, num_blocks=None))
+    return best
