@@ -169,6 +169,16 @@ def _cleanup(executor: Any) -> None:
         kv_transfer_state._KV_CONNECTOR_AGENT = None
     except Exception:  # noqa: BLE001,S110 - best effort, as in kvproof.replay.boot
         pass
+    # Model-parallel groups are created by the first executor of a process with that
+    # model's shape (an expert-parallel group only for MoE models); left in place they
+    # make the next derivation depend on the previous one (qwen3_next after
+    # granite_moe_hybrid: "expert parallel group is not initialized").
+    try:
+        from vllm.distributed import parallel_state
+        parallel_state.destroy_model_parallel()
+        parallel_state.destroy_distributed_environment()
+    except Exception:  # noqa: BLE001,S110 - nothing initialised is fine
+        pass
     # No executor.shutdown() and no gc.collect(): the runner's shutdown only frees the
     # (never allocated) profiling KV cache through a full gc.collect(), ~0.45 s each
     # time; the tiny model is freed with its last reference, cycles by the normal gc.
