@@ -10,7 +10,8 @@
 # Local check (no docker): KVPROOF_CFLITE_LOCAL=1 SRC=<dir> OUT=<dir> PYTHON=<env python>
 #   bash .clusterfuzzlite/build.sh
 # runs the same steps, but compile_python_fuzzer is replaced by a launcher script
-# that runs the entry point with $PYTHON (tests/integration/test_fuzz_cflite.py).
+# that runs the entry point with $PYTHON; the caller's PYTHONPATH supplies kvproof
+# (tests/integration/test_fuzz_cflite.py runs it with the bridge's worker_env()).
 
 cd "$SRC/kvproof"
 
@@ -22,7 +23,7 @@ if [ "${KVPROOF_CFLITE_LOCAL:-0}" = "1" ]; then
     cat > "$OUT/$name" <<WRAP
 #!/bin/sh
 # LLVMFuzzerTestOneInput for fuzzer detection.
-PYTHONPATH="$SRC/kvproof/src" KVPROOF_FUZZ_ARGV0="\$0" exec "$PYTHON" "$SRC/kvproof/$fuzzer_path" "\$@"
+KVPROOF_FUZZ_ARGV0="\$0" exec "$PYTHON" "$SRC/kvproof/$fuzzer_path" "\$@"
 WRAP
     chmod +x "$OUT/$name"
   }

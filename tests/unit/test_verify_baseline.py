@@ -70,8 +70,11 @@ def test_small_run_writes_only_under_out_and_matches_the_baseline(tmp_path, monk
     rep = json.loads((tmp_path / "out" / "verify" / "verify.json").read_text())
     props = {p["property"]: p for p in rep["properties"]}
     assert props[HYBRID_ALIGN]["verdict"] == "COUNTEREXAMPLE"
-    assert props[HYBRID_ALIGN]["reachability"] == "free"  # the engine premise holds; no Config search yet
-    assert "witness_config" in props[HYBRID_ALIGN] and props[HYBRID_ALIGN]["witness_layout"]
+    # the seed bug: a measured Config (hidden-state extraction in align mode) derives a violating layout
+    assert props[HYBRID_ALIGN]["reachability"] == "reachable"
+    assert props[HYBRID_ALIGN]["witness_config"]["family"] == "nemotron_h"
+    assert props[HYBRID_ALIGN]["witness_release"] == "0.27.0" and props[HYBRID_ALIGN]["witness_derived_layout"]
+    assert props[HYBRID_ALIGN]["witness_layout"]
     assert rep["baseline"]["changes"] == [] and rep["exit_code"] == 0
 
 
@@ -82,14 +85,14 @@ def test_record_publishes_into_the_corpus(tmp_path, monkeypatch):
     corpus = list((tmp_path / "corpus").glob("*.json"))
     assert len(corpus) == 1
     meta = json.loads(corpus[0].read_text())["kvproof"]
-    assert meta["revision"] == "0.27" and meta["reachability"] == "free"
+    assert meta["revision"] == "0.27" and meta["reachability"] == "reachable"
 
 
 def test_proved_to_counterexample_is_a_named_change(tmp_path, capsys):
     path = _baseline(tmp_path, {"0.27": {
         HYBRID_ALIGN: {"status": "PROVED", "n": {"PROVED": "2"}},
         "hybrid.group_multiple_of_hash[any]": {"status": "COUNTEREXAMPLE", "n": {"COUNTEREXAMPLE": "2"},
-                                               "reachability": "free", "witness_n": 2, "reason": "x"}}})
+                                               "reachability": "reachable", "witness_n": 2, "reason": "x"}}})
     assert main(SMALL + ["--baseline", str(path), "--out", str(tmp_path / "out"), "--no-corpus"]) == 1
     out = capsys.readouterr().out
     assert f"NEW      0.27  {HYBRID_ALIGN}: PROVED -> COUNTEREXAMPLE at N=2" in out
@@ -111,7 +114,7 @@ def test_label_change_is_a_change(tmp_path, capsys):
         key: {"status": "COUNTEREXAMPLE", "n": {"COUNTEREXAMPLE": "2"}, "reachability": "unreachable",
               "witness_n": 2, "reason": "x"} for key in (HYBRID_ALIGN, "hybrid.group_multiple_of_hash[any]")}})
     assert main(SMALL + ["--baseline", str(path), "--out", str(tmp_path / "out"), "--no-corpus"]) == 1
-    assert "reachability unreachable -> free" in capsys.readouterr().out
+    assert "reachability unreachable -> reachable" in capsys.readouterr().out
 
 
 def test_missing_entry_is_new(tmp_path, capsys):
@@ -136,7 +139,7 @@ def test_update_baseline_round_trip_keeps_hand_reasons(tmp_path, capsys):
     data = json.loads(path.read_text())
     entry = data["revisions"]["0.27"][HYBRID_ALIGN]
     assert entry["status"] == "COUNTEREXAMPLE" and entry["n"] == {"COUNTEREXAMPLE": "2"}
-    assert entry["reachability"] == "free" and entry["witness_n"] == 2
+    assert entry["reachability"] == "reachable" and entry["witness_n"] == 2
     entry["reason"] = "the seed bug (hand-written)"
     path.write_text(json.dumps(data))
     assert main(argv) == 0
@@ -184,12 +187,28 @@ def test_compare_accepts_string_statuses():
 
 # --- reachability labels ----------------------------------------------------------------------
 
-def test_label_engine_witness_is_free():
-    lay = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 2}, {"kind": "full_attention",
-                                                                           "block_size": 1}],
-                            "cache": {"block_size": 1, "enable_prefix_caching": True, "mamba_cache_mode": "align"}})
-    lab, reason, cfg = reachability.label("0.27", HYBRID_ALIGN, lay)
-    assert lab is Reachability.FREE and cfg is None and reason
+SEED_SHAPED = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 2},
+                                          {"kind": "full_attention", "block_size": 1}],
+                               "cache": {"block_size": 1, "enable_prefix_caching": True, "mamba_cache_mode": "align"}})
+
+
+def test_label_engine_witness_without_a_config_search_is_free():
+    lab, reason, cfg = reachability.label("0.27", HYBRID_ALIGN, SEED_SHAPED, derive=False)
+    assert lab is Reachability.FREE and cfg is None and "inside the engine premise" in reason
+
+
+def test_label_finds_the_measured_config_that_reaches_the_seed():
+    lab, reason, cfg = reachability.label("0.27", HYBRID_ALIGN, SEED_SHAPED)
+    assert lab is Reachability.REACHABLE and cfg["release"] == "0.27.0"
+    derived = Layout.from_dict(cfg["layout"])
+    assert derived.cache.mamba_cache_mode == "align" and derived.has_mamba and "derives" in reason
+
+
+def test_label_names_a_python_only_fact():
+    four_of_one_spec = {"groups": [{"kind": "full_attention", "block_size": 16, "count": 4}],
+                        "cache": {"block_size": 16, "enable_prefix_caching": True}}
+    lab, reason, _ = reachability.label("0.32", "efficiency.hash_block_size_1[any]", four_of_one_spec, derive=False)
+    assert lab is Reachability.UNREACHABLE and "groups.two_specs" in reason
 
 
 def test_label_free_only_witness_is_unreachable_and_names_the_fact():
@@ -198,7 +217,8 @@ def test_label_free_only_witness_is_unreachable_and_names_the_fact():
     lab, reason, cfg = reachability.label("0.32", "unitary.hash_equals_block_size[any]", lay, premise="free",
                                           engine_status="PROVED")
     assert lab is Reachability.UNREACHABLE and cfg is None
-    assert "ENGINE_BLOCK_SIZE_OVER['0.32']" in reason and "1 here, the witness has 2" in reason
+    assert "engine.cache_block_size: cache block size 2, the engine sets 1" in reason
+    assert "EngineCore._initialize_kv_caches" in reason
     # an UNKNOWN engine query never lets a witness be called unreachable
     lab2, _, _ = reachability.label("0.32", "unitary.hash_equals_block_size[any]", lay, premise="free",
                                     engine_status=ProofStatus.UNKNOWN)
