@@ -44,11 +44,35 @@ replay: envs
 matrix: envs
 	$(VPY) -m kvproof bisect $(MATRIX) --matrix
 
+# Every file in bench/results is written by one of these scripts (each reads the
+# machine's load itself). BENCH=short (default: ~15 min on 2 shared cores) or BENCH=full.
+BENCH ?= short
+ifeq ($(BENCH),full)
+BENCH_BRIDGE  :=
+BENCH_VERIFY  :=
+BENCH_FUZZ    := --runs 50000 --rounds 3 --seeds 5 --cov-seconds 60
+BENCH_REPLAY  :=
+BENCH_CROSS   := --timeout 60
+BENCH_CONSUMERS :=
+BENCH_SELFTEST  :=
+else
+BENCH_BRIDGE  := --n 500 --naive 1
+BENCH_VERIFY  := --max-n 4 --timeout 10
+BENCH_FUZZ    := --runs 10000 --rounds 2 --seeds 2 --ttf-limit 30 --cov-seconds 15
+BENCH_REPLAY  := --no-engine
+BENCH_CROSS   := --timeout 10
+BENCH_CONSUMERS := --n 20 --seconds 15
+BENCH_SELFTEST  := --seconds 3
+endif
+
 bench: envs
-	$(VPY) bench/bench_bridge.py
-	$(VPY) bench/bench_verify.py
-	$(VPY) bench/bench_fuzz.py
-	$(VPY) bench/bench_replay.py
+	$(VPY) bench/bench_bridge.py $(BENCH_BRIDGE)
+	$(VPY) bench/bench_verify.py $(BENCH_VERIFY)
+	$(VPY) bench/bench_fuzz.py $(BENCH_FUZZ)
+	$(VPY) bench/bench_replay.py $(BENCH_REPLAY)
+	$(VPY) bench/bench_crosshair.py $(BENCH_CROSS)
+	if [ -f bench/bench_consumers.py ]; then $(VPY) bench/bench_consumers.py $(BENCH_CONSUMERS); fi
+	if [ -f bench/bench_selftest.py ]; then $(VPY) bench/bench_selftest.py $(BENCH_SELFTEST); fi
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis build src/*.egg-info

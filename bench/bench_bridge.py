@@ -11,7 +11,7 @@ Writes bench/results/bridge.md. Usage: python bench/bench_bridge.py [--n 2000] [
 
 from __future__ import annotations
 
-import argparse
+import os
 import platform
 import random
 import statistics
@@ -20,6 +20,8 @@ from pathlib import Path
 
 from kvproof import envs
 from kvproof.bridge.client import Worker
+from kvproof.cliutil import Parser
+from kvproof.fsio import atomic_write
 from kvproof.layout import Layout
 
 KINDS = ("full_attention", "sliding_window", "mla", "mamba", "hidden_state")
@@ -37,6 +39,7 @@ def random_layouts(n: int, seed: int = 0) -> list[Layout]:
 
 
 def bench_release(release: str, n: int, naive: int) -> dict:
+    load_before = os.getloadavg()[0]
     env = envs.find(release)
     layouts = random_layouts(n)
     t0 = time.perf_counter()
@@ -57,11 +60,12 @@ def bench_release(release: str, n: int, naive: int) -> dict:
             w.run([layout])
         naive_s.append(time.perf_counter() - t)
     return {"release": release, "start_s": start, "import_s": import_s,
-            "resolver_us": resolver_us, "manager_us": manager_us, "naive_s": statistics.median(naive_s)}
+            "resolver_us": resolver_us, "manager_us": manager_us, "naive_s": statistics.median(naive_s),
+            "load": (load_before, os.getloadavg()[0])}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = Parser(prog="bench_bridge.py")
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--naive", type=int, default=3)
     ap.add_argument("--vllm", action="append")
@@ -71,19 +75,20 @@ def main() -> None:
     rows = [bench_release(r, args.n, args.naive) for r in releases]
     lines = [
         "# Bridge cost: import once, then per layout", "",
-        f"Machine: {platform.machine()}, {platform.python_version()}, `nproc`=2. "
-        f"Batch of {args.n} random layouts (1-6 groups); times include JSON both ways.",
-        f"Command: `.venv/bin/python bench/bench_bridge.py --n {args.n}`", "",
-        "| vLLM | worker start (s) | import vllm (s) | per layout, resolver (µs) | per layout, resolver + KVCacheManager (µs) "
-        "| naive: process per layout (s) | batch speed-up vs naive (resolver+manager) |",
-        "|---|---|---|---|---|---|---|",
+        f"Machine: {platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} CPUs (shared: read the "
+        f"ratios within a row). Batch of {args.n} random layouts (1-6 groups); times include JSON both ways; "
+        f"1-min load average read by the script before / after each release.",
+        f"Command: `.venv/bin/python bench/bench_bridge.py --n {args.n} --naive {args.naive}`", "",
+        "| vLLM | load before / after | worker start (s) | import vllm (s) | per layout, resolver (µs) "
+        "| per layout, resolver + KVCacheManager (µs) | naive: process per layout (s) "
+        "| batch speed-up vs naive (resolver+manager) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['release']} | {r['start_s']:.1f} | {r['import_s']:.1f} | {r['resolver_us']:.0f} "
+        lines.append(f"| {r['release']} | {r['load'][0]:.2f} / {r['load'][1]:.2f} | {r['start_s']:.1f} | {r['import_s']:.1f} | {r['resolver_us']:.0f} "
                      f"| {r['manager_us']:.0f} | {r['naive_s']:.1f} | {r['naive_s'] * 1e6 / r['manager_us']:.0f}x |")
     text = "\n".join(lines) + "\n"
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    atomic_write(args.out, text)
     print(text)
 
 

@@ -14,18 +14,21 @@ Usage: python bench/bench_crosshair.py [--timeout 60]; writes bench/results/cros
 
 from __future__ import annotations
 
-import argparse
 import json
+import os
 import platform
 import subprocess
 import time
 from pathlib import Path
 
-from kvproof import envs
-from kvproof.bridge.client import worker_env
 from kvproof.spec import revision_for
 from kvproof.spec.properties import BY_KEY
 from kvproof.spec.query import Query
+
+from kvproof import envs
+from kvproof.bridge.client import worker_env
+from kvproof.cliutil import Parser
+from kvproof.fsio import atomic_write
 
 HERE = Path(__file__).resolve().parent
 RELEASES = ("0.27.0", "0.32.0")
@@ -55,27 +58,29 @@ def crosshair_row(release: str, n: int, timeout: float) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = Parser(prog="bench_crosshair.py")
     ap.add_argument("--timeout", type=float, default=60)
     ap.add_argument("--out", default=str(HERE / "results" / "crosshair.md"))
     args = ap.parse_args()
     lines = ["# Z3 model vs CrossHair on the real resolver", "",
-             f"Machine: {platform.machine()}, 2 cores. `hybrid.group_multiple_of_hash` in align mode, prefix "
+             f"Machine: {platform.machine()}, {os.cpu_count()} CPUs (shared). `hybrid.group_multiple_of_hash` in align mode, prefix "
              f"caching on, engine cache block size, block sizes 1..2^20; timeout {args.timeout:.0f} s per question.",
              f"Command: `.venv/bin/python bench/bench_crosshair.py --timeout {args.timeout:.0f}`", "",
-             "| vLLM | N | Z3 model | Z3 s | CrossHair (real code) | CrossHair s (analysis, import excluded) | CrossHair detail |",
-             "|---|---|---|---|---|---|---|"]
+             "| vLLM | N | load before / after | Z3 model | Z3 s | CrossHair (real code) "
+             "| CrossHair s (analysis, import excluded) | CrossHair detail |",
+             "|---|---|---|---|---|---|---|---|"]
     for release in RELEASES:
         for n in HARNESSES:
+            before = os.getloadavg()[0]
             z = z3_row(release, n, args.timeout)
             c = crosshair_row(release, n, args.timeout)
-            lines.append(f"| {release} | {n} | {z['verdict']} | {z['seconds']:.2f} | {c['verdict']} | "
+            lines.append(f"| {release} | {n} | {before:.2f} / {os.getloadavg()[0]:.2f} | {z['verdict']} | {z['seconds']:.2f} | {c['verdict']} | "
                          f"{c['seconds']:.1f} | {c.get('detail', '').replace('|', '/')} |")
             print(lines[-1], flush=True)
     lines += ["", "CrossHair's 'no counterexample' is the end of its time budget, never a proof; Z3's PROVED "
               "covers every layout of that size in the model (whose agreement with the code is "
               "tests/integration/test_conformance.py)."]
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    atomic_write(args.out, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

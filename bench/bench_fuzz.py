@@ -1,37 +1,44 @@
-"""Fuzzing throughput and time to first violation, written to bench/results/fuzz.md.
+"""Fuzzing throughput, coverage and time to first violation -> bench/results/fuzz.md.
 
-    python bench/bench_fuzz.py [--vllm 0.32.0] [--bug-vllm 0.27.0] [--seeds 5] [--out bench/results/fuzz.md]
+    .venv/bin/python bench/bench_fuzz.py [--vllm 0.32.0] [--bug-vllm 0.27.0] [--runs 20000] [--rounds 2]
+                                         [--seeds 3] [--cov-seconds 20] [--out bench/results/fuzz.md]
 
-Part 1 (inside the --vllm environment, one process, single core): execs/s of
-one fuzz iteration (atheris FuzzedDataProvider -> decode -> ...) over the
-same inputs, side by side:
+Everything in the report is measured by this script in one run; it reads the
+machine's load average (``os.getloadavg``) itself before and after every
+measurement and prints it beside the numbers. The machine is shared: read the
+ratios measured side by side, not the absolute rates.
 
-- raw resolver: ``resolve_kv_cache_block_sizes`` on prebuilt objects (floor)
-- pure Python: decode + a plain-Python copy of the release's resolver logic
-- fast path, resolver: decode + the bridge's ``evaluate(manager=False)`` with
-  ``kvproof.fuzz.fastpath`` (prebuilt configs)
-- fast path, resolver + manager (memo): what the contracts harness runs
-- fast path, resolver + manager (no memo)
-- naive: a fresh ``VllmConfig`` per input (the bridge's own config builder)
+Part 1, throughput of the contracts target on --vllm, every process pinned to
+one core (``taskset -c 0``), per round, back to back:
 
-Inputs: random byte strings (what libFuzzer starts from) and the seed
-corpus' realistic layouts (2-5 groups).
+- campaign: the real harness (``kvproof.fuzz.harness.build("contracts")``,
+  coverage-instrumented in place, ``Bridge(fast=True)`` with the manager memo)
+  under libFuzzer (``atheris.Fuzz``, ``-runs``), seed corpus + dictionary;
+  every input it is handed is recorded (a list append) and the time runs from
+  the first input to the last, so libFuzzer's own work (mutation, coverage
+  feedback) is in it;
+- pure loop: a fresh process without atheris instrumentation or libFuzzer
+  replays exactly those recorded inputs: decode + ``Bridge(fast=True).evaluate
+  (manager=False)`` + the oracle's ``judge``. Decoding with the pure-Python
+  ``PyFDP`` (no atheris at all) is the baseline; the same loop with atheris'
+  C++ ``FuzzedDataProvider`` and with ``manager=True`` (what the harness does
+  per input, uninstrumented) are shown beside it.
 
-Part 3: libFuzzer coverage (``cov:``) at the seed corpus and after 20 s on
---vllm, with the harness's in-place instrumentation and without it.
+Part 2, coverage (libFuzzer ``cov:``/``ft:``) on --vllm at the seed corpus and
+after --cov-seconds, per instrumentation scope of the harness
+(``KVPROOF_FUZZ_INSTRUMENT``).
 
-Part 2: time to first violation on --bug-vllm: the real contracts harness
-(coverage-instrumented, atheris) from an empty corpus with libFuzzer seeds
-1..N, time measured inside the harness from the first input (vLLM import
-excluded), plus the same with the checked-in seed corpus.
+Part 3, time to first violation on --bug-vllm: the real harness from an empty
+corpus and from the seed corpus, libFuzzer ``-seed=1..N``, time measured inside
+the harness from the first input (vLLM import excluded).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import random
+import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -40,315 +47,308 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+sys.path.append(str(ROOT / "src"))  # after PYTHONPATH: inside an env the import root (with kvproof.fuzz) wins
+
+from kvproof.cliutil import Parser  # noqa: E402
+from kvproof.fsio import atomic_write  # noqa: E402
+
+SEEDS_DIR = ROOT / "fuzz" / "seeds"
+DICT = ROOT / "fuzz" / "kvproof.dict"
 
 
-# --- part 1: runs inside the vLLM environment ----------------------------------
-
-def _py_resolve_032(layout):
-    """Plain-Python copy of vLLM 0.32's resolve_kv_cache_block_sizes on a Layout."""
-    from math import gcd, lcm
-
-    c = layout.cache
-    groups = layout.groups
-    dcp = layout.dcp
-    if len(groups) <= 1:
-        if groups and groups[0].kind == "mamba" and not groups[0].dcp_sharded:
-            dcp = 1
-        elif groups and groups[0].dcp_sharded is False:
-            dcp = 1
-        bs = c.block_size * dcp
-        if c.prefix_match_unit not in (None, bs) and (c.enable_prefix_caching or layout.kv_connector):
-            raise ValueError("Invalid prefix_match_unit")
-        return bs, bs
-    sizes = []
-    for g in groups:
-        sharded = g.dcp_sharded if g.dcp_sharded is not None else g.kind != "mamba"
-        sizes.append(g.block_size * dcp if sharded else g.block_size)
-    sched = lcm(*sizes)
-    if not (c.enable_prefix_caching or layout.kv_connector):
-        return sched, sched
-    if any(g.kind == "mamba" for g in groups) and c.mamba_cache_mode != "align":
-        return sched, sched
-    hashing = [s for s, g in zip(sizes, groups) if g.prefix_cacheable is not False] or sizes
-    h = c.prefix_match_unit if c.prefix_match_unit is not None else gcd(*hashing)
-    if any(b % h for b in hashing):
-        raise ValueError("Invalid prefix_match_unit")
-    align = {g.tokens_per_state for g in groups if g.kind == "mamba" and (g.tokens_per_state or 0) > 1}
-    if any(sched % a for a in align):  # partial-hit alignment simplified to the scheduler boundary
-        raise ValueError("Invalid prefix_match_unit")
-    return sched, h
+def load() -> float:
+    return os.getloadavg()[0]
 
 
-def _rate(fn, inputs, min_seconds: float = 2.0) -> float:
-    n = 0
-    t0 = time.perf_counter()
-    while True:
-        for x in inputs:
-            fn(x)
-        n += len(inputs)
-        dt = time.perf_counter() - t0
-        if dt >= min_seconds:
-            return n / dt
+# --- inside the vLLM environment ------------------------------------------------
+
+def campaign_inner(runs: int, record: Path, scope: str) -> None:
+    """The real instrumented contracts harness under libFuzzer for ``runs`` inputs."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ["KVPROOF_FUZZ_COLLECT"] = "1"  # a new FAIL class is stored, the campaign goes on
+    os.environ["KVPROOF_FUZZ_INSTRUMENT"] = scope
+    import atheris
+    from kvproof.fuzz.harness import build
+
+    test_one = build("contracts")
+    inputs: list[bytes] = []
+    t0 = [0.0]
+    skip = runs // 10  # warm-up (first configs, lazy imports): timed by neither side
+
+    def one(data: bytes) -> None:
+        inputs.append(data)
+        if len(inputs) == skip + 1:
+            t0[0] = time.perf_counter()
+        test_one(data)
+        if len(inputs) >= runs:
+            seconds = time.perf_counter() - t0[0]
+            record.write_text(json.dumps({"execs": len(inputs) - skip, "seconds": seconds, "skip": skip,
+                                          "inputs": [d.hex() for d in inputs]}))
+            os._exit(0)
+
+    corpus = record.parent / "campaign-corpus"
+    corpus.mkdir(exist_ok=True)
+    # -runs above ours: the wrapper stops the process at exactly ``runs`` inputs.
+    atheris.Setup([sys.argv[0], f"-runs={runs + 1000}", "-seed=1", "-max_len=256", f"-dict={DICT}",
+                   "-print_final_stats=0", str(corpus), str(SEEDS_DIR)], one)
+    atheris.Fuzz()
 
 
-def inner(seconds: float) -> dict:
+def pure_inner(record: Path, out: Path) -> None:
+    """The uninstrumented loops over the campaign's recorded inputs (no libFuzzer)."""
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     import atheris
-
-    from kvproof.bridge import worker
-
-    sys.stdout = worker._real_stdout
-    import vllm
-    from vllm.v1.core import kv_cache_utils
-
-    from kvproof.fuzz import fastpath, seeds
     from kvproof.fuzz.decode import decode
     from kvproof.fuzz.harness import release_caps
+    from kvproof.fuzz.oracle import judge
     from kvproof.fuzz.provider import PyFDP
 
-    caps = release_caps(worker.BUILDER)
-    FDP = atheris.FuzzedDataProvider
-    rng = random.Random(0)
-    random_inputs = [rng.randbytes(rng.randint(8, 64)) for _ in range(4000)]
-    seed_inputs = list(seeds.seed_files().values())
-    naive_builder = worker.Builder()
-    naive_cfg = naive_builder._make_vllm_config
-    results: dict = {"vllm": vllm.__version__, "inputs": {}}
-    # Everything below uses the same decoded layouts per input set.
-    for name, inputs in (("random bytes", random_inputs), ("seed layouts", seed_inputs)):
-        layouts = [decode(PyFDP(d), caps) for d in inputs]
-        groups = statistics.mean(len(x.groups) for x in layouts)
-        row: dict = {"n": len(inputs), "mean_groups": round(groups, 1)}
-        # floor: the resolver alone on prebuilt objects
-        parts = fastpath.install(worker, memo_manager=False)
-        prebuilt = [(worker.BUILDER.kv_cache_config(x), parts["configs"](x)) for x in layouts]
+    from kvproof.bridge.runtime import Bridge
 
-        def raw(i, prebuilt=prebuilt):
-            kv, cfg = prebuilt[i]
+    rec = json.loads(record.read_text())
+    inputs = [bytes.fromhex(h) for h in rec["inputs"]]
+    skip = rec["skip"]
+    rows: dict[str, float] = {}
+    warm = Bridge(fast=True)  # lazy vLLM imports of the first config builds, paid before any timing
+    for d in inputs[:50]:
+        try:
+            warm.evaluate(decode(PyFDP(d), release_caps(warm.builder), "engine"))
+        except Exception:
+            pass
+
+    def loop(name: str, fdp, manager: bool, memo: bool) -> None:
+        bridge = Bridge(fast=True, memo_managers=memo)  # fresh memos: the same cold start as the campaign
+        caps = release_caps(bridge.builder)
+        evaluate = bridge.evaluate
+        t = 0.0
+        for i, d in enumerate(inputs):
+            if i == skip:  # the campaign's warm-up inputs are run, not timed, on both sides
+                t = time.perf_counter()
+            layout = decode(fdp(d), caps, "engine")
             try:
-                kv_cache_utils.resolve_kv_cache_block_sizes(kv, cfg)
-            except ValueError:
-                pass
-        # configs are shared per (dcp, connector): re-point the cache fields per input like the harness
-        def raw_fixed(i, prebuilt=prebuilt, layouts=layouts):
-            parts["configs"](layouts[i])
-            raw(i)
-        idx = list(range(len(layouts)))
-        row["raw resolver"] = _rate(raw_fixed, idx, seconds)
-
-        def pure(d):
-            x = decode(FDP(d), caps)
-            try:
-                _py_resolve_032(x)
-            except ValueError:
-                pass
-        row["pure Python"] = _rate(pure, inputs, seconds)
-
-        row["fast path, resolver"] = _rate(lambda d: worker.evaluate(decode(FDP(d), caps), manager=False),
-                                           inputs, seconds)
-        row["fast path, resolver + manager (no memo)"] = _rate(
-            lambda d: worker.evaluate(decode(FDP(d), caps), manager=True), inputs, seconds)
-        fastpath.install(worker, memo_manager=True)
-        row["fast path, resolver + manager (memo)"] = _rate(
-            lambda d: worker.evaluate(decode(FDP(d), caps), manager=True), inputs, seconds)
-
-        def naive(d):
-            x = decode(FDP(d), caps)
-            try:
-                kv = naive_builder.kv_cache_config(x)
-                cfg = naive_cfg(x)
+                o = evaluate(layout, manager=manager)
             except Exception:
-                return
-            try:
-                kv_cache_utils.resolve_kv_cache_block_sizes(kv, cfg)
-            except ValueError:
-                pass
-        row["naive (VllmConfig per input), resolver"] = _rate(naive, inputs, seconds)
-        results["inputs"][name] = row
-    # instrument_imports gap: kv_cache_utils is already imported by vllm.config
-    results["kv_cache_utils_imported_by_vllm_config"] = _imported_by_config()
-    return results
+                continue
+            judge(layout, o)
+        rows[name] = (len(inputs) - skip) / (time.perf_counter() - t)
+
+    def decode_only(fdp) -> float:
+        caps = release_caps(Bridge(fast=True).builder)
+        t = time.perf_counter()
+        for d in inputs:
+            decode(fdp(d), caps, "engine")
+        return len(inputs) / (time.perf_counter() - t)
+
+    loop("pure loop: PyFDP, evaluate(manager=False), judge", PyFDP, False, False)
+    loop("pure loop: atheris FDP, evaluate(manager=False), judge", atheris.FuzzedDataProvider, False, False)
+    loop("harness per-input path uninstrumented: atheris FDP, evaluate(manager=True, memo), judge",
+         atheris.FuzzedDataProvider, True, True)
+    rows["decode only, PyFDP"] = decode_only(PyFDP)
+    out.write_text(json.dumps(rows))
 
 
-def _imported_by_config() -> bool:
-    code = ("import sys, vllm.config; print('vllm.v1.core.kv_cache_utils' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
-    return out.stdout.strip().endswith("True")
+# --- on the host ------------------------------------------------------------------
 
-
-# --- part 2 and driver: run on the host ----------------------------------------
-
-def run_inner(env, seconds: float) -> dict:
+def _env_run(env, args: list[str], extra: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
     from kvproof.bridge.client import worker_env
 
-    proc = subprocess.run(["taskset", "-c", "0", str(env.python), str(Path(__file__).resolve()), "--inner",
-                           "--seconds", str(seconds)], capture_output=True, text=True, env=worker_env(),
-                          timeout=1800)
-    if proc.returncode != 0:
-        raise SystemExit(f"inner benchmark failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    cmd = ["taskset", "-c", "0", str(env.python), str(Path(__file__).resolve())] + args
+    return subprocess.run(cmd, capture_output=True, text=True, env=worker_env(extra), timeout=timeout)
 
 
-def first_violation(env, seed: int, with_seeds: bool, limit: int = 120) -> dict:
+def throughput(env, runs: int, rounds: int, scope: str) -> list[dict]:
+    out = []
+    for r in range(rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            t = Path(tmp)
+            row: dict = {"round": r + 1, "load_before": load()}
+            extra = {"KVPROOF_FUZZ_WORKDIR": str(t / "w"), "KVPROOF_FUZZ_CORPUS_OUT": str(t / "found")}
+            p = _env_run(env, ["--campaign", str(runs), "--record", str(t / "rec.json"), "--scope", scope], extra)
+            if not (t / "rec.json").exists():
+                raise SystemExit(f"campaign failed (rc {p.returncode}):\n{(p.stdout + p.stderr)[-3000:]}")
+            rec = json.loads((t / "rec.json").read_text())
+            row["campaign"] = rec["execs"] / rec["seconds"]
+            row["execs"] = rec["execs"]
+            row["load_mid"] = load()
+            p = _env_run(env, ["--pure", str(t / "rec.json"), "--pure-out", str(t / "pure.json")])
+            if p.returncode != 0:
+                raise SystemExit(f"pure loop failed:\n{(p.stdout + p.stderr)[-3000:]}")
+            row["pure"] = json.loads((t / "pure.json").read_text())
+            row["load_after"] = load()
+            out.append(row)
+            print(json.dumps(row), flush=True)
+    return out
+
+
+def coverage_growth(env, seconds: int, scope: str) -> dict:
+    """libFuzzer's cov: at the seed corpus and after ``seconds`` with one instrumentation scope."""
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        (t / "corpus").mkdir()
+        extra = {"KVPROOF_FUZZ_WORKDIR": str(t / "w"), "KVPROOF_FUZZ_CORPUS_OUT": str(t / "out"),
+                 "KVPROOF_FUZZ_INSTRUMENT": scope, "KVPROOF_FUZZ_COLLECT": "1"}
+        from kvproof.bridge.client import worker_env
+
+        before = load()
+        cmd = ["taskset", "-c", "0", str(env.python), "-m", "kvproof.fuzz.harness", "contracts", "-seed=1",
+               f"-max_total_time={seconds}", "-max_len=256", f"-artifact_prefix={t}/", f"-dict={DICT}",
+               str(t / "corpus"), str(SEEDS_DIR)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=worker_env(extra), timeout=seconds + 300)
+        text = proc.stdout + proc.stderr
+        inited = re.search(r"INITED cov: (\d+) ft: (\d+)", text)
+        covs = re.findall(r"cov: (\d+) ft: (\d+) corp: (\d+)", text)
+        done = re.search(r"Done (\d+) runs in (\d+) second", text)
+        stats = [json.loads(p.read_text()) for p in (t / "w" / "stats").glob("*.json")]
+        inst = (stats[0].get("instrumented") if stats else {}) or {}
+        row = {"scope": scope, "functions": sum(inst.values()), "per_module": inst,
+               "inited_cov": int(inited.group(1)) if inited else None,
+               "inited_ft": int(inited.group(2)) if inited else None,
+               "final_cov": int(covs[-1][0]) if covs else None, "final_ft": int(covs[-1][1]) if covs else None,
+               "corpus": int(covs[-1][2]) if covs else None,
+               "execs": int(done.group(1)) if done else sum(s.get("execs", 0) for s in stats),
+               "load_before": before, "load_after": load()}
+        print(json.dumps({k: v for k, v in row.items() if k != "per_module"}), flush=True)
+        return row
+
+
+def first_violation(env, seed: int, with_seeds: bool, limit: int) -> dict:
     from kvproof.bridge.client import worker_env
 
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         (t / "corpus").mkdir()
         cmd = ["taskset", "-c", "0", str(env.python), "-m", "kvproof.fuzz.harness", "contracts", f"-seed={seed}",
-               f"-max_total_time={limit}", "-max_len=256", f"-artifact_prefix={t}/",
-               f"-dict={ROOT / 'fuzz' / 'kvproof.dict'}", str(t / "corpus")]
-        if with_seeds:
-            cmd.append(str(ROOT / "fuzz" / "seeds"))
+               f"-max_total_time={limit}", "-max_len=256", f"-artifact_prefix={t}/", f"-dict={DICT}",
+               str(t / "corpus")] + ([str(SEEDS_DIR)] if with_seeds else [])
         extra = {"KVPROOF_FUZZ_WORKDIR": str(t / "w"), "KVPROOF_FUZZ_CORPUS_OUT": str(t / "out")}
+        before = load()
         t0 = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=worker_env(extra), timeout=limit + 120)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=worker_env(extra), timeout=limit + 300)
         wall = time.monotonic() - t0
         stats = [json.loads(p.read_text()) for p in (t / "w" / "stats").glob("*.json")]
         s = stats[0] if stats else {}
-        found = list((t / "out").glob("*.json"))
-        contract = json.loads(found[0].read_text())["kvproof"]["contract"] if found else None
-        return {"seed": seed, "with_seeds": with_seeds, "first_crash_s": s.get("first_crash_s"),
-                "execs": s.get("execs"), "wall_s": round(wall, 1), "contract": contract, "rc": proc.returncode}
+        classes = s.get("classes") or []
+        row = {"seed": seed, "with_seeds": with_seeds, "first_crash_s": s.get("first_crash_s"),
+               "execs": s.get("execs"), "wall_s": round(wall, 1),
+               "contract": classes[0]["contract"] if classes else None, "rc": proc.returncode,
+               "load_before": before, "load_after": load()}
+        print(json.dumps(row), flush=True)
+        return row
 
 
-def coverage_growth(env, seconds: int = 20) -> list[dict]:
-    """libFuzzer's cov: at the seed corpus and after ``seconds``, with and without instrumentation."""
-    import re
-
-    from kvproof.bridge.client import worker_env
-
-    rows = []
-    for instrument in ("1", "0"):
-        with tempfile.TemporaryDirectory() as tmp:
-            t = Path(tmp)
-            (t / "corpus").mkdir()
-            cmd = ["taskset", "-c", "0", str(env.python), "-m", "kvproof.fuzz.harness", "contracts", "-seed=1",
-                   f"-max_total_time={seconds}", "-max_len=256", f"-artifact_prefix={t}/",
-                   f"-dict={ROOT / 'fuzz' / 'kvproof.dict'}", str(t / "corpus"), str(ROOT / "fuzz" / "seeds")]
-            extra = {"KVPROOF_FUZZ_WORKDIR": str(t / "w"), "KVPROOF_FUZZ_CORPUS_OUT": str(t / "out"),
-                     "KVPROOF_FUZZ_INSTRUMENT": instrument}
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=worker_env(extra), timeout=seconds + 180)
-            text = proc.stdout + proc.stderr
-            inited = re.search(r"INITED cov: (\d+) ft: (\d+)", text)
-            covs = re.findall(r"cov: (\d+) ft: (\d+) corp: (\d+)", text)
-            stats = [json.loads(p.read_text()) for p in (t / "w" / "stats").glob("*.json")]
-            rows.append({"instrumented": instrument == "1",
-                         "functions": sum((stats[0].get("instrumented") or {}).values()) if stats else 0,
-                         "per_module": (stats[0].get("instrumented") if stats else {}),
-                         "inited_cov": int(inited.group(1)) if inited else None,
-                         "final_cov": int(covs[-1][0]) if covs else None,
-                         "final_ft": int(covs[-1][1]) if covs else None,
-                         "corpus": int(covs[-1][2]) if covs else None,
-                         "execs": sum(s.get("execs", 0) for s in stats)})
-    return rows
+def _f(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None else fmt.format(x)
 
 
-def render(tp: dict, ttf: list[dict], bug_release: str, cov: list[dict] | None = None,
-           cov_release: str = "", load: float | None = None, when: str | None = None) -> str:
+def render(args, tp: list[dict], cov: list[dict], ttf: list[dict], when: str, wall: float,
+           load_start: float, load_end: float) -> str:
+    base = "pure loop: PyFDP, evaluate(manager=False), judge"
     lines = ["# Fuzzing benchmarks", "",
-             f"Generated by `python bench/bench_fuzz.py` on {when or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-             f"{os.cpu_count()} cores, every measurement pinned to one core (`taskset -c 0`); "
-             f"1-min load average when written {load if load is not None else os.getloadavg()[0]:.1f}, 4-5 during "
-             "the runs (a shared machine: other work ran on the same core, so absolute rates are lower than on an "
-             "idle core; the ratios within one table are what to read).", "",
-             f"## Throughput on the real vLLM {tp['vllm']} path (execs/s, single core)", "",
-             "One fuzz iteration = atheris FuzzedDataProvider -> decode -> the named path. "
-             "No coverage instrumentation (that is libFuzzer's cost, the same for every row).", ""]
-    names = list(next(iter(tp["inputs"].values())).keys())
-    names = [n for n in names if n not in ("n", "mean_groups")]
-    header = "| path | " + " | ".join(f"{k} ({v['n']} inputs, {v['mean_groups']} groups avg)"
-                                       for k, v in tp["inputs"].items()) + " |"
-    lines += [header, "|---|" + "---:|" * len(tp["inputs"])]
-    for n in names:
-        lines.append(f"| {n} | " + " | ".join(f"{v[n]:,.0f}" for v in tp["inputs"].values()) + " |")
-    lines += ["", "Ratios (seed layouts): "]
-    s = tp["inputs"].get("seed layouts", {})
-    if s:
-        lines.append(f"fast resolver / pure Python = {s['fast path, resolver'] / s['pure Python']:.2f}; "
-                     f"fast resolver / naive = {s['fast path, resolver'] / s['naive (VllmConfig per input), resolver']:.1f}x.")
-    lines += ["", "Reading it: the issue's goal (>= 15k/s on the resolver path, within 1.5x of pure Python) is "
-              "not met by the bridge path: per input on the seed layouts the bridge's `evaluate` spends ~39 us "
-              "in `Layout.content_hash()` (canonical JSON + sha256) and ~25 us in `Builder.kv_cache_config` "
-              "against ~27 us for the resolver itself (raw row; measured with the same fast path). Prebuilt configs remove the "
-              "dominant cost of the naive harness (a `VllmConfig` per input). The manager memo pays off on "
-              "repeated layouts (what libFuzzer mostly runs: 42-47% hits in the 1e6 campaigns) and costs ~20% on "
-              "all-new ones.", "",
-              f"`vllm.config` imports `kv_cache_utils` on this release: "
-              f"{tp['kv_cache_utils_imported_by_vllm_config']} (the issue saw True on 0.33; "
-              "`vllm.v1.core.kv_cache_manager` imports it, checked on 0.32). The harness instruments the modules "
-              "in place after importing them, which works either way.", "",
-              f"## Time to first violation on vLLM {bug_release}", "",
-              "Real contracts harness (atheris, coverage-instrumented, fast path), libFuzzer `-seed=N`; "
-              "time from the first input (vLLM import excluded, ~10 s).", "",
-              "| seed | corpus | first violation (s) | execs until then | contract | wall incl. import (s) |",
-              "|---:|---|---:|---:|---|---:|"]
-    for r in ttf:
-        fc = f"{r['first_crash_s']:.2f}" if r["first_crash_s"] is not None else "none"
-        lines.append(f"| {r['seed']} | {'seeds' if r['with_seeds'] else 'empty'} | {fc} | {r['execs']} | "
-                     f"{r['contract']} | {r['wall_s']} |")
-    for ws in (False, True):
-        xs = [r["first_crash_s"] for r in ttf if r["with_seeds"] == ws and r["first_crash_s"] is not None]
-        if xs:
-            lines.append(f"\nMedian ({'seed corpus' if ws else 'empty corpus'}): {statistics.median(xs):.2f} s "
-                         f"over {len(xs)} seeds.")
+             f"Written by `.venv/bin/python bench/bench_fuzz.py --vllm {args.vllm} --bug-vllm {args.bug_vllm} "
+             f"--runs {args.runs} --rounds {args.rounds} --seeds {args.seeds} --cov-seconds {args.cov_seconds}` "
+             f"at {when}; {platform.machine()}, {os.cpu_count()} CPUs, every vLLM process pinned to one core "
+             f"(`taskset -c 0`); wall {wall:.0f} s; 1-min load average {load_start:.2f} at the start, "
+             f"{load_end:.2f} at the end (read by the script; per-measurement loads in the tables).", "",
+             f"## Contracts target on vLLM {args.vllm}: instrumented campaign vs pure loop (execs/s, one core)", "",
+             f"Per round: a real campaign (harness instrumentation scope `{args.scope}`, libFuzzer, "
+             f"{args.runs} inputs from the seed corpus with `-seed=1`), then fresh processes replaying exactly its "
+             "recorded inputs without libFuzzer or instrumentation; the first 10% of the inputs (first config builds, "
+             "lazy imports) run untimed on both sides. Ratio = pure loop (PyFDP) / campaign.", ""]
+    names = list(tp[0]["pure"].keys()) if tp else []
+    lines += ["| round | load before / mid / after | campaign | " + " | ".join(names) + " | ratio |",
+              "|---:|---|---:|" + "---:|" * len(names) + "---:|"]
+    ratios = []
+    for r in tp:
+        ratio = r["pure"][base] / r["campaign"]
+        ratios.append(ratio)
+        lines.append(f"| {r['round']} | {r['load_before']:.2f} / {r['load_mid']:.2f} / {r['load_after']:.2f} "
+                     f"| {r['campaign']:,.0f} | " + " | ".join(f"{r['pure'][n]:,.0f}" for n in names)
+                     + f" | {ratio:.2f}x |")
+    if ratios:
+        lines += ["", f"Median ratio over {len(ratios)} round(s): **{statistics.median(ratios):.2f}x** "
+                  "(pure loop execs/s per campaign execs/s; goal <= 2x)."]
     if cov:
-        lines += ["", f"## Coverage on vLLM {cov_release} (contracts harness, seed corpus, 20 s, libFuzzer -seed=1)", "",
-                  "| instrumentation | functions instrumented | cov at seed corpus (INITED) | cov after 20 s | ft | corpus | execs |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += ["", f"## Coverage on vLLM {args.vllm} by instrumentation scope "
+                  f"(contracts, seed corpus, {args.cov_seconds} s, `-seed=1`, one core)", "",
+                  "| scope | functions instrumented | cov / ft at seed corpus (INITED) | cov / ft at the end "
+                  "| corpus | execs | execs/s | load before / after |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|"]
         for r in cov:
-            def v(x):
-                return "no counters" if x is None else x
-            lines.append(f"| {'kv_cache_utils, coordinators, manager, block pool, specs' if r['instrumented'] else 'none'} "
-                         f"| {r['functions']} | {v(r['inited_cov'])} | {v(r['final_cov'])} | {v(r['final_ft'])} "
-                         f"| {v(r['corpus'])} | {r['execs']} |")
-        per = next((r["per_module"] for r in cov if r["instrumented"]), {})
-        if per:
-            lines.append("\nFunctions instrumented per module: " + ", ".join(f"`{k}` {v}" for k, v in per.items()) + ".")
+            lines.append(f"| `{r['scope']}` | {r['functions']} | {_f(r['inited_cov'], '{}')} / "
+                         f"{_f(r['inited_ft'], '{}')} | {_f(r['final_cov'], '{}')} / {_f(r['final_ft'], '{}')} "
+                         f"| {_f(r['corpus'], '{}')} | {r['execs']} | {r['execs'] / args.cov_seconds:,.0f} "
+                         f"| {r['load_before']:.2f} / {r['load_after']:.2f} |")
+        for r in cov:
+            if r["per_module"]:
+                lines.append(f"\nFunctions instrumented, scope `{r['scope']}`: "
+                             + ", ".join(f"`{k}` {v}" for k, v in r["per_module"].items()) + ".")
+    if ttf:
+        lines += ["", f"## Time to first violation on vLLM {args.bug_vllm}", "",
+                  f"Real contracts harness (default instrumentation), libFuzzer `-seed=N`, at most "
+                  f"{args.ttf_limit} s each; time from the first input (vLLM import excluded).", "",
+                  "| seed | corpus | first violation (s) | execs until then | contract | wall incl. import (s) "
+                  "| load before / after |", "|---:|---|---:|---:|---|---:|---|"]
+        for r in ttf:
+            lines.append(f"| {r['seed']} | {'seeds' if r['with_seeds'] else 'empty'} | "
+                         f"{_f(r['first_crash_s'], '{:.2f}') if r['first_crash_s'] is not None else 'none'} "
+                         f"| {r['execs']} | {r['contract']} | {r['wall_s']} "
+                         f"| {r['load_before']:.2f} / {r['load_after']:.2f} |")
+        for ws in (False, True):
+            xs = [r["first_crash_s"] for r in ttf if r["with_seeds"] == ws and r["first_crash_s"] is not None]
+            if xs:
+                lines.append(f"\nMedian ({'seed corpus' if ws else 'empty corpus'}): {statistics.median(xs):.2f} s "
+                             f"over {len(xs)} of {sum(1 for r in ttf if r['with_seeds'] == ws)} seeds.")
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--inner", action="store_true")
-    p.add_argument("--seconds", type=float, default=2.0)
+def main(argv=None) -> int:
+    p = Parser(prog="bench_fuzz.py")
     p.add_argument("--vllm", default="0.32.0")
     p.add_argument("--bug-vllm", default="0.27.0")
-    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--runs", type=int, default=20000, help="inputs per throughput campaign")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--scope", default="1", help="harness instrumentation scope for the throughput campaign")
+    p.add_argument("--cov-seconds", type=int, default=20)
+    p.add_argument("--cov-scopes", default="1,0", help="KVPROOF_FUZZ_INSTRUMENT values (1 = all covered modules, 0 = none)")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--ttf-limit", type=int, default=60)
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "fuzz.md"))
-    p.add_argument("--render-from", help="re-render a written report from its embedded raw numbers")
-    p.add_argument("--load", type=float, help="with --render-from: the load average to print")
-    args = p.parse_args()
-    if args.render_from:  # re-render a written report from its raw numbers
-        text = Path(args.render_from).read_text()
-        raw = json.loads(text.split("```json\n", 1)[1].split("\n```", 1)[0])
-        when = text.split(" on ", 1)[1].split(";", 1)[0]
-        out = render(raw["throughput"], raw["time_to_first_violation"], args.bug_vllm, raw.get("coverage"),
-                     args.vllm, args.load, when)
-        out += text[text.index("\n<details>"):]
-        Path(args.out).write_text(out)
-        print(out)
-        return 0
-    if args.inner:
-        res = inner(args.seconds)
-        print(json.dumps(res))
+    # inside the vLLM environment (started by this script)
+    p.add_argument("--campaign", type=int, help=argparse_suppress())
+    p.add_argument("--record", help=argparse_suppress())
+    p.add_argument("--pure", help=argparse_suppress())
+    p.add_argument("--pure-out", help=argparse_suppress())
+    args = p.parse_args(argv)
+    if args.campaign:
+        campaign_inner(args.campaign, Path(args.record), args.scope)
+        return 1  # not reached: the wrapper exits the process
+    if args.pure:
+        pure_inner(Path(args.pure), Path(args.pure_out))
         return 0
     from kvproof import envs
 
-    tp = run_inner(envs.find(args.vllm), args.seconds)
-    bug_env = envs.find(args.bug_vllm)
-    ttf = [first_violation(bug_env, s, False) for s in range(1, args.seeds + 1)]
-    ttf += [first_violation(bug_env, s, True) for s in range(1, args.seeds + 1)]
-    cov = coverage_growth(envs.find(args.vllm))
-    text = render(tp, ttf, args.bug_vllm, cov, args.vllm)
-    raw = json.dumps({"throughput": tp, "time_to_first_violation": ttf, "coverage": cov}, indent=1)
-    text += f"\n<details><summary>raw numbers</summary>\n\n```json\n{raw}\n```\n</details>\n"
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load_start = load()
+    t0 = time.monotonic()
+    env = envs.find(args.vllm)
+    tp = throughput(env, args.runs, args.rounds, args.scope)
+    cov = [coverage_growth(env, args.cov_seconds, s) for s in args.cov_scopes.split(",") if s] \
+        if args.cov_seconds > 0 else []
+    ttf: list[dict] = []
+    if args.seeds > 0:
+        bug_env = envs.find(args.bug_vllm)
+        for with_seeds in (False, True):
+            ttf += [first_violation(bug_env, s, with_seeds, args.ttf_limit) for s in range(1, args.seeds + 1)]
+    text = render(args, tp, cov, ttf, when, time.monotonic() - t0, load_start, load())
+    atomic_write(args.out, text)
     print(text)
     return 0
+
+
+def argparse_suppress():
+    import argparse
+
+    return argparse.SUPPRESS
 
 
 if __name__ == "__main__":

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-from kvproof.judge import Judgement, judge as _judge
+from kvproof.judge import Judgement
+from kvproof.judge import judge as _judge
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
 from kvproof.verdicts import Verdict
@@ -89,9 +91,15 @@ def shape(layout: Layout) -> tuple[Any, ...]:
 
 
 def dedup_key(vllm_version: str, contract: str, layout: Layout, signature: str = "") -> str:
+    return _dedup_key(vllm_version, contract, shape(layout), signature)
+
+
+@lru_cache(maxsize=1 << 14)
+def _dedup_key(vllm_version: str, contract: str, layout_shape: tuple[Any, ...], signature: str) -> str:
+    """Memoised: a campaign re-meets the same few classes on most inputs (json + sha256 once each)."""
     import hashlib
     import json
 
-    parts = [vllm_version, contract, list(map(str, shape(layout)))] + ([signature] if signature else [])
+    parts = [vllm_version, contract, list(map(str, layout_shape))] + ([signature] if signature else [])
     text = json.dumps(parts)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

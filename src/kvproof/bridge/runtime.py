@@ -9,14 +9,18 @@ fuzzer's fast path, a supported mode rather than a patch:
   reads are assigned (block size, prefix caching, prefix_match_unit, Mamba
   mode). tests/integration/test_fuzz_harness.py checks the Outcomes equal
   the plain path's on random layouts;
-- ``KVCacheConfig`` memoised by (groups, Mamba mode), managers by everything a
-  ``KVCacheManager`` is built from (a repeat returns the first build's facts
-  or re-raises a fresh copy of its exception; a new key runs the real one);
+- ``KVCacheConfig`` (and the groups' effective block sizes per dcp) memoised
+  by (groups, Mamba mode); managers by everything a ``KVCacheManager`` is
+  built from (a repeat returns the first build's facts or the ``StageError``
+  of what it raised; a new key runs the real one). The manager memo exists on
+  the fast path only;
+- ``stage_error`` walks the traceback itself (no linecache, no stat per frame);
 - no content hash per input (``Outcome.layout_hash`` is "" unless asked).
 """
 
 from __future__ import annotations
 
+import itertools
 import traceback
 from collections import OrderedDict
 from typing import Any
@@ -34,9 +38,18 @@ MEMO_SIZE = 1 << 16
 
 
 def stage_error(err: BaseException) -> StageError:
-    frames = traceback.extract_tb(err.__traceback__)
-    last = frames[-1] if frames else None
-    frame = f"{last.filename.split('site-packages/')[-1]}:{last.lineno} in {last.name}" if last else ""
+    """The exception verbatim with its raising frame (``file:line in function``).
+
+    Walks the traceback itself: ``traceback.extract_tb`` reads source lines
+    through linecache (a stat per frame), which a fuzz campaign pays per input.
+    """
+    tb = err.__traceback__
+    frame = ""
+    if tb is not None:
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        code = tb.tb_frame.f_code
+        frame = f"{code.co_filename.split('site-packages/')[-1]}:{tb.tb_lineno} in {code.co_name}"
     return StageError(type(err).__name__, str(err), frame)
 
 
@@ -71,17 +84,27 @@ class Bridge:
         self._kv_configs: _LRU = _LRU()
         self._managers: _LRU = _LRU()
         self.manager_hits = self.manager_misses = 0
+        self._tokens = itertools.count()
+        self._has_pmu = "prefix_match_unit" in self.builder.cache_fields
 
     # --- configs -------------------------------------------------------------
+    def _kv_entry(self, layout: Layout) -> list:
+        """Fast path: [KVCacheConfig, token, {dcp: group block sizes}] per (groups, Mamba mode).
+
+        The token (an int, unique per entry) keys the manager memo, so a layout's
+        groups are hashed once per input, not once per memo.
+        """
+        key = (layout.groups, layout.cache.mamba_cache_mode)
+        entry = self._kv_configs.get(key)
+        if entry is None:
+            entry = [self.builder.kv_cache_config(layout), next(self._tokens), {}]
+            self._kv_configs.put(key, entry, MEMO_SIZE)
+        return entry
+
     def kv_cache_config(self, layout: Layout) -> Any:
         if not self.fast:
             return self.builder.kv_cache_config(layout)
-        key = (layout.groups, layout.cache.mamba_cache_mode)
-        cfg = self._kv_configs.get(key)
-        if cfg is None:
-            cfg = self.builder.kv_cache_config(layout)
-            self._kv_configs.put(key, cfg, MEMO_SIZE)
-        return cfg
+        return self._kv_entry(layout)[0]
 
     def vllm_config(self, layout: Layout) -> Any:
         if not self.fast:
@@ -91,7 +114,7 @@ class Bridge:
         if cfg is None:
             cfg = self._base_configs[key] = self.builder.vllm_config(layout)
         c = layout.cache
-        if c.prefix_match_unit is not None and "prefix_match_unit" not in self.builder.cache_fields:
+        if c.prefix_match_unit is not None and not self._has_pmu:
             raise NotExpressible("prefix_match_unit (no CacheConfig.prefix_match_unit)")
         cc = cfg.cache_config
         cc.block_size = c.block_size
@@ -101,24 +124,27 @@ class Bridge:
         return cfg
 
     # --- the manager stage ---------------------------------------------------
-    def manager(self, layout: Layout, kv_cfg: Any, scheduler: int, hash_size: int) -> dict[str, Any]:
-        if not self.memo_managers:
-            return build_manager(layout, kv_cfg, scheduler, hash_size)
-        key = (layout.groups, layout.cache.mamba_cache_mode, scheduler, hash_size,
-               layout.cache.enable_prefix_caching, layout.dcp, layout.max_model_len)
+    def _manager_stage(self, layout: Layout, kv_cfg: Any, scheduler: int, hash_size: int,
+                       token: int | None) -> dict[str, Any] | StageError:
+        """Facts, or the StageError of what the real manager raised. The memo keeps
+        the StageError itself: a repeat costs a dict lookup, no exception."""
+        if token is None or not self.memo_managers:
+            try:
+                return build_manager(layout, kv_cfg, scheduler, hash_size)
+            except Exception as err:
+                return stage_error(err)
+        c = layout.cache
+        key = (token, scheduler, hash_size, c.enable_prefix_caching, layout.dcp, layout.max_model_len)
         hit = self._managers.get(key)
         if hit is not None:
             self.manager_hits += 1
-            if isinstance(hit, BaseException):
-                raise type(hit)(*hit.args).with_traceback(hit.__traceback__)
             return hit
         self.manager_misses += 1
         try:
-            result: Any = build_manager(layout, kv_cfg, scheduler, hash_size)
+            result: dict[str, Any] | StageError = build_manager(layout, kv_cfg, scheduler, hash_size)
         except Exception as err:
-            traceback.clear_frames(err.__traceback__)  # keep file:line, drop the half-built manager
-            self._managers.put(key, err, MEMO_SIZE)
-            raise
+            result = stage_error(err)
+            traceback.clear_frames(err.__traceback__)  # drop the half-built manager
         self._managers.put(key, result, MEMO_SIZE)
         return result
 
@@ -127,12 +153,23 @@ class Bridge:
         with_hash = not self.fast if content_hash is None else content_hash
         base = {"layout_hash": layout.content_hash() if with_hash else "", "vllm_version": self.version,
                 "fingerprint": self.fingerprint}
+        token = None
         try:
-            kv_cfg = self.kv_cache_config(layout)
+            if self.fast:
+                entry = self._kv_entry(layout)
+                kv_cfg, token, by_dcp = entry
+            else:
+                kv_cfg = self.builder.kv_cache_config(layout)
             vcfg = self.vllm_config(layout)
         except NotExpressible as err:
             return Outcome(**base, expressible=False, not_expressible=f"not expressible in vLLM {self.version}: {err}")
-        sizes = self.builder.group_block_sizes(kv_cfg, layout.dcp)
+        if token is None:
+            sizes = self.builder.group_block_sizes(kv_cfg, layout.dcp)
+        else:
+            sizes = by_dcp.get(layout.dcp)
+            if sizes is None:
+                sizes = by_dcp[layout.dcp] = self.builder.group_block_sizes(kv_cfg, layout.dcp)
+            sizes = list(sizes)  # each Outcome owns its list
         try:
             scheduler, hash_size = kv_cache_utils.resolve_kv_cache_block_sizes(kv_cfg, vcfg)
         except Exception as err:  # the real resolver's own rejection, recorded verbatim
@@ -141,10 +178,11 @@ class Bridge:
                                    group_block_sizes=sizes)
         if manager:
             out["manager_attempted"] = True
-            try:
-                out.update(self.manager(layout, kv_cfg, scheduler, hash_size))
-            except Exception as err:
-                out["manager_error"] = stage_error(err)
+            got = self._manager_stage(layout, kv_cfg, scheduler, hash_size, token)
+            if isinstance(got, StageError):
+                out["manager_error"] = got
+            else:
+                out.update(got)
         return Outcome(**out)
 
     def info(self) -> dict[str, Any]:
