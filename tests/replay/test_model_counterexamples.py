@@ -26,11 +26,7 @@ def test_the_proof_run_left_counterexamples_to_replay():
 
 
 # Known disagreements of src/kvproof/contracts.py with real vLLM (strict: the fix turns them into XPASS -> fail).
-KNOWN_CONTRACT_GAPS = {
-    "33c4006700b5c115": "contracts.py checks block_pool.target_multiple_of_hash for one group at the unitary "
-                        "coordinator's dcp-scaled size (8); the real 0.27/0.28 MambaManager undoes dcp scaling "
-                        "(block_size 1) and asserts on the first request, so the model's prediction is right",
-}
+KNOWN_CONTRACT_GAPS: dict[str, str] = {}
 
 
 def _release_of(path: Path) -> str | None:

@@ -88,12 +88,25 @@ def test_support_contracts_predict_the_hybrid_refusals():
     assert ids(contracts.check(same, outcome(same, 32, 32))) == ["hybrid.two_distinct_specs"]
 
 
-def test_single_mamba_group_with_dcp_uses_the_unitary_block_size():
-    # The known false positive: one Mamba group, dcp 2; the real unitary coordinator
-    # (and so its block pool) works at 64, which the bridge records.
+def test_single_mamba_group_with_dcp_compares_the_mamba_managers_own_block_size():
+    # One Mamba group, dcp 2 (0.27/0.28): the unitary coordinator works at the dcp-scaled 64 and
+    # hashes at 64 (the unitary contract holds), but MambaManager undoes dcp scaling and resolves
+    # hashes at its own 32: 32 % 64 != 0. Real 0.27/0.28 assert "DCP not support mamba now." at the
+    # first get_computed_blocks (corpus/33c4006700b5c115.json).
     lay = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 32}], "dcp": 2})
     o = outcome(lay, 64, 64, group_block_sizes=[32], extra={"unitary_block_size": 64})
+    assert ids(contracts.check(lay, o)) == ["block_pool.target_multiple_of_hash"]
+    # 0.31+: dcp ignored for a spec that is not dcp_sharded, everything at 32: nothing to say
+    o32 = outcome(lay, 32, 32, group_block_sizes=[32], extra={"unitary_block_size": 32})
+    assert contracts.check(lay, o32) == []
+
+
+def test_single_attention_group_with_dcp_keeps_the_unitary_block_size():
+    lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}], "dcp": 4})
+    o = outcome(lay, 64, 64, group_block_sizes=[64], extra={"unitary_block_size": 64})
     assert contracts.check(lay, o) == []
+    bad = outcome(lay, 64, 16, group_block_sizes=[64], extra={"unitary_block_size": 64})
+    assert ids(contracts.check(lay, bad)) == ["unitary.hash_equals_block_size"]
 
 
 def test_not_expressible_predicts_nothing():

@@ -111,8 +111,10 @@ class Harness:
         if self._model_config is None:
             # one KV head (MQA): the engine's dcp validation needs tensor_parallel_size > KV heads,
             # and the harness sets tp = dcp; the KV cache specs come from the Layout, not this model
-            hf = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
-                  "intermediate_size": 256, "num_attention_heads": 2, "num_key_value_heads": 1,
+            # 64 attention heads: tp = dcp up to 64 must divide them (ParallelConfig/ModelConfig
+            # validation "Total number of attention heads must be divisible by tensor parallel size")
+            hf = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,
+                  "intermediate_size": 256, "num_attention_heads": 64, "num_key_value_heads": 1,
                   "num_hidden_layers": 2, "vocab_size": 32000, "max_position_embeddings": MAX_MODEL_LEN_CEILING,
                   "torch_dtype": "float16"}
             with open(os.path.join(self._model_dir, "config.json"), "w") as f:
@@ -215,6 +217,15 @@ class Harness:
     def run(self, layout: Layout, stream: Stream, max_steps: int | None = None) -> RunState:
         st = RunState(connector=layout.kv_connector)
         rec = st.rec
+        if layout.groups and all(g.prefix_cacheable is False for g in layout.groups):
+            # Only CircularBufferSpec opts a group out of prefix caching (kv_cache_interface.py,
+            # 0.32), and only DeepSeek-V4-style compressor caches build it, always beside
+            # MLA/attention groups that are cacheable: no model derives a KV cache of such
+            # groups alone. vLLM then raises in whatever reads the cacheable groups first
+            # (HybridKVCacheCoordinator, offloading/config.py:76, simple_kv_offload/manager.py:193).
+            st.not_expressible = ("every group opts out of prefix caching (CircularBufferSpec only): no model "
+                                  "derives such a KV cache; they sit beside cacheable MLA/attention groups")
+            return st
         num_blocks = max(stream.num_blocks or 0, self.min_blocks(layout, stream)) if stream.num_blocks \
             else self.auto_blocks(layout, stream)
         try:
@@ -275,6 +286,7 @@ class Harness:
         mgr = scheduler.kv_cache_manager
         coord = mgr.coordinator
         st.alignment = self._alignment(coord, st.scheduler_block_size)
+        self._chunks = self._local_chunks(scheduler.kv_cache_config)
         group_sizes = self.builder.group_block_sizes(scheduler.kv_cache_config, layout.dcp)
         index = HashIndex(hash_bs, lambda parent, toks: kv_cache_utils.hash_block_tokens(hash_fn, parent, toks))
         truth = Truth()
@@ -390,22 +402,24 @@ class Harness:
                                         "external": ext, "truth": min(true_len, cap)})
                     else:
                         st.eff.readmissions += 1
+            # a real worker reports each load once, when it completes; the scheduler asserts the
+            # request is then still waiting for it or finished (scheduler.py:3230
+            # _update_from_kv_xfer_finished). Checked at delivery, i.e. after this step's schedule().
+            delivered = set()
+            for rid in finished_recving:
+                req = scheduler.requests.get(rid)
+                if req is not None and (req.status == RequestStatus.WAITING_FOR_REMOTE_KVS or self._finished(req)):
+                    delivered.add(rid)
+                else:
+                    st.worker_recv_dropped += 1
             # fake model runner: a token for each request whose prompt (and output so far) is computed
-            mro = self._model_output(scheduler, out, finished_sending, finished_recving, worker_meta)
+            mro = self._model_output(scheduler, out, finished_sending, delivered, worker_meta)
             finished_sending, finished_recving, worker_meta = set(), set(), None
             if conn is not None:
                 # the fake worker: every job in this step's connector metadata completes by the next step
                 worker_meta, recv, driven = self._worker_reply(getattr(out, "kv_connector_metadata", None))
                 job_driven |= driven
-                # a real worker reports a load's request once; the scheduler asserts it is still
-                # waiting for it or finished (scheduler.py _update_from_kv_xfer_finished)
-                for rid in recv:
-                    req = scheduler.requests.get(rid)
-                    if req is not None and (req.status == RequestStatus.WAITING_FOR_REMOTE_KVS
-                                            or self._finished(req)):
-                        finished_recving.add(rid)
-                    else:
-                        st.worker_recv_dropped += 1
+                finished_recving |= recv
             scheduler.update_from_output(out, mro)
             for rid in scheduled:
                 req = live.get(rid)
@@ -479,7 +493,12 @@ class Harness:
         if hasattr(meta, "store_event") and isinstance(getattr(meta, "load_event_to_reqs", None), dict):
             cls = getattr(mod, "SimpleCPUOffloadWorkerMetadata", None)
             ev = meta.store_event
-            recv = {r for reqs in meta.load_event_to_reqs.values() for r in reqs}
+            # only the load event issued in THIS step: ``load_event_to_reqs`` also lists every earlier
+            # event still mapped, and reporting those again is what made the scheduler assert
+            # (scheduler.py:3230) on a request already promoted to RUNNING. The real worker
+            # (simple_kv_offload/worker.py:297 get_finished) reports each event index once.
+            le = getattr(meta, "load_event", -1)
+            recv = set(meta.load_event_to_reqs.get(le, ())) if isinstance(le, int) and le >= 0 else set()
             return (cls(completed_store_events={ev: 1}) if cls and isinstance(ev, int) and ev >= 0 else None), \
                 recv, True
         return None, set(), False
@@ -502,12 +521,35 @@ class Harness:
         return ModelRunnerOutput(**{k: v for k, v in kw.items() if k in self.mro_fields})
 
     # --- oracles --------------------------------------------------------------------
+    @staticmethod
+    def _local_chunks(kv_cache_config: Any) -> list[int]:
+        """Attention chunk sizes when EVERY group is chunked local attention, else []."""
+        chunks = [getattr(g.kv_cache_spec, "attention_chunk_size", None) for g in kv_cache_config.kv_cache_groups]
+        ok = chunks and all(type(g.kv_cache_spec).__name__ == "ChunkedLocalAttentionSpec" and isinstance(c, int)
+                            and c > 0 for g, c in zip(kv_cache_config.kv_cache_groups, chunks))
+        return chunks if ok else []
+
+    def _out_of_window(self, request: Any) -> int:
+        """Tokens a lookup may count as computed without any cached block: with only chunked
+        local attention groups, ChunkedLocalAttentionManager.find_longest_cache_hit
+        (single_type_kv_cache_manager.py:1263, 0.32) returns null blocks for every chunk left of
+        the one holding token ``max_length`` (= num_tokens - 1): no later token attends to them,
+        at any layer, so skipping their KV is exact, not a reuse. With any other group beside
+        (Llama 4's global layers) the coordinator's hit is bounded by that group's real hit."""
+        chunks = getattr(self, "_chunks", None)
+        if not chunks:
+            return 0
+        m = max(request.num_tokens - 1, 0)
+        return min(m // c * c for c in chunks)
+
     def _check_hit(self, request: Any, n: int, truth: Truth, index: HashIndex, st: RunState,
                    live: dict[str, Any]) -> None:
         if n <= 0:
             return
         toks = request.all_token_ids
         true_len = truth.longest(toks)
+        if n > true_len and n == self._out_of_window(request):
+            true_len = n  # only null blocks left of the local chunk: exact by design (see _out_of_window)
         if n > true_len:
             st.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens but the longest common prefix with "
                                      f"computed KV is {true_len} (prompt {request.num_prompt_tokens})")
@@ -616,7 +658,7 @@ class Harness:
                     ext_hit[request.request_id + "#async"] = n
                 else:
                     ext_hit[request.request_id] = n
-                true_len = truth.longest(request.all_token_ids)
+                true_len = max(truth.longest(request.all_token_ids), self._out_of_window(request))
                 if num_computed_tokens + n > true_len:
                     st.rec.add("connector", f"{type(conn).__name__} claims {n} external tokens after "
                                             f"{num_computed_tokens} local for {request.request_id}, beyond the "

@@ -19,6 +19,7 @@ the coordinator then refuses it.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import os
@@ -37,7 +38,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from kvproof.replay.families import PROMPTS, BootResult, Recipe  # noqa: E402
+from kvproof.replay.families import PROMPTS, VOCAB, BootResult, Recipe  # noqa: E402
 
 _T0 = time.perf_counter()
 import torch  # noqa: E402,F401
@@ -192,6 +193,41 @@ def _cleanup(llm: Any) -> None:
     gc.collect()
 
 
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def serve_prompts(recipe: Recipe, scheduler_block_size: int | None) -> list[list[int]]:
+    """Three prompts that reach the prefix cache: A = P + a, B = P + b (shares P with A), A again.
+
+    P spans at least two scheduler blocks (the hit granularity of hybrid models in align mode) and
+    leaves room for the suffix and the generated tokens inside max_model_len."""
+    s = scheduler_block_size or recipe.block_size or 64
+    room = recipe.max_model_len - recipe.max_tokens - 16
+    plen = max(8, min(2 * s + s // 2 + 3, room))
+    v = max(VOCAB - 3, 2)  # ids inside the tiny model's vocabulary
+    prefix = [1 + (37 * k + 11) % v for k in range(plen)]
+    a = [1 + (13 * k + 5) % v for k in range(9)]
+    b = [1 + (17 * k + 7 + v // 2) % v for k in range(11)]
+    return [prefix + a, prefix + b, prefix + a]
+
+
+def serve(llm: Any, prompts: list[list[int]], max_tokens: int) -> tuple[list[list[int]], list[int | None]]:
+    """One request at a time (each may hit what the earlier ones cached), greedy; the generated ids
+    and each request's prefix-cache hit in tokens (``RequestOutput.num_cached_tokens``)."""
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, detokenize=False, ignore_eos=True, seed=0)
+    toks, cached = [], []
+    for p in prompts:
+        [out] = llm.generate([{"prompt_token_ids": list(p)}], params, use_tqdm=False)
+        toks.append(list(out.outputs[0].token_ids))
+        n = getattr(out, "num_cached_tokens", None)
+        cached.append(int(n) if isinstance(n, int) else None)
+    return toks, cached
+
+
 def boot(recipe: Recipe, workdir: Path, probe: bool, capture: Capture) -> BootResult:
     res = BootResult(ok=False, release=vllm.__version__, recipe=recipe.to_dict(), stage="config",
                      import_seconds=round(IMPORT_SECONDS, 2), cpu=CPU)
@@ -221,6 +257,32 @@ def boot(recipe: Recipe, workdir: Path, probe: bool, capture: Capture) -> BootRe
             outs = llm.generate([{"prompt_token_ids": list(p)} for p in PROMPTS], params, use_tqdm=False)
             res.token_ids = [list(o.outputs[0].token_ids) for o in outs]
             res.generate_seconds = round(time.perf_counter() - t1, 2)
+        if generate and recipe.enable_prefix_caching:
+            res.stage = "serve"
+            seen = dict(capture.seen) if capture.seen else None
+            sbs = (seen or {}).get("scheduler_block_size")
+            prompts = serve_prompts(recipe, sbs)
+            _cleanup(llm)
+            llm = None
+            # Prefill in chunks of one scheduler block: on CPU, Mamba align mode cannot write the
+            # intermediate state checkpoints of a chunk that crosses a block boundary
+            # (mamba_mixer2.py:880 conv_ssm_forward IndexError, the CPU scan returns final states
+            # only); block-sized chunks end on the boundaries, so every state is a final state.
+            chunk = max(int(sbs or 256), 16)
+            results = []
+            for r in (recipe, dataclasses.replace(recipe, enable_prefix_caching=False)):
+                kw = dict(r.llm_kwargs(str(model_dir), str(storage)), max_num_batched_tokens=chunk,
+                          enable_chunked_prefill=True)
+                llm = LLM(**kw)
+                results.append(serve(llm, prompts, recipe.max_tokens))
+                _cleanup(llm)
+                llm = None
+            capture.seen = seen  # the layout under test is the recipe's own boot
+            (on, cached), (off, _) = results
+            mismatch = [i for i, (a, b) in enumerate(zip(on, off)) if a != b]
+            res.serve = {"prefix_len": _common(prompts[0], prompts[1]), "prompts": len(prompts),
+                         "prompt_lens": [len(p) for p in prompts], "cached_tokens": cached, "on": on, "off": off,
+                         "match": not mismatch and len(on) == len(off), "mismatch": mismatch}
         res.stage = "done"
         res.ok = True
     except BaseException as err:  # noqa: BLE001 - we report every failure verbatim

@@ -173,6 +173,17 @@ def _ids(*groups: tuple) -> tuple[str, ...]:
     return tuple(dict.fromkeys(v.contract.id for g in groups for v in g))
 
 
+def serve_line(sv: dict) -> str:
+    """One line for the prefix-caching comparison of ``BootResult.serve``."""
+    cached = sv.get("cached_tokens") or []
+    hit = ", ".join("?" if c is None else str(c) for c in cached)
+    head = (f"{sv.get('prompts')} requests sharing a {sv.get('prefix_len')}-token prefix, cached tokens "
+            f"[{hit}] with prefix caching on")
+    if sv.get("match"):
+        return head + ": outputs match prefix caching off token for token"
+    return head + f": outputs DIFFER from prefix caching off for requests {sv.get('mismatch')}"
+
+
 def engine_verdict(boot: BootResult) -> EngineVerdict:
     """Judge one boot by what real vLLM did; the contracts only turn a clean boot into LATENT or WARN."""
     layout = live_layout(boot)
@@ -186,8 +197,16 @@ def engine_verdict(boot: BootResult) -> EngineVerdict:
     j = judge(layout, live_outcome(boot, layout, with_run_error=True), Tier.ENGINE)
     cause = _error_cause(boot)
     what = "booted and generated" if boot.token_ids else "booted (generation not run)"
+    sv = boot.serve or {}
+    if sv:
+        what += "; " + serve_line(sv)
+        if not sv.get("match", True) and boot.ok:
+            # Served with prefix caching on, the output differs from the same engine without it:
+            # a wrong prefix hit (or a connector pairing a hash with the wrong tokens) observed.
+            return EngineVerdict(Verdict.FAIL, cls, f"serving: {serve_line(sv)}", layout, Tier.ENGINE,
+                                 _ids(j.latent) or cls.ids, j)
     if j.verdict == Verdict.FAIL:
-        where = "serving" if boot.stage == "generate" else ("resolver" if j.observed is not None and
+        where = "serving" if boot.stage in ("generate", "serve") else ("resolver" if j.observed is not None and
                                                             boot.scheduler_block_size is None else "startup")
         note = f" ({j.note})" if j.note else ""
         ids = _ids(j.explained, j.latent) or cls.ids

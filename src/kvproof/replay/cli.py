@@ -1,4 +1,4 @@
-"""``kvproof replay FILE... [--tier function|manager|engine|all] [--vllm V ...] [--json]``.
+"""``kvproof replay FILE... [--tier function|manager|consumer|engine|all] [--vllm V ...] [--json]``.
 
 Exit codes: 0 every replay agrees with the recorded expectations (or none are
 recorded), 1 a replay contradicts an expectation, 2 usage or input error.
@@ -25,7 +25,9 @@ def parser(prog: str = "kvproof replay") -> argparse.ArgumentParser:
     ap = _Parser(prog=prog, description="Replay counterexamples through the real resolver, the real "
                                         "KVCacheManager and real engine boots of tiny hybrid models.")
     ap.add_argument("files", nargs="+", metavar="FILE", help="layout JSON files or folders of them (corpus/)")
-    ap.add_argument("--tier", choices=("function", "manager", "engine", "all"), default="all")
+    ap.add_argument("--tier", choices=(*core.TIERS, "all"), default="all",
+                    help="consumer: the real scheduler driven by the file's meta.stream (else a default "
+                         "shared-prefix stream); all: every tier")
     ap.add_argument("--vllm", action="append", metavar="RELEASE",
                     help="release to replay on (repeatable; default: every managed release installed)")
     ap.add_argument("--no-synth", action="store_true",

@@ -31,8 +31,8 @@ from kvproof.replay.classify import as_tier, as_verdict
 from kvproof.replay.families import BootResult, Recipe
 from kvproof.verdicts import Tier, Verdict
 
-REPLAY_TIERS = (Tier.FUNCTION, Tier.MANAGER, Tier.ENGINE)
-TIERS = tuple(str(t) for t in REPLAY_TIERS)  # CLI spelling: "function", "manager", "engine"
+REPLAY_TIERS = (Tier.FUNCTION, Tier.MANAGER, Tier.CONSUMER, Tier.ENGINE)
+TIERS = tuple(str(t) for t in REPLAY_TIERS)  # CLI spelling: "function", "manager", "consumer", "engine"
 SKIP = "SKIP"  # how a row without a verdict (no engine reproducer) is printed; ReplayRow.verdict is None
 UNRECORDED = (Verdict.ERROR,)  # say nothing about block sizes: never written as an expectation
 
@@ -148,6 +148,43 @@ def bridge_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env],
     return rows
 
 
+# --- consumer tier ------------------------------------------------------------------
+
+def stream_of(layout: Layout) -> Any:
+    """The file's own request stream (``meta["stream"]``, what a consumer finding carries), else the
+    default shared-prefix stream sized to the layout."""
+    from kvproof.consumer.client import default_stream
+    from kvproof.consumer.stream import Stream
+    raw = (layout.meta or {}).get("stream")
+    return Stream.from_dict(raw) if isinstance(raw, dict) else default_stream(layout)
+
+
+def consumer_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env]) -> list[ReplayRow]:
+    """The real Scheduler, block pool, KV events and connector scheduler side driven by the file's
+    stream (one consumer worker per release, every file in one call), judged by ``judge_consumer``."""
+    from kvproof.consumer.client import run_many
+    from kvproof.judge import judge_consumer
+    rows: list[ReplayRow] = []
+    if not named:
+        return rows
+    items = [(lay, stream_of(lay)) for _, lay in named]
+    for release, env in env_map.items():
+        results = run_many(items, env)
+        for (name, lay), res in zip(named, results):
+            j = judge_consumer(res, lay)
+            detail = j.line() or j.note
+            if j.note and j.line() and j.note not in detail:
+                detail += f" ({j.note})"
+            rows.append(ReplayRow(name, lay.content_hash(), release, Tier.CONSUMER, j.verdict,
+                                  expectation(lay, release, Tier.CONSUMER), detail,
+                                  {"scheduler_block_size": res.scheduler_block_size,
+                                   "hash_block_size": res.hash_block_size, "alignment": res.alignment,
+                                   "connector": res.connector_class, "steps": res.steps,
+                                   "observations": [o.to_dict() for o in res.observations[:5]],
+                                   "hits": res.hits, "vllm": res.vllm_version}))
+    return rows
+
+
 # --- engine tier --------------------------------------------------------------------
 
 def _reproducer_file() -> Path:
@@ -248,9 +285,11 @@ def replay(named: Sequence[tuple[str, Layout]], releases: Sequence[str], tiers: 
     tiers = [as_tier(t) for t in tiers]
     env_map = resolve_envs(releases)
     need_function = Tier.ENGINE in tiers and not all(_stored_recipe(l) for _, l in named)
-    bridge_tiers = list(dict.fromkeys([t for t in tiers if t != Tier.ENGINE]
+    bridge_tiers = list(dict.fromkeys([t for t in tiers if t not in (Tier.ENGINE, Tier.CONSUMER)]
                                       + ([Tier.FUNCTION] if need_function else [])))
     rows = bridge_rows(named, env_map, bridge_tiers) if bridge_tiers else []
+    if Tier.CONSUMER in tiers:
+        rows += consumer_rows(named, env_map)
     if Tier.ENGINE in tiers:
         # The target class may show on a release outside the selection: evaluate all installed ones.
         extra = [r for r in default_releases() if r not in env_map]
