@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
+from kvproof.spec import facts
 from kvproof.spec.facts import default_dcp_sharded
+from kvproof.spec.revisions import revision_for
 from kvproof.verdicts import Tier
 
 SAFETY = "safety"
@@ -78,11 +80,13 @@ CATALOGUE: tuple[Contract, ...] = (
              "vllm/v1/core/kv_cache_coordinator.py:HybridKVCacheCoordinator.__init__",
              "prefix caching on and more than one group", Tier.MANAGER),
     Contract("hybrid.two_distinct_specs", SUPPORT,
-             "the groups carry at least two distinct KV cache specs",
+             "the groups can be split for lookup: two distinct specs up to 0.28, a prefix-cacheable group "
+             "from 0.29 (facts.HYBRID_NEEDS)",
              "vllm/v1/core/kv_cache_coordinator.py:HybridKVCacheCoordinator.verify_and_split_kv_cache_groups",
              "prefix caching on and more than one group", Tier.MANAGER),
     Contract("hybrid.dcp_full_attention_or_mamba", SUPPORT,
-             "with dcp > 1 every group is full attention (MLA, hidden-state) or Mamba",
+             "with dcp > 1 every group is full attention (MLA, hidden-state) or Mamba up to 0.28, full "
+             "attention or not dcp-sharded from 0.31 (facts.HYBRID_DCP_ACCEPTS)",
              "vllm/v1/core/kv_cache_coordinator.py:HybridKVCacheCoordinator.__init__",
              "prefix caching on, more than one group, dcp > 1", Tier.MANAGER),
     Contract("unitary.hash_equals_block_size", SAFETY,
@@ -147,10 +151,26 @@ def unitary_block_size(layout: Layout, out: Outcome) -> int:
     return int(out.extra.get("unitary_block_size", manager_block_sizes(layout, out)[0]))
 
 
-# Spec kinds the hybrid coordinator accepts with dcp > 1: FullAttentionSpec and
-# its subclasses (MLA, hidden-state caches) and MambaSpec
-# (HybridKVCacheCoordinator.__init__: isinstance(spec, (FullAttentionSpec, MambaSpec))).
-DCP_HYBRID_KINDS = frozenset({"full_attention", "mla", "hidden_state", "mamba"})
+def _revision(out: Outcome) -> str:
+    """The modelled revision of the release that produced ``out`` (0.32's rules past the table)."""
+    try:
+        return revision_for(out.vllm_version)
+    except KeyError:
+        return "0.32"
+
+
+def dcp_refused(layout: Layout, revision: str) -> list[str]:
+    """Kinds HybridKVCacheCoordinator refuses with dcp > 1 (facts.HYBRID_DCP_ACCEPTS)."""
+    rule = facts.HYBRID_DCP_ACCEPTS[revision]
+    bad = set()
+    for g in layout.groups:
+        # a ring-buffer (prefix_cacheable=false) group is a CircularBufferSpec, not a FullAttentionSpec
+        full = g.kind in facts.FULL_ATTENTION_SPEC_KINDS and g.prefix_cacheable is not False
+        sharded = g.dcp_sharded if g.dcp_sharded is not None else default_dcp_sharded(g.kind)
+        ok = full or (g.kind == "mamba" if rule == "full_or_mamba" else not sharded)
+        if not ok:
+            bad.add(g.kind)
+    return sorted(bad)
 
 
 def distinct_specs(layout: Layout) -> int:
@@ -173,16 +193,21 @@ def _check_resolved(layout: Layout, out: Outcome) -> list[Violation]:
         v.append(Violation(_c("coordinator.scheduler_multiple_of_group"), f"scheduler_block_size={s}, block_sizes={raw}"))
     hybrid = caching and len(sizes) > 1
     if hybrid:
-        # The real assertion ranges over every group manager, cacheable or not.
-        detail = _groups_not_multiple(sizes, h)
+        rev = _revision(out)
+        # The real assertion ranges over every group manager up to 0.28, over the
+        # prefix-cacheable ones from 0.29 (facts.HYBRID_DIVISIBILITY_OVER).
+        only = cacheable if facts.HYBRID_DIVISIBILITY_OVER[rev] == "prefix_cacheable" else None
+        detail = _groups_not_multiple(sizes, h, only)
         if detail:
             v.append(Violation(_c("hybrid.group_multiple_of_hash"), detail))
         if layout.dcp > 1:
-            bad = sorted({g.kind for g in layout.groups if g.kind not in DCP_HYBRID_KINDS})
+            bad = dcp_refused(layout, rev)
             if bad:
                 v.append(Violation(_c("hybrid.dcp_full_attention_or_mamba"), f"dcp={layout.dcp} with {', '.join(bad)}"))
-        if distinct_specs(layout) < 2:
+        if facts.HYBRID_NEEDS[rev] == "two_specs" and distinct_specs(layout) < 2:
             v.append(Violation(_c("hybrid.two_distinct_specs"), f"{len(sizes)} groups, one spec"))
+        if facts.HYBRID_NEEDS[rev] == "one_cacheable" and not any(cacheable):
+            v.append(Violation(_c("hybrid.two_distinct_specs"), f"{len(sizes)} groups, none prefix-cacheable"))
     if caching and len(sizes) == 1:
         unit = unitary_block_size(layout, out)
         if h != unit:

@@ -14,8 +14,8 @@ SEED = layout([{"kind": "mamba", "block_size": 544, "count": 4}, {"kind": "hidde
               block_size=181)
 
 
-def outcome(lay, s, h, **kw):
-    return Outcome(layout_hash=lay.content_hash(), vllm_version="test", scheduler_block_size=s,
+def outcome(lay, s, h, vllm="0.32.0", **kw):
+    return Outcome(layout_hash=lay.content_hash(), vllm_version=vllm, scheduler_block_size=s,
                    hash_block_size=h, **kw)
 
 
@@ -85,7 +85,22 @@ def test_support_contracts_predict_the_hybrid_refusals():
     assert ids(contracts.check(dcp, outcome(dcp, 32, 32, group_block_sizes=[32, 32]))) == [
         "hybrid.dcp_full_attention_or_mamba"]
     same = layout([{"kind": "mamba", "block_size": 32, "count": 3}])
-    assert ids(contracts.check(same, outcome(same, 32, 32))) == ["hybrid.two_distinct_specs"]
+    # up to 0.28 the coordinator needs two distinct specs; 0.32 merges equal specs
+    assert ids(contracts.check(same, outcome(same, 32, 32, vllm="0.28.0"))) == ["hybrid.two_distinct_specs"]
+    assert contracts.check(same, outcome(same, 32, 32, vllm="0.32.0")) == []
+    # 0.32 needs one prefix-cacheable group instead
+    ring = layout([{"kind": "full_attention", "block_size": 16, "prefix_cacheable": False},
+                   {"kind": "sliding_window", "block_size": 32, "prefix_cacheable": False}])
+    assert ids(contracts.check(ring, outcome(ring, 32, 16, vllm="0.32.0"))) == ["hybrid.two_distinct_specs"]
+
+
+def test_dcp_rule_per_release():
+    # 0.32 accepts any spec that is not dcp-sharded with dcp > 1; 0.28 only full attention and Mamba
+    lay = Layout.from_dict({"groups": [{"kind": "sliding_window", "block_size": 16, "dcp_sharded": False},
+                                       {"kind": "full_attention", "block_size": 16}], "dcp": 2})
+    assert "hybrid.dcp_full_attention_or_mamba" not in ids(
+        contracts.check(lay, outcome(lay, 32, 16, group_block_sizes=[16, 32])))
+    assert contracts.dcp_refused(lay, "0.28") == ["sliding_window"] and contracts.dcp_refused(lay, "0.32") == []
 
 
 def test_single_mamba_group_with_dcp_compares_the_mamba_managers_own_block_size():
