@@ -64,6 +64,10 @@ def _none_mode_block(lay: "Layout", revision: str) -> str:
     return f"Mamba block sizes {bad} in mode none, max_model_len {lay.max_model_len}" if bad else ""
 
 
+def _one_cacheable(lay: "Layout", revision: str) -> str:
+    return "" if any(g.prefix_cacheable is not False for g in lay.groups) else "no group is prefix-cacheable"
+
+
 def _two_specs(lay: "Layout", revision: str) -> str:
     if len(lay.groups) < 2:
         return ""
@@ -101,6 +105,11 @@ def _z3_none_mode_block(rev, x) -> list:
     return [z3.Implies(z3.And(x.mamba[i], x.mode == none), x.bs[i] == x.max_model_len) for i in range(x.n)]
 
 
+def _z3_one_cacheable(rev, x) -> list:
+    import z3
+    return [z3.Or(x.pc)]
+
+
 FACTS: tuple[Fact, ...] = (
     Fact("engine.cache_block_size",
          "cache_config.block_size is the smallest group block size (over prefix-cacheable groups from 0.31)",
@@ -116,6 +125,10 @@ FACTS: tuple[Fact, ...] = (
     Fact("mamba.none_block_is_max_model_len", "in mode none every Mamba block holds max_model_len tokens",
          "vllm/model_executor/models/config.py:MambaModelConfig.verify_and_update_config",
          _none_mode_block, _z3_none_mode_block),
+    Fact("groups.one_cacheable", "some group takes part in prefix caching (ring buffers only sit beside "
+         "cacheable groups: DeepSeek-V4-style compressor caches)",
+         "vllm/v1/kv_cache_interface.py:CircularBufferSpec (its only builders add cacheable MLA groups)",
+         _one_cacheable, _z3_one_cacheable),
     Fact("groups.two_specs", "several KV cache groups carry at least two distinct specs (one spec is one group)",
          "vllm/v1/core/kv_cache_utils.py:get_kv_cache_groups", _two_specs, None),
 )

@@ -125,11 +125,13 @@ class Layout:
             flags.append(f"conn={self.kv_connector}")
         if self.dcp != 1:
             flags.append(f"dcp={self.dcp}")
-        return groups_summary((g.kind, g.block_size) for g in self.groups) + " " + " ".join(flags)
+        return groups_summary((g.kind + ("[ring]" if g.prefix_cacheable is False else ""), g.block_size)
+                              for g in self.groups) + " " + " ".join(flags)
 
 
 def groups_summary(groups: Iterable[tuple[str, int]]) -> str:
-    """``mamba:544x4,hidden_state:181``: runs of equal (kind, block size) counted."""
+    """``mamba:544x4,hidden_state:181``: runs of equal (kind, block size) counted
+    (a ``[ring]`` kind is a group that opts out of prefix caching)."""
     runs: list[list] = []
     for kind, size in groups:
         if runs and runs[-1][:2] == [kind, size]:

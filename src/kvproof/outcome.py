@@ -65,3 +65,20 @@ class Outcome:
             if d.get(key) is not None:
                 d[key] = StageError(**d[key])
         return cls(**d)
+
+
+def vllm_frame(err: BaseException) -> str:
+    """``file:line in function`` of the innermost vLLM frame of ``err``'s traceback (else
+    its innermost frame). Walks the traceback itself: ``traceback.extract_tb`` reads
+    source lines through linecache, a stat per frame, which a fuzz campaign pays per input."""
+    tb, chosen, last = err.__traceback__, None, None
+    while tb is not None:
+        last = tb
+        if "/vllm/" in tb.tb_frame.f_code.co_filename:
+            chosen = tb
+        tb = tb.tb_next
+    pick = chosen or last
+    if pick is None:
+        return ""
+    code = pick.tb_frame.f_code
+    return f"{code.co_filename.split('site-packages/')[-1]}:{pick.tb_lineno} in {code.co_name}"

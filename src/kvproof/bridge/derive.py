@@ -40,7 +40,6 @@ import os
 import sys
 import tempfile
 import time
-import traceback
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,6 +60,7 @@ from vllm.v1.executor import Executor
 
 from kvproof.config import Config
 from kvproof.derivation import layout_dict
+from kvproof.outcome import vllm_frame
 from kvproof.spec import facts
 from kvproof.spec.revisions import revision_for
 
@@ -99,16 +99,6 @@ def raw_group(spec: Any, layers: int) -> dict[str, Any]:
     except Exception:  # noqa: BLE001,S110 - a property that needs more context
         pass
     return d
-
-
-def _frame(err: BaseException) -> str:
-    chosen = None
-    frames = traceback.extract_tb(err.__traceback__)
-    for f in frames:
-        if "/vllm/" in f.filename:
-            chosen = f
-    chosen = chosen or (frames[-1] if frames else None)
-    return f"{chosen.filename.split('site-packages/')[-1]}:{chosen.lineno} in {chosen.name}" if chosen else ""
 
 
 def engine_args(config: Config) -> Any:
@@ -291,7 +281,7 @@ def _derive(config: Config) -> dict[str, Any]:
     except Exception as err:  # noqa: BLE001 - the release's own rejection, recorded verbatim
         out["error_type"] = type(err).__name__
         out["error_message"] = str(err)[:2000]
-        out["error_frame"] = _frame(err)
+        out["error_frame"] = vllm_frame(err)
     finally:
         _cleanup(executor)
         out["seconds"] = round(time.perf_counter() - t0, 4)

@@ -21,8 +21,6 @@ import json
 import math
 import os
 import tempfile
-import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +42,7 @@ from kvproof.consumer.oracles import Efficiency, HashIndex, Recorder, Truth, ite
 from kvproof.consumer.stream import Stream  # noqa: E402
 from kvproof.errors import NotExpressible  # noqa: E402
 from kvproof.layout import Layout  # noqa: E402
+from kvproof.outcome import vllm_frame  # noqa: E402
 from kvproof.spec import facts  # noqa: E402
 
 MAX_MODEL_LEN_CEILING = 1 << 20
@@ -51,19 +50,9 @@ MAX_MODEL_LEN_CEILING = 1 << 20
 HASH_METHODS = facts.CONNECTOR_HASH_METHODS
 
 
-def _frame(err: BaseException) -> str:
-    frames = traceback.extract_tb(err.__traceback__)
-    chosen = None
-    for f in frames:
-        if "/vllm/" in f.filename:
-            chosen = f
-    chosen = chosen or (frames[-1] if frames else None)
-    return f"{chosen.filename.split('site-packages/')[-1]}:{chosen.lineno} in {chosen.name}" if chosen else ""
-
-
 def _exc(err: BaseException) -> str:
     msg = " ".join(str(err).split())[:300]
-    return f"{type(err).__name__}: {msg} @ {_frame(err)}"
+    return f"{type(err).__name__}: {msg} @ {vllm_frame(err)}"
 
 
 def _kwargs_for(fn: Any, **candidates: Any) -> dict[str, Any]:

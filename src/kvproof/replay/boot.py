@@ -38,7 +38,9 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from kvproof.outcome import vllm_frame  # noqa: E402
 from kvproof.replay.families import PROMPTS, VOCAB, BootResult, Recipe  # noqa: E402
+from kvproof.spec import facts  # noqa: E402
 
 _T0 = time.perf_counter()
 import torch  # noqa: E402,F401
@@ -48,20 +50,10 @@ from vllm.v1.engine import core as engine_core  # noqa: E402
 
 IMPORT_SECONDS = time.perf_counter() - _T0
 
-_KINDS = (  # spec class name (anywhere in the MRO) -> Layout kind; first match wins
-    ("HiddenStateCacheSpec", "hidden_state"),
-    ("MambaSpec", "mamba"),
-    ("MLAAttentionSpec", "mla"),
-    ("ChunkedLocalAttentionSpec", "chunked_local"),
-    ("SlidingWindowSpec", "sliding_window"),
-    ("FullAttentionSpec", "full_attention"),
-    ("AttentionSpec", "full_attention"),
-)
-
 
 def spec_kind(spec: Any) -> str:
     names = [c.__name__ for c in type(spec).__mro__]
-    for cls, kind in _KINDS:
+    for cls, kind in facts.SPEC_CLASS_KINDS:
         if cls in names:
             return kind
     return type(spec).__name__
@@ -121,18 +113,6 @@ def _caller() -> str:
         if "/vllm/" in f.filename:
             return f"{f.filename.split('site-packages/')[-1]}:{f.lineno} in {f.name}"
     return ""
-
-
-def _last_vllm_frame(err: BaseException) -> str:
-    frames = traceback.extract_tb(err.__traceback__)
-    chosen = None
-    for f in frames:
-        if "/vllm/" in f.filename:
-            chosen = f
-    chosen = chosen or (frames[-1] if frames else None)
-    if chosen is None:
-        return ""
-    return f"{chosen.filename.split('site-packages/')[-1]}:{chosen.lineno} in {chosen.name}"
 
 
 def _coordinator(llm: Any) -> str:
@@ -290,7 +270,7 @@ def boot(recipe: Recipe, workdir: Path, probe: bool, capture: Capture) -> BootRe
             res.boot_seconds = round(time.perf_counter() - t0, 2)
         res.error_type = type(err).__name__
         res.error_message = str(err)[:2000]
-        res.error_frame = _last_vllm_frame(err)
+        res.error_frame = vllm_frame(err)
         if isinstance(err, KeyboardInterrupt):
             raise
     finally:

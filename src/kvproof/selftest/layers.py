@@ -28,7 +28,6 @@ layout in one request.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

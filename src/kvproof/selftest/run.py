@@ -28,7 +28,6 @@ import json
 import shutil
 import sys
 import time
-from pathlib import Path
 from typing import Sequence
 
 from kvproof import envs, inputs, overlay
@@ -119,7 +118,6 @@ def _main(argv: Sequence[str] | None) -> int:
     print(f"{PROG}: base verdicts and model:{revision} in {time.monotonic() - t:.0f} s ({gaps} layouts where the "
           f"base itself disagrees with the model: ignored by conformance)", flush=True)
     sp = overlay.site_packages(base.root)
-    rows: dict[str, dict] = {}
     cells_of: dict[str, dict[str, L.Catch]] = {}
     made_of: dict[str, overlay.Made] = {}
     got_of: dict[str, list[L.Judged]] = {}
