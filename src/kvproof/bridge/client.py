@@ -85,6 +85,8 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 class Worker:
     """A live worker: ``with Worker(env) as w: outcomes = w.run(layouts)``."""
 
+    MODULE = "kvproof.bridge.worker"  # the JSON-lines server run inside the environment
+
     def __init__(self, env: Env, timeout: float = 600) -> None:
         self.env = env
         self.timeout = timeout
@@ -106,7 +108,7 @@ class Worker:
     def spawn(self) -> None:
         """Start the process (vLLM import begins); pair with ``handshake``."""
         self.proc = subprocess.Popen(
-            [str(self.env.python), "-m", "kvproof.bridge.worker"],
+            [str(self.env.python), "-m", self.MODULE],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env=worker_env(), bufsize=1)
         threading.Thread(target=self._drain, daemon=True).start()

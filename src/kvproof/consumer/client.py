@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import threading
 from typing import Iterable, Sequence
 
-from kvproof.bridge.client import worker_env
+from kvproof.bridge.client import Worker
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Req, Stream
 from kvproof.envs import Env
-from kvproof.errors import BridgeError
 from kvproof.layout import Layout
 
 
@@ -33,64 +29,13 @@ def default_stream(layout: Layout) -> Stream:
     return Stream((p,), reqs, None, max(512, big), 8)
 
 
-class ConsumerWorker:
+class ConsumerWorker(Worker):
     """``with ConsumerWorker(env) as w: results = w.run([(layout, stream), ...])``."""
 
+    MODULE = "kvproof.consumer.worker"
+
     def __init__(self, env: Env, timeout: float = 900) -> None:
-        self.env, self.timeout = env, timeout
-        self.proc: subprocess.Popen | None = None
-        self._stderr: list[str] = []
-
-    def __enter__(self) -> "ConsumerWorker":
-        self.proc = subprocess.Popen([str(self.env.python), "-m", "kvproof.consumer.worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=worker_env(), bufsize=1)
-        threading.Thread(target=self._drain, daemon=True).start()
-        self.info = self._call({"op": "info"})
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            assert self.proc.stdin
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.proc = None
-
-    def _drain(self) -> None:
-        assert self.proc and self.proc.stderr
-        for line in self.proc.stderr:
-            self._stderr.append(line.rstrip())
-            del self._stderr[:-50]
-
-    def _call(self, request: dict) -> dict:
-        if self.proc is None or self.proc.poll() is not None:
-            raise BridgeError(f"{self.env.name}: consumer worker is not running{self._why()}")
-        assert self.proc.stdin and self.proc.stdout
-        try:
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            raise BridgeError(f"{self.env.name}: consumer worker died{self._why()}") from None
-        timer = threading.Timer(self.timeout, self.proc.kill)
-        timer.start()
-        try:
-            line = self.proc.stdout.readline()
-        finally:
-            timer.cancel()
-        if not line:
-            self.proc.wait()
-            raise BridgeError(f"{self.env.name}: consumer worker exited with code {self.proc.returncode}{self._why()}")
-        reply = json.loads(line)
-        if "error" in reply:
-            raise BridgeError(f"{self.env.name}: consumer worker error: {reply['error']}")
-        return reply
-
-    def _why(self) -> str:
-        lines = [ln for ln in self._stderr if ln.strip()]
-        return f": {lines[-1]}" if lines else ""
+        super().__init__(env, timeout)
 
     def run(self, items: Iterable[tuple[Layout, Stream]]) -> list[ConsumerResult]:
         batch = [{"layout": lay.to_dict(), "stream": s.to_dict()} for lay, s in items]
