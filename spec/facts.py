@@ -186,3 +186,12 @@ FULL_ATTENTION_SPEC_KINDS = ("full_attention", "mla", "hidden_state")
 # needs one prefix-cacheable group ("requires at least one cacheable group").
 HYBRID_NEEDS = {"0.27": "two_specs", "0.28": "two_specs", "0.29": "two_specs", "0.31": "one_cacheable",
                 "0.32": "one_cacheable"}
+
+
+def spec_kind(spec: object) -> str:
+    """The Layout kind of a real KV cache spec object (SPEC_CLASS_KINDS over its MRO)."""
+    names = [c.__name__ for c in type(spec).__mro__]
+    for cls, kind in SPEC_CLASS_KINDS:
+        if cls in names:
+            return kind
+    return type(spec).__name__

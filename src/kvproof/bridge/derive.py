@@ -78,17 +78,9 @@ class _Intercepted(Exception):
         self.engine_args = engine_args
 
 
-def spec_kind(spec: Any) -> str:
-    names = [c.__name__ for c in type(spec).__mro__]
-    for cls, kind in facts.SPEC_CLASS_KINDS:
-        if cls in names:
-            return kind
-    return type(spec).__name__
-
-
 def raw_group(spec: Any, layers: int) -> dict[str, Any]:
     """One group as the boot capture (kvproof.replay.boot.Capture) records it."""
-    d: dict[str, Any] = {"kind": spec_kind(spec), "block_size": int(spec.block_size), "spec": type(spec).__name__,
+    d: dict[str, Any] = {"kind": facts.spec_kind(spec), "block_size": int(spec.block_size), "spec": type(spec).__name__,
                          "layers": layers}
     for name in ("sliding_window", "attention_chunk_size", "mamba_cache_mode", "dcp_sharded", "tokens_per_state"):
         value = getattr(spec, name, None)

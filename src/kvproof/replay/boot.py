@@ -51,14 +51,6 @@ from vllm.v1.engine import core as engine_core  # noqa: E402
 IMPORT_SECONDS = time.perf_counter() - _T0
 
 
-def spec_kind(spec: Any) -> str:
-    names = [c.__name__ for c in type(spec).__mro__]
-    for cls, kind in facts.SPEC_CLASS_KINDS:
-        if cls in names:
-            return kind
-    return type(spec).__name__
-
-
 class Capture:
     """Wraps the engine core's resolver call and remembers what it saw."""
 
@@ -81,7 +73,7 @@ class Capture:
         groups = []
         for g in kv_cache_config.kv_cache_groups:
             spec = g.kv_cache_spec
-            d = {"kind": spec_kind(spec), "block_size": int(spec.block_size), "spec": type(spec).__name__,
+            d = {"kind": facts.spec_kind(spec), "block_size": int(spec.block_size), "spec": type(spec).__name__,
                  "layers": len(g.layer_names)}
             for name in ("sliding_window", "attention_chunk_size", "mamba_cache_mode", "dcp_sharded",
                          "tokens_per_state"):
