@@ -142,6 +142,20 @@ class Stats:
                            "first_crash_s": None, "bridge_errors": 0}
         self._next = time.monotonic() + 1
 
+    def add_class(self, tier: str, contract: str, signature: str, layout, path, detail: str, seconds: float,
+                  **extra: str) -> None:
+        """A new FAIL class, labelled by the engine premise (spec/premise.py) of the release's revision."""
+        from kvproof.spec.premise import derivable
+        from kvproof.spec.revisions import revision_for
+        try:
+            outside = derivable(layout, revision_for(self.data["vllm"]))
+        except KeyError:
+            outside = "release not modelled"
+        self.data.setdefault("classes", []).append(
+            {"tier": tier, "contract": contract, "signature": signature, "layout": layout.summary(),
+             "path": str(path), "detail": detail[:300], "seconds": round(seconds, 2), "outside_premise": outside,
+             **extra})
+
     def bump(self, section: str, key: str) -> None:
         d = self.data[section]
         d[key] = d.get(key, 0) + 1
@@ -170,8 +184,6 @@ def build(target: str):
     from kvproof.fuzz.decode import decode
     from kvproof.fuzz.oracle import judge
     from kvproof.fuzz.store import CrashStore
-    from kvproof.spec.premise import derivable
-    from kvproof.spec.revisions import revision_for
 
     fast = os.environ.get("KVPROOF_FUZZ_FAST", "1") != "0"
     bridge = Bridge(fast=fast, memo_managers=fast and os.environ.get("KVPROOF_FUZZ_MEMO", "1") != "0")
@@ -185,10 +197,6 @@ def build(target: str):
     # The runner always names it; a bare harness (ClusterFuzzLite) keeps findings beside the run.
     corpus_out = Path(os.environ.get("KVPROOF_FUZZ_CORPUS_OUT") or settings().out / "fuzz-findings")
     version = bridge.version
-    try:
-        premise_rev = revision_for(version)
-    except KeyError:
-        premise_rev = None
     stats = Stats(workdir, target, version, bridge)
     stats.data["caps"] = caps.to_dict()
     stats.data["instrumented"] = instrumented
@@ -235,10 +243,7 @@ def build(target: str):
         stats.data["crashes"] += 1
         if stats.data["first_crash_s"] is None:
             stats.data["first_crash_s"] = time.monotonic() - t0
-        stats.data.setdefault("classes", []).append(
-            {"tier": str(j.tier), "contract": f.contract, "signature": f.signature, "layout": layout.summary(),
-             "path": str(path), "detail": detail[:300], "seconds": round(time.monotonic() - t0, 2),
-             "outside_premise": derivable(layout, premise_rev) if premise_rev else "release not modelled"})
+        stats.add_class(str(j.tier), f.contract, f.signature, layout, path, detail, time.monotonic() - t0)
         stats.flush()
         if collect and new:
             return

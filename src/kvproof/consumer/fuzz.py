@@ -127,10 +127,8 @@ class Target:
         s.data["crashes"] += 1
         if s.data["first_crash_s"] is None:
             s.data["first_crash_s"] = time.monotonic() - self.t0
-        s.data.setdefault("classes", []).append(
-            {"tier": str(j.tier), "contract": contract, "signature": sig, "layout": layout.summary(),
-             "path": str(path), "detail": detail[:300], "seconds": round(time.monotonic() - self.t0, 2),
-             "stream": stream.summary()})
+        s.add_class(str(j.tier), contract, sig, layout, path, detail, time.monotonic() - self.t0,
+                    stream=stream.summary())
         s.flush()
         if self.collect and new:
             return res
