@@ -118,7 +118,7 @@ def release_caps(builder) -> "Caps":  # noqa: F821
 
     from kvproof.fuzz.decode import FULL, Caps
 
-    modes = tuple(typing.get_args(getattr(cache_mod, "MambaCacheMode", typing.Literal["align", "none"])))
+    modes = tuple(typing.get_args(cache_mod.MambaCacheMode))  # the release's own literal (facts.MAMBA_MODES checks it)
     kinds = tuple(k for k in FULL.kinds if k != "hidden_state" or builder.hidden_cls is not None)
     return Caps(kinds=kinds, modes=modes, ring_buffer=builder.circular is not None,
                 dcp_sharded_attention="dcp_sharded" in builder.attn_fields,

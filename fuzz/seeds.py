@@ -24,6 +24,7 @@ from kvproof.fsio import atomic_write
 from kvproof.fuzz.decode import BS_MAX, BS_ODD, BS_PAGE, BS_POW2, BS_SMALL, encode
 from kvproof.fuzz.provider import int_chunk
 from kvproof.layout import Layout
+from kvproof.spec import facts
 
 HERE = Path(__file__).resolve().parent
 SEED_DIR = HERE / "seeds"
@@ -45,7 +46,7 @@ SEED_LAYOUTS: dict[str, Layout] = {
     "mla-single": _l([("mla", 64, 1)]),
     "full-single-dcp": _l([("full_attention", 16, 1)], dcp=4),
     "mamba-only-no-pc": _l([("mamba", 2048, 4)], cache={"enable_prefix_caching": False, "mamba_cache_mode": "none"}),
-    "connector-hybrid": _l([("mamba", 256, 2), ("full_attention", 16, 2)], kv_connector="OffloadingConnector"),
+    "connector-hybrid": _l([("mamba", 256, 2), ("full_attention", 16, 2)], kv_connector=facts.DEFAULT_CONNECTOR),
     "pmu": _l([("full_attention", 64, 2), ("chunked_local", 128, 2)], cache={"prefix_match_unit": 32}),
     "gdn-qwen3next": _l([("mamba", 1024, 3), ("full_attention", 1024, 1)], max_model_len=32768),
 }

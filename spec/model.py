@@ -302,8 +302,7 @@ def layout_values(layout: Layout, x: Inputs) -> list[tuple]:
         mamba = g.kind == "mamba"
         pairs += [(x.mamba[i], z3.BoolVal(mamba)), (x.bs[i], z3.IntVal(g.block_size)),
                   (x.pc[i], z3.BoolVal(g.prefix_cacheable is not False)),
-                  (x.sharded[i], z3.BoolVal(facts.default_dcp_sharded(g.kind) if g.dcp_sharded is None
-                                            else g.dcp_sharded)),
+                  (x.sharded[i], z3.BoolVal(g.sharded)),
                   (x.tps[i], z3.IntVal(g.tokens_per_state if (mamba and g.tokens_per_state) else 0))]
     c = layout.cache
     pairs += [(x.cache_bs, z3.IntVal(c.block_size)), (x.caching, z3.BoolVal(c.enable_prefix_caching)),

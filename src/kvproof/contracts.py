@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
 from kvproof.spec import facts
-from kvproof.spec.facts import default_dcp_sharded
 from kvproof.spec.revisions import revision_for
 from kvproof.verdicts import Tier
 
@@ -56,9 +55,7 @@ def effective_block_sizes(layout: Layout) -> list[int]:
     is an MLA spec) is scaled by dcp, Mamba state is not; from vLLM 0.31 an
     explicit ``dcp_sharded`` decides.
     """
-    def sharded(g) -> bool:
-        return g.dcp_sharded if g.dcp_sharded is not None else default_dcp_sharded(g.kind)
-    return [g.block_size * layout.dcp if sharded(g) else g.block_size for g in layout.groups]
+    return [g.block_size * layout.dcp if g.sharded else g.block_size for g in layout.groups]
 
 
 def prefix_cacheable(layout: Layout) -> list[bool]:
@@ -166,8 +163,7 @@ def dcp_refused(layout: Layout, revision: str) -> list[str]:
     for g in layout.groups:
         # a ring-buffer (prefix_cacheable=false) group is a CircularBufferSpec, not a FullAttentionSpec
         full = g.kind in facts.FULL_ATTENTION_SPEC_KINDS and g.prefix_cacheable is not False
-        sharded = g.dcp_sharded if g.dcp_sharded is not None else default_dcp_sharded(g.kind)
-        ok = full or (g.kind == "mamba" if rule == "full_or_mamba" else not sharded)
+        ok = full or (g.kind == "mamba" if rule == "full_or_mamba" else not g.sharded)
         if not ok:
             bad.add(g.kind)
     return sorted(bad)

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping
 from kvproof.errors import LayoutError
 from kvproof.inputs import parse_json
 from kvproof.spec.facts import ALL_MAMBA_MODES as MAMBA_MODES
-from kvproof.spec.facts import KINDS, connectors, engine_cache_block_size, is_attention
+from kvproof.spec.facts import KINDS, connectors, default_dcp_sharded, engine_cache_block_size, is_attention
 MAX_BLOCK_SIZE = 1 << 24  # far above any real block size; keeps JSON sane
 META_KEY = "kvproof"  # corpus annotations ride along under this key, outside the hash
 
@@ -42,6 +42,11 @@ class Group:
     @property
     def is_attention(self) -> bool:
         return is_attention(self.kind)
+
+    @property
+    def sharded(self) -> bool:
+        """Scaled by dcp: the explicit flag, else the spec class default (facts.default_dcp_sharded)."""
+        return self.dcp_sharded if self.dcp_sharded is not None else default_dcp_sharded(self.kind)
 
 
 @dataclass(frozen=True)
