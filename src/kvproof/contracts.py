@@ -103,6 +103,12 @@ CATALOGUE: tuple[Contract, ...] = (
              "vllm/v1/core/kv_cache_manager.py:KVCacheManager.__init__",
              "whenever the resolver returned (an observation: the judge names it when no other contract "
              "predicted the manager's exception)", Tier.MANAGER),
+    Contract("resolver.accepts_the_configuration", SAFETY,
+             "the resolver returns for every configuration it has no documented reason to refuse (a "
+             "prefix_match_unit that does not divide a group, or one other than a single group's block "
+             "size, or one misaligned with a Mamba group's tokens_per_state)",
+             "vllm/v1/core/kv_cache_utils.py:resolve_kv_cache_block_sizes",
+             "always (availability)", Tier.FUNCTION),
     Contract("resolver.rejects_bad_prefix_match_unit", SAFETY,
              "a prefix_match_unit that does not divide the prefix-cacheable groups is a ValueError",
              "vllm/v1/core/kv_cache_utils.py:resolve_kv_cache_block_sizes",

@@ -24,10 +24,12 @@ Rules, in order:
 2. ``Outcome.run_error`` (the run failed for a reason unrelated to block
    sizes): ERROR, unless real vLLM also raised (then FAIL).
 3. The resolver raised: REJECTED only for its own clear validation of a user
-   error, a ``ValueError`` naming ``prefix_match_unit`` when the user set one;
-   any other exception, and any exception for a configuration whose user set
-   no ``prefix_match_unit`` (an availability regression), is FAIL at the
-   function tier.
+   error, a ``ValueError`` naming the ``prefix_match_unit`` the user set when
+   that unit is wrong for a documented reason (``resolver_rejects_user_error``);
+   any other exception, a refusal of a unit that divides every group, and any
+   exception for a configuration whose user set no ``prefix_match_unit`` (an
+   availability regression, contract ``resolver.accepts_the_configuration``)
+   is FAIL at the function tier.
 4. The manager (coordinator, block pool) raised: FAIL at the manager tier,
    never waived; the contracts that predicted it are ``explained`` (else
    ``manager.constructs`` names it). A refusal of a configuration vLLM does
@@ -130,10 +132,19 @@ class Judgement:
 
 
 def resolver_rejects_user_error(layout: Layout, err: StageError) -> bool:
-    """The release's own clear validation of a user error: a ValueError about
-    the ``prefix_match_unit`` the user set."""
-    return (err.type == "ValueError" and layout.cache.prefix_match_unit is not None
-            and "prefix_match_unit" in err.message)
+    """The release's own clear validation of a user error: a ValueError about the
+    ``prefix_match_unit`` the user set, where the setting is wrong for one of the
+    documented reasons: it does not divide a prefix-cacheable group (dcp applied),
+    one group runs at another block size, or a Mamba group compresses states
+    (tokens_per_state > 1) whose alignment it may break. A refusal of a unit that
+    divides every group of a plain layout is an availability failure."""
+    pmu = layout.cache.prefix_match_unit
+    if err.type != "ValueError" or pmu is None or "prefix_match_unit" not in err.message:
+        return False
+    sizes = contracts.effective_block_sizes(layout)
+    cacheable = contracts.prefix_cacheable(layout)
+    return (any(s % pmu for s, c in zip(sizes, cacheable) if c) or (len(sizes) == 1 and sizes[0] != pmu)
+            or any((g.tokens_per_state or 0) > 1 for g in layout.groups))
 
 
 def _tier_of(out: Outcome, tier: Tier | None) -> Tier:
@@ -153,8 +164,11 @@ def judge(layout: Layout, out: Outcome, tier: Tier | None = None) -> Judgement:
         if resolver_rejects_user_error(layout, err):
             return Judgement(Verdict.REJECTED, late or Tier.FUNCTION, err, note="the user's prefix_match_unit")
         why = ("availability: the resolver refused a configuration whose user set no prefix_match_unit"
-               if layout.cache.prefix_match_unit is None else "the resolver raised other than its documented ValueError")
-        return Judgement(Verdict.FAIL, late or Tier.FUNCTION, err, note=why)
+               if layout.cache.prefix_match_unit is None else
+               "availability: the resolver refused a prefix_match_unit that divides every group"
+               if err.type == "ValueError" else "the resolver raised other than its documented ValueError")
+        explained = (Violation(contracts.BY_ID["resolver.accepts_the_configuration"], err.line()),)
+        return Judgement(Verdict.FAIL, late or Tier.FUNCTION, err, explained, note=why)
     predicted = contracts.check(layout, out)
     warns = tuple(contracts.warnings(layout, out))
     merr = out.manager_error

@@ -164,3 +164,21 @@ def test_consumer_stalled_is_error_and_efficiency_warns_with_numbers():
     good = judge_consumer(cres(eff=Efficiency(1000, 800, 700, 50, 4)), FIXED)
     assert good.verdict == Verdict.WARN and good.contract == "efficiency.hash_block_size_1"  # hash 1 still warns
     assert judge_consumer(cres(eff=Efficiency(1000, 800, 700, 50, 4), h=16, s=16)).verdict == Verdict.OK
+
+
+def test_refusing_a_dividing_prefix_match_unit_is_an_availability_fail():
+    from kvproof.judge import judge
+    from kvproof.layout import Layout
+    from kvproof.outcome import Outcome, StageError
+    from kvproof.verdicts import Tier, Verdict
+
+    lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 32},
+                                       {"kind": "mamba", "block_size": 64}],
+                            "cache": {"prefix_match_unit": 16, "mamba_cache_mode": "align"}})
+    err = StageError("ValueError", "Invalid prefix_match_unit=16; KV cache group block sizes must be divisible")
+    j = judge(lay, Outcome(lay.content_hash(), "0.32.0", resolver_error=err))
+    assert (j.verdict, j.tier, j.contract) == (Verdict.FAIL, Tier.FUNCTION, "resolver.accepts_the_configuration")
+    bad = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 32},
+                                       {"kind": "mamba", "block_size": 64}],
+                            "cache": {"prefix_match_unit": 24, "mamba_cache_mode": "align"}})
+    assert judge(bad, Outcome(bad.content_hash(), "0.32.0", resolver_error=err)).verdict == Verdict.REJECTED

@@ -107,8 +107,8 @@ CATALOGUE: tuple[Mutant, ...] = (
            _REQ + "    if requested is not None:\n"
                   "        raise ValueError(f\"Invalid prefix_match_unit={requested}; not supported.\")\n",
            "over-eager: ValueError for every prefix_match_unit (valid ones too)", "validation-over-eager",
-           "gap: the judge reads a ValueError naming a user-set prefix_match_unit as REJECTED (a handled user "
-           "error), so a refusal of a valid one is not a contract FAIL"),
+           "caught when a layout with a dividing prefix_match_unit reaches it (the judge: availability FAIL, "
+           "resolver.accepts_the_configuration); a matrix run before that rule called it a gap"),
     Mutant("raise_default_config", UTILS, _REQ,
            _REQ + "    if requested is None:\n"
                   "        raise ValueError(\"Invalid prefix_match_unit=None; set one for hybrid models.\")\n",
