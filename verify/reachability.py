@@ -86,17 +86,23 @@ def label(revision: str, prop: Property | str, witness_layout: Layout | dict, *,
         searched = "configuration search off"
     if R.not_expressible(lay, revision):
         return Reachability.UNREACHABLE, f"not expressible in {revision}: {R.not_expressible(lay, revision)}", None
+    st = status(engine_status)
+    why = premise_facts.derivable(lay, revision)  # includes the facts only Python can state (spec kinds)
+    if st is not None:
+        # In a proof run the label is the engine-premise query's answer, not this witness's: Z3 may
+        # return another witness next time, and a label must not depend on which one it returned.
+        if st in (ProofStatus.COUNTEREXAMPLE, ProofStatus.WARNING):
+            note = f"; this witness also breaks {why.split(':')[0]}, a fact the Z3 premise cannot state" if why else ""
+            return Reachability.FREE, f"the engine-premise query has a witness{note}; {searched}", None
+        if st == ProofStatus.UNKNOWN:
+            return Reachability.FREE, f"engine premise UNKNOWN; this witness is a direct caller's; {searched}", None
+        return Reachability.UNREACHABLE, (f"the engine-premise query is PROVED (spec/premise.py); e.g. "
+                                          f"{lay.summary()}: {why or 'excluded by the Z3 premise'}"), None
     if _in_engine_premise(revision, p, lay, bounds):
-        why = premise_facts.derivable(lay, revision)  # facts the Z3 premise cannot express (spec kinds)
         if why:
             return Reachability.UNREACHABLE, f"{lay.summary()}: {why}; {searched}", None
         return Reachability.FREE, f"inside the engine premise ({lay.summary()}); {searched}", None
-    if status(engine_status) == ProofStatus.UNKNOWN:
-        # the engine query gave up: an engine-shaped witness may exist, so do not claim more
-        return Reachability.FREE, f"engine premise UNKNOWN; this witness is a direct caller's; {searched}", None
-    why = premise_facts.derivable(lay, revision) or "excluded by the engine premise (spec/premise.py)"
-    proved = " (the engine-premise query is PROVED)" if status(engine_status) == ProofStatus.PROVED else ""
-    return Reachability.UNREACHABLE, f"{lay.summary()}: {why}{proved}", None
+    return Reachability.UNREACHABLE, f"{lay.summary()}: {why or 'excluded by the engine premise (spec/premise.py)'}", None
 
 
 __all__ = ["label", "status"]
