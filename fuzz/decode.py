@@ -1,7 +1,10 @@
-"""Fuzzer bytes -> Layout, and back (for seeds). Pure Python: no vLLM, no atheris.
+"""The one Layout generator (fuzzer bytes or Hypothesis draws -> Layout), and back (for seeds).
 
-``decode(fdp, caps, premise)`` reads a Layout from anything with atheris'
-``FuzzedDataProvider`` API (the real one in a harness, ``PyFDP`` elsewhere).
+Pure Python: no vLLM, no atheris. ``decode(src, caps, premise)`` reads a
+Layout from a source of choices with atheris' ``FuzzedDataProvider`` API
+(``ConsumeIntInRange``, ``ConsumeBool``): the real provider in a harness,
+``PyFDP`` elsewhere, ``kvproof.spec.strategies.HypothesisSource`` for the
+Hypothesis strategy ``layouts()``.
 ``encode(layout, caps, premise)`` writes bytes that decode to that Layout
 (round trip checked by tests/unit/test_fuzz_decode.py).
 
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 from math import gcd
 from typing import Any, Iterable
 
+from kvproof.fuzz.provider import as_source
 from kvproof.layout import Cache, Group, Layout
 from kvproof.spec import facts
 from kvproof.spec.facts import KINDS
@@ -84,57 +88,67 @@ class Caps:
 
 
 FULL = Caps()
+FULL_CACHING_MODES = FULL.caching_modes
 
 
 # --- decoding ------------------------------------------------------------------
+#
+# The one Layout generator. It reads its choices from a *source*: anything with
+# ``ConsumeIntInRange(lo, hi)`` and ``ConsumeBool()`` (atheris'
+# FuzzedDataProvider names). Three implement it: atheris' provider (the
+# harness), ``kvproof.fuzz.provider.PyFDP`` (same byte semantics, pure Python)
+# and ``kvproof.spec.strategies.HypothesisSource`` (each choice one
+# ``st.integers(lo, hi)`` / ``st.booleans()`` draw, so Hypothesis shrinks the
+# choices towards ``lo`` / False). The helpers take the source's bound methods
+# (``i`` = ConsumeIntInRange, ``b`` = ConsumeBool): this is the fuzzer's hot path.
 
-def _pick(fdp: Any, values: tuple) -> Any:
-    """``PickValueInList`` semantics on a tuple (atheris' own wants a list)."""
-    return values[fdp.ConsumeIntInRange(0, len(values) - 1)]
 
-
-def _block_size(fdp: Any, prev: list[int]) -> int:
-    sel = fdp.ConsumeIntInRange(0, 5)
+def _block_size(i: Any, prev: list[int]) -> int:
+    sel = i(0, 5)
     if sel == BS_SMALL:
-        return fdp.ConsumeIntInRange(1, 64)
+        return i(1, 64)
     if sel == BS_POW2:
-        return 1 << fdp.ConsumeIntInRange(0, 20)
+        return 1 << i(0, 20)
     if sel == BS_ODD:
-        return 2 * fdp.ConsumeIntInRange(0, BS_MAX // 2 - 1) + 1
+        return 2 * i(0, BS_MAX // 2 - 1) + 1
     if sel == BS_PAGE:
-        return 16 * fdp.ConsumeIntInRange(1, 256)
-    base = prev[fdp.ConsumeIntInRange(0, len(prev) - 1)] if prev else 16
-    k = fdp.ConsumeIntInRange(1, 8)
+        return 16 * i(1, 256)
+    base = prev[i(0, len(prev) - 1)] if prev else 16
+    k = i(1, 8)
     if sel == BS_MULT:
         return min(base * k, BS_MAX)
     return max(1, base // k)
 
 
-def _spec(fdp: Any, caps: Caps, prev: list[int]) -> tuple[Group, int]:
+_DCP_CHOICES = (None, True, False)
+
+
+def _spec(i: Any, b: Any, caps: Caps, prev: list[int]) -> tuple[Group, int]:
     # The bytes are read by the full schema whatever the release, so one input
     # (a seed, a corpus entry) means the same layout everywhere it can; what
     # the release lacks is then dropped (flags) or mapped (kind, mode).
-    kind = _pick(fdp, KINDS)
-    bs = _block_size(fdp, prev)
+    kind = KINDS[i(0, len(KINDS) - 1)]
+    bs = _block_size(i, prev)
     prefix_cacheable = dcp_sharded = tokens_per_state = sliding_window = chunk = None
     attention = kind in _DCP_FLAG_KINDS
-    if kind in ("full_attention", "sliding_window") and fdp.ConsumeBool() and caps.ring_buffer:
+    mamba = kind == "mamba"
+    if (kind == "full_attention" or kind == "sliding_window") and b() and caps.ring_buffer:
         prefix_cacheable = False
-    if attention or kind == "mamba":
-        dcp_sharded = _pick(fdp, (None, True, False))
-        if kind == "mamba" and dcp_sharded is False:
+    if attention or mamba:
+        dcp_sharded = _DCP_CHOICES[i(0, 2)]
+        if mamba and dcp_sharded is False:
             dcp_sharded = None  # False is MambaSpec's default: one spelling only
         if not (caps.dcp_sharded_attention if attention else caps.dcp_sharded_mamba):
             dcp_sharded = None
-    if kind == "mamba" and fdp.ConsumeBool():
-        tokens_per_state = _pick(fdp, TOKENS_PER_STATE)
+    if mamba and b():
+        tokens_per_state = TOKENS_PER_STATE[i(0, len(TOKENS_PER_STATE) - 1)]
         if not caps.tokens_per_state_mamba:
             tokens_per_state = None
-    if kind == "sliding_window" and fdp.ConsumeBool():
-        sliding_window = fdp.ConsumeIntInRange(1, 1 << 17)
-    if kind == "chunked_local" and fdp.ConsumeBool():
-        chunk = fdp.ConsumeIntInRange(1, 1 << 17)
-    count = fdp.ConsumeIntInRange(1, MAX_COUNT)
+    if kind == "sliding_window" and b():
+        sliding_window = i(1, 1 << 17)
+    if kind == "chunked_local" and b():
+        chunk = i(1, 1 << 17)
+    count = i(1, MAX_COUNT)
     if kind not in caps.kinds:  # e.g. no HiddenStateCacheSpec: the nearest plain attention group
         return Group("full_attention", bs, prefix_cacheable, dcp_sharded), count
     return Group(kind, bs, prefix_cacheable, dcp_sharded, tokens_per_state, sliding_window, chunk), count
@@ -152,52 +166,65 @@ def engine_cache_block_size(groups: Iterable[Group]) -> int:
     return min(cacheable or [g.block_size for g in groups])
 
 
-def _pmu(fdp: Any, sizes: list[int]) -> int:
-    sel = fdp.ConsumeIntInRange(0, 3)
+def _pmu(i: Any, sizes: list[int]) -> int:
+    sel = i(0, 3)
     if sel == 0:
-        return sizes[fdp.ConsumeIntInRange(0, len(sizes) - 1)]
+        return sizes[i(0, len(sizes) - 1)]
     if sel == 1:
-        return max(1, gcd(*sizes) // fdp.ConsumeIntInRange(1, 4))
+        return max(1, gcd(*sizes) // i(1, 4))
     if sel == 2:
-        return 1 << fdp.ConsumeIntInRange(0, 12)
-    return fdp.ConsumeIntInRange(1, 4096)
+        return 1 << i(0, 12)
+    return i(1, 4096)
 
 
-def decode(fdp: Any, caps: Caps = FULL, premise: str = "engine") -> Layout:
+def decode(fdp: Any, caps: Caps = FULL, premise: str = "engine", *, dcps: tuple[int, ...] = DCP_SIZES,
+           max_groups: int = MAX_GROUPS) -> Layout:
+    """The Layout the source's choices make (see the module docstring).
+
+    ``dcps`` and ``max_groups`` narrow the image without changing what the
+    bytes mean (the defaults are the fuzzer's; Hypothesis tests pass others).
+    """
+    src = as_source(fdp)
+    i = src.ConsumeIntInRange
+    b = src.ConsumeBool
     # Exhausted or zero bytes decode to two specs with prefix caching on: short
     # inputs, which libFuzzer tries first, then already reach the hybrid paths.
-    n_specs = 1 + (fdp.ConsumeIntInRange(0, MAX_SPECS - 1) + 1) % MAX_SPECS
+    n_specs = 1 + (i(0, MAX_SPECS - 1) + 1) % MAX_SPECS
     groups: list[Group] = []
     sizes: list[int] = []
+    has_mamba = False
     for _ in range(n_specs):
-        g, count = _spec(fdp, caps, sizes)
+        g, count = _spec(i, b, caps, sizes)
         sizes.append(g.block_size)
-        groups.extend([g] * min(count, MAX_GROUPS - len(groups)))
-        if len(groups) >= MAX_GROUPS:
+        has_mamba = has_mamba or g.kind == "mamba"
+        groups.extend([g] * min(count, max_groups - len(groups)))
+        if len(groups) >= max_groups:
             break
-    pc = not fdp.ConsumeBool()
-    connector = CONNECTOR if fdp.ConsumeBool() else None
-    dcp = _pick(fdp, DCP_SIZES)
-    pmu = _pmu(fdp, sizes) if fdp.ConsumeBool() else None
+    pc = not b()
+    connector = CONNECTOR if b() else None
+    dcp = dcps[i(0, len(dcps) - 1)]
+    pmu = _pmu(i, sizes) if b() else None
     if not caps.prefix_match_unit:
         pmu = None
-    max_model_len = _pick(fdp, MAX_MODEL_LENS)
-    has_mamba = any(g.kind == "mamba" for g in groups)
+    max_model_len = MAX_MODEL_LENS[i(0, len(MAX_MODEL_LENS) - 1)]
     if premise == "engine":
-        mode = (_pick(fdp, FULL.caching_modes) if pc else "none") if has_mamba else "align"
+        if has_mamba:
+            mode = FULL_CACHING_MODES[i(0, len(FULL_CACHING_MODES) - 1)] if pc else "none"
+        else:
+            mode = "align"
         cache_bs = engine_cache_block_size(groups)
     else:
-        mode = _pick(fdp, FULL.modes) if has_mamba else "align"
+        mode = FULL.modes[i(0, len(FULL.modes) - 1)] if has_mamba else "align"
     if mode not in caps.modes:
         mode = "align"  # 0.32 has no "all": the engine runs such a model in align mode
     if premise != "engine":
-        sel = fdp.ConsumeIntInRange(0, 2)
+        sel = i(0, 2)
         if sel == 0:
             cache_bs = engine_cache_block_size(groups)
         elif sel == 1:
-            cache_bs = sizes[fdp.ConsumeIntInRange(0, len(sizes) - 1)]
+            cache_bs = sizes[i(0, len(sizes) - 1)]
         else:
-            cache_bs = fdp.ConsumeIntInRange(1, BS_MAX)
+            cache_bs = i(1, BS_MAX)
     return Layout(groups=tuple(groups), cache=Cache(cache_bs, pc, pmu, mode), kv_connector=connector,
                   dcp=dcp, max_model_len=max_model_len)
 

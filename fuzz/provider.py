@@ -1,11 +1,13 @@
 """A pure-Python FuzzedDataProvider with atheris' exact byte semantics, and its inverse.
 
-The decoder (``kvproof.fuzz.decode``) speaks the atheris ``FuzzedDataProvider``
-API (``ConsumeIntInRange``, ``ConsumeBool``, ``PickValueInList``). Inside a
-vLLM environment the harness hands it the real atheris provider (C++, fast);
-everywhere else (unit tests, seed generation, replay of a libFuzzer artefact
-without atheris) this module stands in with the same semantics, measured on
-atheris 3.0.0 and checked against it by tests/integration/test_fuzz_harness.py:
+The decoder (``kvproof.fuzz.decode``) reads its choices from a *source* with
+the atheris ``FuzzedDataProvider`` API (``ConsumeIntInRange``, ``ConsumeBool``;
+``PickValueInList`` here too). Inside a vLLM environment the harness hands it
+the real atheris provider, whose unread bytes ``as_source`` moves into a PyFDP
+(atheris' C++ calls are slower than these: see ``as_source``). Everywhere else
+(unit tests, seed generation, replay of a libFuzzer artefact without atheris)
+PyFDP stands in alone. Its semantics were measured on atheris 3.0.0 and are
+checked against it by tests/integration/test_fuzz_harness.py:
 
 - ``ConsumeIntInRange(lo, hi)`` takes bytes from the END of the data, most
   significant first, as many as the range needs (``ceil(bits(hi-lo)/8)``),
@@ -38,15 +40,23 @@ class PyFDP:
         return self._hi - self._lo
 
     def ConsumeIntInRange(self, lo: int, hi: int) -> int:  # noqa: N802 (atheris' name)
-        if lo > hi:
-            raise ValueError("lo > hi")
         rng = hi - lo
+        end = self._hi
+        if 0 < rng < 256:  # one byte (the decoder's usual call)
+            if end > self._lo:
+                end -= 1
+                self._hi = end
+                return lo + self._data[end] % (rng + 1)
+            return lo
+        if rng < 0:
+            raise ValueError("lo > hi")
         result = 0
         offset = 0
-        while offset < 64 and (rng >> offset) > 0 and self._hi > self._lo:
-            self._hi -= 1
-            result = (result << 8) | self._data[self._hi]
+        while offset < 64 and (rng >> offset) > 0 and end > self._lo:
+            end -= 1
+            result = (result << 8) | self._data[end]
             offset += 8
+        self._hi = end
         if rng != (1 << 64) - 1:
             result = result % (rng + 1)
         return lo + result
@@ -60,6 +70,25 @@ class PyFDP:
 
     def PickValueInList(self, values: Sequence[Any]) -> Any:  # noqa: N802
         return values[self.ConsumeIntInRange(0, len(values) - 1)]
+
+
+def as_source(fdp: Any) -> Any:
+    """The fastest equivalent of a provider for the decoder.
+
+    atheris' ``ConsumeIntInRange`` goes through pybind11 with arbitrary-precision
+    ``int`` arguments and costs about 1 us a call (its ``ConsumeBool`` 0.4 us),
+    twice PyFDP's pure-Python call; the decoder makes ~17 such calls per input.
+    ``buffer()`` hands over the bytes it has not consumed yet, which PyFDP then
+    reads with the same semantics (checked against atheris by
+    tests/integration/test_fuzz_harness.py), so the same bytes decode to the
+    same Layout. Anything else (PyFDP, the Hypothesis source) is used as is.
+    """
+    if type(fdp) is PyFDP:
+        return fdp
+    buffer = getattr(fdp, "buffer", None)
+    if buffer is not None and type(fdp).__module__.startswith("atheris"):
+        return PyFDP(buffer())
+    return fdp
 
 
 def _width(rng: int) -> int:

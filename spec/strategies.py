@@ -1,61 +1,72 @@
-"""Hypothesis strategies for Layouts (shared by the conformance test and the fuzzer).
+"""Hypothesis strategies for Layouts: a thin adapter over the fuzzer's one generator.
 
-``layouts()`` draws valid Layouts over every field the resolver reads:
-1..max_groups groups of every kind, block sizes from a mix of realistic
-values (powers of two, page-aligned odd sizes such as 181 and 544) and small
-integers (where gcd/lcm corner cases live), optional spec flags, a cache
-block size that is either the engine's choice (the minimum group size) or
-free, prefix caching, a KV connector, prefix_match_unit, the Mamba mode,
-dcp and max_model_len.
+The Layout generator is ``kvproof.fuzz.decode.decode``: it reads every choice
+from a *source* (``ConsumeIntInRange(lo, hi)``, ``ConsumeBool()``). The fuzzer
+hands it bytes (atheris' provider or ``PyFDP``); here ``HypothesisSource``
+answers each choice with one ``st.integers(lo, hi)`` / ``st.booleans()`` draw,
+so Hypothesis generates and shrinks the same choices (towards ``lo`` and
+False: fewer, smaller groups, no flags, prefix caching on).
+
+``layouts()`` therefore covers what the fuzzer covers: 1..max_groups groups
+of every kind in runs of identical groups, block sizes from the decoder's
+families (small, powers of two, odd, page multiples, multiples and divisors
+of an earlier size), the spec flags, prefix caching, a KV connector,
+prefix_match_unit, the Mamba mode, dcp and max_model_len. The default
+premise is ``free`` (the cache block size is the engine's choice, a group's
+size or any value; any Mamba mode), as a direct caller of the resolver could
+pass.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import strategies as st
 
-from kvproof.layout import Cache, Group, Layout
+from kvproof.fuzz.decode import MAX_GROUPS, Caps, decode
+from kvproof.layout import Layout
 from kvproof.spec import facts
 
-REALISTIC = (1, 2, 4, 8, 16, 32, 42, 64, 128, 181, 256, 272, 544, 1024, 2048, 4096)
+DCPS = (1, 1, 1, 2, 3, 4, 8)  # dcp 3 too (the model's DCP_VALUES), 1 most often
+
+# What ``flags=False`` and two layouts in three express: no 0.29+ spec fields
+# (prefix_cacheable, dcp_sharded, tokens_per_state), so the 0.27/0.28 models
+# see as many layouts as the newer ones.
+_NO_FLAGS = {"ring_buffer": False, "dcp_sharded_attention": False, "dcp_sharded_mamba": False,
+             "tokens_per_state_mamba": False}
 
 
-def block_sizes(max_value: int = 1 << 12):
-    return st.one_of(st.sampled_from(REALISTIC), st.integers(1, 24), st.integers(1, max_value))
+class HypothesisSource:
+    """The decoder's source, answered by Hypothesis draws."""
+
+    __slots__ = ("_draw",)
+
+    def __init__(self, draw) -> None:
+        self._draw = draw
+
+    def ConsumeIntInRange(self, lo: int, hi: int) -> int:  # noqa: N802 (the FuzzedDataProvider name)
+        return self._draw(st.integers(lo, hi))
+
+    def ConsumeBool(self) -> bool:  # noqa: N802
+        return self._draw(st.booleans())
+
+    def PickValueInList(self, values):  # noqa: N802
+        return values[self.ConsumeIntInRange(0, len(values) - 1)]
 
 
 @st.composite
-def groups(draw, kinds=facts.KINDS, flags: bool = True, max_value: int = 1 << 12):
-    kind = draw(st.sampled_from(kinds))
-    bs = draw(block_sizes(max_value))
-    pc = dcp_sharded = tps = None
-    if flags:
-        if kind in ("full_attention", "sliding_window") and draw(st.integers(0, 5)) == 0:
-            pc = False
-        if draw(st.integers(0, 5)) == 0:
-            dcp_sharded = draw(st.booleans())
-        if kind == "mamba" and draw(st.integers(0, 3)) == 0:
-            tps = draw(st.one_of(st.integers(1, 8), st.sampled_from((16, 32, 64, 128))))
-    return Group(kind=kind, block_size=bs, prefix_cacheable=pc, dcp_sharded=dcp_sharded, tokens_per_state=tps)
+def layouts(draw, max_groups: int = 8, flags: bool = True, modes=facts.ALL_MAMBA_MODES, dcps=DCPS,
+            premise: str = "free", caps: Caps | None = None):
+    """A valid Layout (round-trips through JSON), from ``decode`` on Hypothesis draws.
 
-
-@st.composite
-def layouts(draw, max_groups: int = 8, flags: bool = True, modes=facts.ALL_MAMBA_MODES, dcps=(1, 1, 1, 2, 3, 4, 8),
-            max_value: int = 1 << 12):
-    """A valid Layout (round-trips through JSON)."""
-    n = draw(st.integers(1, max_groups))
-    flags = flags and draw(st.integers(0, 2)) == 0  # a third of the layouts use 0.29+ spec fields
-    gs = draw(st.lists(groups(flags=flags, max_value=max_value), min_size=n, max_size=n))
-    if draw(st.integers(0, 2)) == 0:  # free cache block size
-        cache_bs = draw(block_sizes(max_value))
-    else:  # what EngineCore derives (0.31+: over prefix-cacheable groups)
-        pcs = [g.block_size for g in gs if g.prefix_cacheable is not False] or [g.block_size for g in gs]
-        cache_bs = min(pcs) if draw(st.booleans()) else min(g.block_size for g in gs)
-    pmu = None
-    if draw(st.integers(0, 3)) == 0:
-        pmu = draw(st.one_of(st.sampled_from(sorted({g.block_size for g in gs})), st.integers(1, 64)))
-    cache = Cache(block_size=cache_bs, enable_prefix_caching=draw(st.booleans()), prefix_match_unit=pmu,
-                  mamba_cache_mode=draw(st.sampled_from(modes)))
-    connector = draw(st.sampled_from((None, None, facts.DEFAULT_CONNECTOR)))
-    layout = Layout(groups=tuple(gs), cache=cache, kv_connector=connector, dcp=draw(st.sampled_from(dcps)),
-                    max_model_len=draw(st.sampled_from((2048, 131072, 1 << 20))))
+    ``caps`` (default: every kind and flag, ``modes``) says what to express;
+    ``flags`` (default) lets a third of the layouts use the 0.29+ spec fields,
+    ``flags=False`` none.
+    """
+    if not 1 <= max_groups <= MAX_GROUPS:
+        raise ValueError(f"max_groups must be in 1..{MAX_GROUPS}")
+    base = caps or Caps(modes=tuple(modes))
+    if not (flags and draw(st.integers(0, 2)) == 0):
+        base = replace(base, **_NO_FLAGS)
+    layout = decode(HypothesisSource(draw), base, premise, dcps=tuple(dcps), max_groups=max_groups)
     return Layout.from_dict(layout.to_dict())  # validated

@@ -48,6 +48,7 @@ for _ in range(3000):
         else:
             lo = rng.randint(0, 50); hi = lo + rng.choice([0, 1, 7, 255, 256, 70000, 1 << 20, 1 << 33])
             assert a.ConsumeIntInRange(lo, hi) == b.ConsumeIntInRange(lo, hi)
+    assert decode(a, premise="free") == decode(b, premise="free")  # the unread rest (decode's as_source)
     assert decode(atheris.FuzzedDataProvider(data)) == decode(PyFDP(data))
 print("same", file=sys.__stdout__)
 """

@@ -175,5 +175,5 @@ def test_dictionary_entries_are_block_sizes_as_read():
         fdp = PyFDP(chunk)
         from kvproof.fuzz.decode import _block_size
 
-        assert _block_size(fdp, []) == int(value), comment
+        assert _block_size(fdp.ConsumeIntInRange, []) == int(value), comment
     assert int_chunk(1, 64, 16) == b"\x0f"
