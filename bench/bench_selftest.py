@@ -8,7 +8,6 @@ the matrix with the machine load (os.getloadavg, cores) measured around it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -17,20 +16,21 @@ import tempfile
 import time
 from pathlib import Path
 
+from kvproof.cliutil import Parser, guarded
 from kvproof.fsio import atomic_write
 
 HERE = Path(__file__).resolve().parent
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def _main(argv) -> int:
+    ap = Parser(prog="bench_selftest.py")
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--mutants")
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--batch", type=int, default=7)
     ap.add_argument("--probes", type=int, default=400)
     ap.add_argument("--out", default=str(HERE / "results" / "selftest.md"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         js = Path(tmp) / "selftest.json"
@@ -83,6 +83,10 @@ def main() -> int:
     atomic_write(args.out, "\n".join(lines) + "\n")
     print(f"wrote {args.out}")
     return 0
+
+
+def main(argv=None) -> int:
+    return guarded("bench_selftest.py", _main, argv)
 
 
 if __name__ == "__main__":

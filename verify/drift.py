@@ -24,7 +24,6 @@ as a function (the CI recipe and ``kvproof selftest`` use it).
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -33,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from kvproof.cliutil import Parser, guarded, print_error
 from kvproof.spec import fingerprint
 from kvproof.spec import revisions as R
 
@@ -375,8 +375,11 @@ def workflow(name, count: int = 300, seed: int = 1, show: int = 3, seconds: floa
     return {"row": row, "result": res, "seconds": round(time.monotonic() - t0, 1)}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kvproof.verify.drift", description=__doc__.split("\n\n")[0])
+PROG = "python -m kvproof.verify.drift"
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    ap = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--vllm", help="environment name (release or overlay); without it: the drift rows of all")
     ap.add_argument("--count", type=int, default=300, help="fuzzed layouts (default 300)")
     ap.add_argument("--seed", type=int, default=1)
@@ -392,13 +395,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(("STALE  " if r["stale"] else "ok     ") + r["message"])
             return 0
         out = workflow(args.vllm, args.count, args.seed, args.show, args.seconds, not args.no_base)
-    except Exception as err:  # noqa: BLE001 -- one line, exit 2
-        print(f"python -m kvproof.verify.drift: {type(err).__name__}: {err}", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 -- one line, exit 2 (whatever the environment raised)
+        print_error(PROG, RuntimeError(f"{type(err).__name__}: {err}"))
         return 2
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))
     res = out.get("result")
     return 1 if res and res["disagree"] else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Usage errors: one line ``python -m kvproof.verify.drift: ...`` on stderr, exit 2."""
+    return guarded(PROG, _main, argv)
 
 
 if __name__ == "__main__":

@@ -256,12 +256,16 @@ def test_first_fixed_release():
 
 
 def test_cli_input_errors_exit_2(tmp_path, capsys):
-    assert cli.main([str(tmp_path / "missing.json"), "--vllm", "0.27.0"]) == 2
-    assert cli.main(["x.json", "--tier", "nope"]) == 2
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    assert cli.main([str(bad), "--vllm", "0.27.0"]) == 2
-    assert "error" in capsys.readouterr().err
+    for argv in ([str(tmp_path / "missing.json"), "--vllm", "0.27.0"], ["x.json", "--tier", "nope"],
+                 [str(bad), "--vllm", "0.27.0"], []):
+        for main, prog in ((cli.main, "kvproof replay"), (bisect.main, "kvproof bisect")):
+            assert main(argv) == 2, (prog, argv)
+            captured = capsys.readouterr()
+            lines = captured.err.splitlines()
+            assert len(lines) == 1 and lines[0].startswith(prog + ": "), (prog, argv, captured.err)
+            assert captured.out == "", (prog, argv)
 
 
 def test_version_order():

@@ -19,10 +19,12 @@ import sys
 from typing import Sequence
 
 from kvproof import inputs
-from kvproof.errors import KvproofError
+from kvproof.cliutil import Parser, guarded
 from kvproof.replay import core
-from kvproof.replay.cli import _Parser, releases_of, tiers_of
+from kvproof.replay.cli import releases_of, tiers_of
 from kvproof.verdicts import Tier, Verdict
+
+PROG = "kvproof bisect"
 
 STOPS_FAILING = (Verdict.OK, Verdict.WARN, Verdict.LATENT, Verdict.REJECTED)
 
@@ -54,24 +56,19 @@ def matrix(rows: Sequence[core.ReplayRow], tiers: Sequence[Tier | str]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    ap = _Parser(prog="kvproof bisect", description=__doc__.split("\n\n")[0])
+def _main(argv: Sequence[str] | None) -> int:
+    ap = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", metavar="FILE")
     ap.add_argument("--tier", choices=("function", "manager", "engine", "all"), default="all")
     ap.add_argument("--vllm", action="append", metavar="RELEASE")
     ap.add_argument("--matrix", action="store_true", help="all tiers (the default; kept for `make matrix`)")
     ap.add_argument("--no-synth", action="store_true")
     ap.add_argument("--json", action="store_true")
-    try:
-        args = ap.parse_args(argv)
-        named = inputs.load_layouts(args.files)
-        tiers = tiers_of("all" if args.matrix else args.tier)
-        echo = (lambda s: print(s, file=sys.stderr)) if args.json else print
-        rows = core.replay(named, releases_of(args), tiers, echo=echo, synthesise=not args.no_synth)
-    except KvproofError as err:
-        print(f"kvproof: error: {err}", file=sys.stderr)
-        return err.exit_code
+    args = ap.parse_args(argv)
+    named = inputs.load_layouts(args.files)
+    tiers = tiers_of("all" if args.matrix else args.tier)
+    echo = (lambda s: print(s, file=sys.stderr)) if args.json else print
+    rows = core.replay(named, releases_of(args), tiers, echo=echo, synthesise=not args.no_synth)
     deciding = max(core.as_tier(t) for t in tiers)  # the strongest tier replayed
     code = 0
     out = []
@@ -101,6 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Usage and input errors: one line ``kvproof bisect: ...`` on stderr, exit 2."""
+    return guarded(PROG, _main, argv)
 
 
 if __name__ == "__main__":

@@ -12,17 +12,15 @@ import sys
 from typing import Sequence
 
 from kvproof import inputs
-from kvproof.errors import KvproofError, UsageError
+from kvproof.cliutil import Parser, guarded
+from kvproof.errors import UsageError
 from kvproof.replay import core
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise UsageError(f"{self.prog}: {message}")
+PROG = "kvproof replay"
 
 
-def parser(prog: str = "kvproof replay") -> argparse.ArgumentParser:
-    ap = _Parser(prog=prog, description="Replay counterexamples through the real resolver, the real "
+def parser(prog: str = PROG) -> Parser:
+    ap = Parser(prog=prog, description="Replay counterexamples through the real resolver, the real "
                                         "KVCacheManager and real engine boots of tiny hybrid models.")
     ap.add_argument("files", nargs="+", metavar="FILE", help="layout JSON files or folders of them (corpus/)")
     ap.add_argument("--tier", choices=(*core.TIERS, "all"), default="all",
@@ -49,16 +47,11 @@ def releases_of(args: argparse.Namespace) -> list[str]:
     return sorted(dict.fromkeys(releases), key=core.version_key)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = parser().parse_args(argv)
-        named = inputs.load_layouts(args.files)
-        echo = (lambda s: print(s, file=sys.stderr)) if args.json else print
-        rows = core.replay(named, releases_of(args), tiers_of(args.tier), echo=echo, synthesise=not args.no_synth)
-    except KvproofError as err:
-        print(f"kvproof: error: {err}", file=sys.stderr)
-        return err.exit_code
+def _main(argv: Sequence[str] | None) -> int:
+    args = parser().parse_args(argv)
+    named = inputs.load_layouts(args.files)
+    echo = (lambda s: print(s, file=sys.stderr)) if args.json else print
+    rows = core.replay(named, releases_of(args), tiers_of(args.tier), echo=echo, synthesise=not args.no_synth)
     if args.record:
         for name, lay in named:
             core.record(name, lay, rows)
@@ -72,6 +65,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if bad:
             print(f"\n{len(bad)} replay(s) contradict the recorded expectation")
     return 1 if bad else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Usage and input errors: one line ``kvproof replay: ...`` on stderr, exit 2."""
+    return guarded(PROG, _main, argv)
 
 
 if __name__ == "__main__":
