@@ -104,6 +104,60 @@ def test_simple_cpu_offload_without_full_attention_says_why(groups, mode, releas
     assert not exc[0].detail.split(" @ ")[0].strip().endswith("AssertionError:"), exc[0].detail
 
 
+# --- (a) real vLLM bug (0.27.0, 0.28.0; fixed in 0.32.0): ExampleHiddenStatesConnector crashes on an abort ---
+# of a request that was never scheduled. The connector records a request's output filename only in
+# build_connector_meta (for scheduled_new_reqs, example_hidden_states_connector.py:505), but
+# Scheduler.finish_requests also frees WAITING requests, and _connector_finished ->
+# request_finished_all_groups -> request_finished (:523) does ``self._request_filenames.pop(req_id)``:
+# KeyError, i.e. EngineCore dies when a client cancels a queued request. 0.32.0 uses
+# ``pop(req_id, None)`` and returns (False, None) (:532; upstream vllm-project/vllm#56841).
+# full attention 16 + the hidden-state group the extract_hidden_states path adds (hash 16 on every release).
+HS_LAYOUT = Layout.from_dict({
+    "groups": [{"kind": "full_attention", "block_size": 16}, {"kind": "hidden_state", "block_size": 16}],
+    "cache": {"block_size": 16, "enable_prefix_caching": True}, "kv_connector": "ExampleHiddenStatesConnector"})
+# r1 arrives at step 2 and is aborted in the same step, before schedule() (the harness adds, then aborts)
+HS_ABORT_WAITING = Stream((64,), (Req(0, 64, 8, 0, 2), Req(0, 32, 8, 2, 2, abort_at=2)))
+# the control: r1 is scheduled at step 2 and aborted at step 3 while running
+HS_ABORT_RUNNING = Stream((64,), (Req(0, 64, 8, 0, 2), Req(0, 32, 8, 2, 8, abort_at=3)))
+
+ABORT_WAITING = pytest.mark.xfail(
+    strict=True, raises=AssertionError,
+    reason="vLLM 0.27.0/0.28.0 kv_connector/v1/example_hidden_states_connector.py:523 request_finished: "
+           "_request_filenames.pop(req_id) raises KeyError for a request aborted before it was ever scheduled; "
+           "fixed in 0.32.0 (pop(req_id, None), :532; vllm-project/vllm#56841)")
+
+
+@pytest.mark.parametrize("release,line", [pytest.param("0.27.0", 523, marks=ABORT_WAITING),
+                                          pytest.param("0.28.0", 523, marks=ABORT_WAITING),
+                                          ("0.32.0", 532)])
+def test_hidden_states_connector_survives_abort_before_first_schedule(release, line):
+    res = _run(release, HS_LAYOUT, HS_ABORT_WAITING)
+    if res.not_expressible or res.setup_error:
+        pytest.fail(f"vLLM {release} did not run the layout: {res.not_expressible or res.setup_error}")
+    if res.connector_class != "ExampleHiddenStatesConnector":
+        pytest.fail(f"connector not built: {res.connector_class}")
+    hard = _hard(res)
+    known = f"KeyError: 'r1' @ vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py:{line} " \
+            f"in request_finished"
+    if any(o.oracle != "exception" or o.detail != known or o.step != 2 for o in hard):
+        pytest.fail(f"another observation than the known one: {hard}")
+    if hard and judge_consumer(res, HS_LAYOUT).verdict != Verdict.FAIL:
+        pytest.fail(f"the KeyError is not judged FAIL: {judge_consumer(res, HS_LAYOUT).line()}")
+    assert not hard, hard[0].detail  # 0.27.0/0.28.0: the real KeyError, judged FAIL (consumer)
+    assert judge_consumer(res, HS_LAYOUT).verdict in (Verdict.OK, Verdict.WARN)
+
+
+@pytest.mark.parametrize("release", ["0.27.0", "0.28.0", "0.32.0"])
+def test_hidden_states_connector_abort_after_first_schedule_is_clean(release):
+    """The control for the reproducer above: the same request aborted once it has been scheduled
+    (its filename recorded) finishes cleanly on every release, so the trigger is the abort of a
+    request that never reached build_connector_meta."""
+    res = _run(release, HS_LAYOUT, HS_ABORT_RUNNING)
+    assert res.connector_class == "ExampleHiddenStatesConnector" and res.connector_calls > 0
+    assert not _hard(res), _hard(res)
+    assert judge_consumer(res, HS_LAYOUT).verdict in (Verdict.OK, Verdict.WARN)
+
+
 # --- ours: the oracle, the fake worker, the premise ---------------------------------------------
 def test_chunked_local_out_of_window_hit_is_not_a_wrong_hit():
     """(a) chunked_local:37 (chunk 148): r1 shares nothing with r0, yet its lookup returns 148
