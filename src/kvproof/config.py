@@ -7,9 +7,10 @@ hidden-state extraction, ``kv_cache_dtype`` and its skip layers,
 ``prefix_match_unit``, ``max_model_len``, decode-context parallelism). Real
 vLLM derives the Layout from that (:mod:`kvproof.bridge.derive`).
 
-A Config composes a :class:`~kvproof.replay.families.Recipe` (the same knobs
-render the same ``config.json`` and ``vllm.LLM`` arguments that an engine
-boot uses, so derivation and boot see one configuration) plus ``dcp``.
+A Config is the :class:`~kvproof.replay.families.Knobs` a boot
+:class:`~kvproof.replay.families.Recipe` also has (declared once there: the
+same knobs render the same ``config.json`` and ``vllm.LLM`` arguments that an
+engine boot uses, so derivation and boot see one configuration) plus ``dcp``.
 Every vLLM fact used to validate (Mamba modes, connector names, dtypes) comes
 from :mod:`kvproof.spec.facts`.
 """
@@ -18,69 +19,42 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 from kvproof.errors import LayoutError
-from kvproof.replay.families import FAMILIES, Recipe
+from kvproof.replay.families import FAMILIES, KNOBS, Knobs, Recipe
 from kvproof.spec import facts
 
 MAX_INT = 1 << 30
 
-# Recipe fields that are a user's settings (the rest, max_tokens/generate, only steer a boot).
-_RECIPE_FIELDS = ("family", "pattern", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "mamba_heads",
-                  "mamba_head_dim", "ssm_state", "sliding_window", "aux_layers", "dtype", "block_size",
-                  "enable_prefix_caching", "mamba_cache_mode", "max_model_len", "kv_connector", "kv_cache_dtype",
-                  "kv_cache_dtype_skip_layers", "prefix_match_unit", "kv_cache_memory_bytes")
 _PATTERN_CHARS = {"nemotron_h": "M*-", "granite_moe_hybrid": "M*-", "qwen3_next": "M*-"}
 
 
 @dataclass(frozen=True)
-class Config:
-    """One user configuration. ``None`` means "left to the release's default"."""
+class Config(Knobs):
+    """One user configuration: the knobs (model shape, engine settings) and dcp.
 
-    family: str = "nemotron_h"
-    # model shape (the tiny family's knobs)
-    pattern: str = "M*M-"
-    hidden_size: int = 128
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    head_dim: int = 32
-    mamba_heads: int = 4
-    mamba_head_dim: int = 16
-    ssm_state: int = 16
-    sliding_window: int | None = None
-    aux_layers: tuple[int, ...] = ()  # hidden-state extraction (speculative method extract_hidden_states)
-    dtype: str = "bfloat16"
-    # engine settings
-    block_size: int | None = None
-    enable_prefix_caching: bool = True
-    mamba_cache_mode: str | None = None
-    max_model_len: int = 2048
-    kv_connector: str | None = None
-    kv_cache_dtype: str = "auto"
-    kv_cache_dtype_skip_layers: tuple[str, ...] = ()
-    prefix_match_unit: int | None = None
-    kv_cache_memory_bytes: int = 64 << 20
+    ``None`` means "left to the release's default" (so ``mamba_cache_mode``
+    defaults to None here, where a boot Recipe pins "align").
+    """
+
     dcp: int = 1  # decode_context_parallel_size
 
     # --- composition with the boot recipe ----------------------------------
     def recipe(self) -> Recipe:
         """The engine-boot recipe with exactly these settings (dcp is not a Recipe knob)."""
-        return Recipe(**{name: getattr(self, name) for name in _RECIPE_FIELDS})
+        return Recipe(**{name: getattr(self, name) for name in KNOBS})
 
     @classmethod
     def from_recipe(cls, recipe: Recipe, dcp: int = 1) -> Config:
-        return cls(**{name: getattr(recipe, name) for name in _RECIPE_FIELDS}, dcp=dcp)
+        return cls(**{name: getattr(recipe, name) for name in KNOBS}, dcp=dcp)
 
     def llm_kwargs(self, model_dir: str, storage_dir: str) -> dict[str, Any]:
         kw = self.recipe().llm_kwargs(model_dir, storage_dir)
         if self.dcp != 1:
             kw["decode_context_parallel_size"] = self.dcp
         return kw
-
-    def but(self, **kw: Any) -> Config:
-        return replace(self, **kw)
 
     @property
     def connector_name(self) -> str | None:
@@ -93,9 +67,7 @@ class Config:
     # --- JSON edge ---------------------------------------------------------
     def to_dict(self, minimal: bool = False) -> dict[str, Any]:
         """All fields (``minimal``: only those that differ from the defaults)."""
-        d = asdict(self)
-        d["aux_layers"] = list(self.aux_layers)
-        d["kv_cache_dtype_skip_layers"] = list(self.kv_cache_dtype_skip_layers)
+        d = super().to_dict()
         if minimal:
             base = Config().to_dict()
             d = {k: v for k, v in d.items() if v != base[k] or k == "family"}

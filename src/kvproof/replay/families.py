@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, TypeVar
 
 from kvproof.layout import groups_summary
 from kvproof.spec import facts
@@ -45,9 +45,16 @@ VOCAB = 512
 PROMPTS = ([1, 17, 42, 99, 7, 3, 250, 11, 64, 128, 5, 9, 33, 77, 2, 8] * 2, [5, 6, 7, 8, 9, 10, 11, 12])
 
 
+_K = TypeVar("_K", bound="Knobs")
+
+
 @dataclass(frozen=True)
-class Recipe:
-    """One tiny model plus the engine arguments of one boot."""
+class Knobs:
+    """What a user sets: one tiny model's shape knobs and the engine settings.
+
+    Declared once: ``Recipe`` (a boot) and ``kvproof.config.Config`` (a user's
+    configuration) are both these knobs plus their own fields.
+    """
 
     family: str = "nemotron_h"
     # model knobs
@@ -60,21 +67,40 @@ class Recipe:
     mamba_head_dim: int = 16
     ssm_state: int = 16
     sliding_window: int | None = None
-    aux_layers: tuple[int, ...] = ()  # hidden-state extraction (extract_hidden_states)
+    aux_layers: tuple[int, ...] = ()  # hidden-state extraction (speculative method extract_hidden_states)
     dtype: str = "bfloat16"  # the CPU GDN kernel requires bf16 activations (see SSM_STATE_DTYPE)
-    # Mamba/GDN temporal (SSM) state dtype, passed to vLLM explicitly so every CPU builds the same
-    # layout and takes the same kernel path (see SSM_STATE_DTYPE); "auto" leaves it to the release.
-    mamba_ssm_cache_dtype: str = SSM_STATE_DTYPE
     # engine knobs
     block_size: int | None = None
     enable_prefix_caching: bool = True
-    mamba_cache_mode: str | None = "align"  # None: leave it to the release
+    mamba_cache_mode: str | None = None  # None: leave it to the release (a Recipe pins "align")
     max_model_len: int = 2048
     kv_connector: str | None = None  # a connector without extraction (e.g. a producer-only one)
     kv_cache_dtype: str = "auto"  # "fp8": quantised KV cache
     kv_cache_dtype_skip_layers: tuple[str, ...] = ()  # e.g. ("sliding_window",): those stay unquantised
     prefix_match_unit: int | None = None  # CacheConfig.prefix_match_unit (a user setting)
     kv_cache_memory_bytes: int = 64 << 20
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["aux_layers"] = list(self.aux_layers)
+        d["kv_cache_dtype_skip_layers"] = list(self.kv_cache_dtype_skip_layers)
+        return d
+
+    def but(self: _K, **kw: Any) -> _K:
+        return replace(self, **kw)
+
+
+KNOBS = tuple(f.name for f in fields(Knobs))
+
+
+@dataclass(frozen=True)
+class Recipe(Knobs):
+    """One tiny model plus the engine arguments of one boot (the knobs, and what only steers a boot)."""
+
+    mamba_cache_mode: str | None = "align"  # pinned: 0.27 chose "all" for NemotronH (None: the release's)
+    # Mamba/GDN temporal (SSM) state dtype, passed to vLLM explicitly so every CPU builds the same
+    # layout and takes the same kernel path (see SSM_STATE_DTYPE); "auto" leaves it to the release.
+    mamba_ssm_cache_dtype: str = SSM_STATE_DTYPE
     max_tokens: int = 8
     generate: bool = True
 
@@ -86,21 +112,12 @@ class Recipe:
                 d.pop(name, None)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["aux_layers"] = list(self.aux_layers)
-        d["kv_cache_dtype_skip_layers"] = list(self.kv_cache_dtype_skip_layers)
-        return d
-
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Recipe":
         d = dict(d)
         d["aux_layers"] = tuple(d.get("aux_layers", ()))
         d["kv_cache_dtype_skip_layers"] = tuple(d.get("kv_cache_dtype_skip_layers", ()))
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
-
-    def but(self, **kw: Any) -> "Recipe":
-        return replace(self, **kw)
 
     # --- what a person reads ---------------------------------------------
     def describe(self) -> str:
