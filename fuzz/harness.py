@@ -7,9 +7,11 @@
 uses the thin ``fuzz_contracts.py`` / ``fuzz_conformance.py`` entry points.)
 
 contracts
-    bytes -> Layout (``decode``) -> the bridge's ``evaluate`` (real resolver +
-    real ``KVCacheManager``: coordinator, block pool) -> ``oracle.judge``
-    (a thin use of ``kvproof.judge``). A FAIL (real vLLM raised) of a *new*
+    bytes -> Layout (``decode``) -> the bridge's ``evaluate`` (the real
+    resolver) -> ``oracle.judge`` (a thin use of ``kvproof.judge``); where a
+    manager-tier contract predicts a violation the real ``KVCacheManager`` (coordinator,
+    block pool) is built too and decides FAIL or LATENT
+    (``KVPROOF_FUZZ_MANAGER=always``: on every input). A FAIL (real vLLM raised) of a *new*
     (contract, exception signature, shape) class is stored as a corpus Layout
     and raised, so libFuzzer stops (or, in fork mode with
     ``-ignore_crashes=1``, records it and goes on); a known class is counted
@@ -27,15 +29,9 @@ Coverage: ``atheris.instrument_imports`` cannot reach ``kv_cache_utils``
 imports every function and method defined in the modules of ``COVERED`` is
 instrumented in place with ``atheris.instrument_func``.
 
-Configuration comes from the environment (libFuzzer owns argv):
-KVPROOF_FUZZ_WORKDIR (campaign folder: seen/, stats/, conformance/),
-KVPROOF_FUZZ_CORPUS_OUT (where crash Layouts go, default corpus/ of the checkout),
-KVPROOF_FUZZ_PREMISE (engine|free), KVPROOF_FUZZ_STRICT=1 (kept for the runner; there are no waivers),
-KVPROOF_FUZZ_RAISE_KNOWN=1 (raise on known classes too),
-KVPROOF_FUZZ_COLLECT=1 (store every new FAIL class and keep fuzzing: one run lists them all),
-KVPROOF_FUZZ_INSTRUMENT=0 (no coverage instrumentation: for benchmarks),
-KVPROOF_FUZZ_FAST=0 (the bridge's plain path instead of ``Bridge(fast=True)``),
-KVPROOF_FUZZ_MEMO=0 (fast path without the manager memo).
+Configuration comes from the environment (libFuzzer owns argv): the
+``KVPROOF_FUZZ_*`` variables, read once into ``kvproof.settings.HarnessSettings``
+(documented there with the rest).
 """
 
 from __future__ import annotations
@@ -49,7 +45,7 @@ import typing
 from pathlib import Path
 
 from kvproof.fsio import atomic_write
-from kvproof.settings import settings
+from kvproof.settings import HarnessSettings
 
 _real_stdout_fd = None
 
@@ -177,50 +173,55 @@ class Stats:
 
 def build(target: str):
     """Import vLLM through the bridge, instrument, and return TestOneInput."""
-    import atheris
-
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     from kvproof.bridge.runtime import Bridge  # imports vLLM
     from kvproof.fuzz.decode import decode
     from kvproof.fuzz.oracle import judge
+    from kvproof.fuzz.provider import PyFDP  # atheris' byte semantics, twice as fast per call
     from kvproof.fuzz.store import CrashStore
+    from kvproof.verdicts import Tier
 
-    fast = os.environ.get("KVPROOF_FUZZ_FAST", "1") != "0"
-    bridge = Bridge(fast=fast, memo_managers=fast and os.environ.get("KVPROOF_FUZZ_MEMO", "1") != "0")
-    instrumented = instrument_covered() if os.environ.get("KVPROOF_FUZZ_INSTRUMENT", "1") != "0" else {}
+    opts = HarnessSettings.from_environ()
+    bridge = Bridge(fast=opts.fast, memo_managers=opts.memo)
+    instrumented = instrument_covered() if opts.instrument else {}
     caps = release_caps(bridge.builder)
-    premise = os.environ.get("KVPROOF_FUZZ_PREMISE", "engine")
-    strict = os.environ.get("KVPROOF_FUZZ_STRICT") == "1"
-    raise_known = os.environ.get("KVPROOF_FUZZ_RAISE_KNOWN") == "1"
-    collect = os.environ.get("KVPROOF_FUZZ_COLLECT") == "1"
-    workdir = Path(os.environ["KVPROOF_FUZZ_WORKDIR"]) if os.environ.get("KVPROOF_FUZZ_WORKDIR") else None
-    # The runner always names it; a bare harness (ClusterFuzzLite) keeps findings beside the run.
-    corpus_out = Path(os.environ.get("KVPROOF_FUZZ_CORPUS_OUT") or settings().out / "fuzz-findings")
+    premise = opts.premise
+    always_manager = opts.manager == "always"
+    workdir = opts.workdir
     version = bridge.version
     stats = Stats(workdir, target, version, bridge)
     stats.data["caps"] = caps.to_dict()
     stats.data["instrumented"] = instrumented
+    stats.data["manager"] = opts.manager
     scratch = workdir or Path(os.environ.get("TMPDIR", "/tmp")) / f"kvproof-fuzz-{os.getpid()}"
-    store = CrashStore(corpus_out, scratch / "seen", version)
+    store = CrashStore(opts.corpus_out, scratch / "seen", version)
     latent_store = CrashStore(scratch / "latent", scratch / "seen-latent", version)
     t0 = time.monotonic()
-    FuzzedDataProvider = atheris.FuzzedDataProvider
-    evaluate = bridge.evaluate
-    print(f"kvproof.fuzz: {target} on vLLM {version} ({premise} premise), caps={caps.to_dict()}, "
-          f"instrumented={sum(instrumented.values())} functions in {len(instrumented)} modules",
-          file=sys.stderr, flush=True)
+    evaluate, with_manager = bridge.evaluate, bridge.with_manager
+    print(f"kvproof.fuzz: {target} on vLLM {version} ({premise} premise, manager {opts.manager}), "
+          f"caps={caps.to_dict()}, instrumented={sum(instrumented.values())} functions in "
+          f"{len(instrumented)} modules", file=sys.stderr, flush=True)
 
     def contracts_one(data: bytes) -> None:
-        layout = decode(FuzzedDataProvider(data), caps, premise)
+        layout = decode(PyFDP(data), caps, premise)
         try:
-            out = evaluate(layout, manager=True)
+            out = evaluate(layout, manager=always_manager)
+            f = judge(layout, out)
+            # Escalation: the function tier's verdict is final unless a manager-tier contract
+            # predicts a violation; then the real manager decides FAIL (it raised) or LATENT.
+            # A manager raising where no manager-tier contract predicts it is what
+            # tests/integration/test_contract_agreement.py forbids and what the consumers
+            # target (a real manager per input) would find; later-tier predictions stay LATENT
+            # here for the consumers target to observe.
+            if not always_manager and f.latent and any(v.contract.tier == Tier.MANAGER for v in f.judgement.latent):
+                out = with_manager(layout, out)
+                f = judge(layout, out)
         except Exception as err:  # the bridge could not build a config vLLM accepts: a rejection
             stats.bump("verdicts", "BRIDGE_REJECTED")
             stats.data["bridge_errors"] += 1
             stats.data.setdefault("last_bridge_error", f"{type(err).__name__}: {str(err)[:200]}")
             stats.tick()
             return
-        f = judge(layout, out, strict=strict)
         j = f.judgement
         stats.bump("verdicts", str(j.verdict))
         if f.latent:  # a prediction nothing real showed: counted and stored apart, never a crash
@@ -237,7 +238,7 @@ def build(target: str):
         detail = f.detail
         path, new = store.record(layout, f.contract, detail, data, f.signature, verdict="FAIL", tier=str(j.tier))
         stats.tick()
-        if not new and not raise_known:
+        if not new and not opts.raise_known:
             stats.data["known"] += 1
             return
         stats.data["crashes"] += 1
@@ -245,13 +246,13 @@ def build(target: str):
             stats.data["first_crash_s"] = time.monotonic() - t0
         stats.add_class(str(j.tier), f.contract, f.signature, layout, path, detail, time.monotonic() - t0)
         stats.flush()
-        if collect and new:
+        if opts.collect and new:
             return
         raise ContractViolation(f"{detail}\n  layout: {layout.summary()}\n  stored: {path}\n"
                                 f"  replay: kvproof check {path} --vllm {version}")
 
     def conformance_one(data: bytes) -> None:
-        layout = decode(FuzzedDataProvider(data), caps, premise)
+        layout = decode(PyFDP(data), caps, premise)
         real = evaluate(layout, manager=False)
         if not real.expressible:
             stats.bump("verdicts", "NOT_EXPRESSIBLE")
@@ -278,6 +279,7 @@ def build(target: str):
                                 f"  stored: {path}")
 
     if target == "contracts":
+        contracts_one.stats = stats  # the campaign's counters, for the bench and the tests
         return contracts_one
     if target != "conformance":
         raise SystemExit(f"unknown target {target!r} (contracts, conformance)")
@@ -316,8 +318,9 @@ def main(target: str | None = None, argv: list[str] | None = None) -> None:
         target = argv.pop(1)
     # libFuzzer's fork and merge modes re-run argv[0] as a program: the runner
     # starts us through an executable wrapper and names it here.
-    if os.environ.get("KVPROOF_FUZZ_ARGV0"):
-        argv[0] = os.environ["KVPROOF_FUZZ_ARGV0"]
+    argv0 = HarnessSettings.from_environ().argv0
+    if argv0:
+        argv[0] = argv0
     test_one = build(target)
     atheris.Setup(argv, test_one)
     atheris.Fuzz()

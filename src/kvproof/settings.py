@@ -21,7 +21,13 @@ KVPROOF_FUZZ_WORKDIR        harness: campaign folder (seen/, stats/, conformance
 KVPROOF_FUZZ_CORPUS_OUT     harness: where new crash classes go (<out>/fuzz-findings)
 KVPROOF_FUZZ_PREMISE        harness: engine | free (engine)
 KVPROOF_FUZZ_RAISE_KNOWN    harness: 1 raises on known classes too
+KVPROOF_FUZZ_COLLECT        harness: 1 stores every new FAIL class and goes on (one run lists them all)
 KVPROOF_FUZZ_INSTRUMENT     harness: 0 turns coverage instrumentation off (benchmarks)
+KVPROOF_FUZZ_MANAGER        contracts harness: escalate (the real KVCacheManager only where a
+                            manager-tier contract predicts a violation: FAIL or LATENT) | always
+                            (every input) (escalate)
+KVPROOF_FUZZ_FAST           harness: 0 uses the bridge's plain path instead of Bridge(fast=True)
+KVPROOF_FUZZ_MEMO           harness: 0 turns the fast path's manager memo off
 KVPROOF_FUZZ_ARGV0          harness: program name libFuzzer prints
 KVPROOF_CFLITE_LOCAL        tests: run the ClusterFuzzLite build script locally
 ==========================  ==================================================
@@ -68,6 +74,46 @@ class Settings:
             out=_path("KVPROOF_OUT", Path("out")),
             require_envs=_flag("KVPROOF_REQUIRE_ENVS"),
             engine_all=_flag("KVPROOF_ENGINE_ALL"),
+        )
+
+
+@dataclass(frozen=True)
+class HarnessSettings:
+    """The atheris harnesses' options: libFuzzer owns argv, so they come from the environment."""
+
+    workdir: Path | None
+    corpus_out: Path
+    premise: str
+    raise_known: bool
+    collect: bool
+    instrument: bool
+    manager: str
+    fast: bool
+    memo: bool
+    argv0: str | None
+
+    @classmethod
+    def from_environ(cls) -> "HarnessSettings":
+        workdir = os.environ.get("KVPROOF_FUZZ_WORKDIR")
+        fast = _flag("KVPROOF_FUZZ_FAST", True)
+        manager = os.environ.get("KVPROOF_FUZZ_MANAGER") or "escalate"
+        premise = os.environ.get("KVPROOF_FUZZ_PREMISE") or "engine"
+        for var, value, accepted in (("KVPROOF_FUZZ_MANAGER", manager, ("escalate", "always")),
+                                     ("KVPROOF_FUZZ_PREMISE", premise, ("engine", "free"))):
+            if value not in accepted:
+                raise SystemExit(f"kvproof: {var}={value!r}: expected one of {', '.join(accepted)}")
+        return cls(
+            workdir=Path(workdir) if workdir else None,
+            # the runner always names it; a bare harness (ClusterFuzzLite) keeps findings beside the run
+            corpus_out=_path("KVPROOF_FUZZ_CORPUS_OUT", settings().out / "fuzz-findings"),
+            premise=premise,
+            raise_known=_flag("KVPROOF_FUZZ_RAISE_KNOWN"),
+            collect=_flag("KVPROOF_FUZZ_COLLECT"),
+            instrument=_flag("KVPROOF_FUZZ_INSTRUMENT", True),
+            manager=manager,
+            fast=fast,
+            memo=fast and _flag("KVPROOF_FUZZ_MEMO", True),
+            argv0=os.environ.get("KVPROOF_FUZZ_ARGV0") or None,
         )
 
 

@@ -78,6 +78,48 @@ print("same", file=sys.__stdout__)
         assert _in_env(release, code) == "same"
 
 
+def test_manager_escalation_gives_the_verdicts_of_a_manager_on_every_input(tmp_path):
+    """The contracts harness builds the real manager only where a manager-tier contract
+    predicts a violation (KVPROOF_FUZZ_MANAGER=escalate). Over the same inputs it must
+    count the verdicts, FAIL classes and LATENT contracts that a manager built on every
+    input (always) gives; with_manager on a function-tier Outcome equals evaluate(manager=True)."""
+    code = r"""
+import os, sys, json, random
+from pathlib import Path
+os.environ.update(KVPROOF_FUZZ_INSTRUMENT="0", KVPROOF_FUZZ_COLLECT="1")
+from kvproof.fuzz.harness import build, release_caps
+from kvproof.bridge.runtime import Bridge
+from kvproof.fuzz.decode import decode
+from kvproof.fuzz.provider import PyFDP
+tmp = Path(sys.argv[1])
+rng = random.Random(3)
+inputs = [rng.randbytes(rng.randint(0, 60)) for _ in range(1500)]
+got = {}
+for mode in ("escalate", "always"):
+    os.environ.update(KVPROOF_FUZZ_MANAGER=mode, KVPROOF_FUZZ_WORKDIR=str(tmp / mode),
+                      KVPROOF_FUZZ_CORPUS_OUT=str(tmp / mode / "found"))
+    one = build("contracts")
+    for d in inputs:
+        one(d)
+    got[mode] = {k: one.stats.data[k] for k in ("verdicts", "fail_classes_seen", "latent")}
+b = Bridge(fast=True)
+caps = release_caps(b.builder)
+for d in inputs[:500]:
+    x = decode(PyFDP(d), caps)
+    try:
+        lo = b.evaluate(x, manager=False)
+    except Exception:
+        continue
+    assert b.with_manager(x, lo) == b.evaluate(x, manager=True), x.summary()
+print(json.dumps(got), file=sys.__stdout__)
+"""
+    for release in ("0.28.0", "0.32.0"):
+        got = json.loads(_in_env(release, code.replace("sys.argv[1]", repr(str(tmp_path / release))), 600))
+        assert got["escalate"] == got["always"], (release, got)
+        v = got["always"]["verdicts"]
+        assert v.get("FAIL", 0) > 0 and v.get("LATENT", 0) > 0, got  # both sides of the rule were exercised
+
+
 def test_instrumentation_reaches_resolver_coordinators_and_block_pool():
     code = r"""
 import sys

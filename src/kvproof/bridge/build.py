@@ -103,7 +103,9 @@ class Builder:
             raise NotExpressible("hidden_state groups (no HiddenStateCacheSpec)")
         return self.hidden_cls(**kw)
 
-    def kv_cache_config(self, layout: Layout, num_blocks: int = 64) -> Any:
+    def kv_cache_config(self, layout: Layout, num_blocks: int = 8) -> Any:
+        # The manager tier only constructs (BlockPool checks num_blocks > 0 and makes one
+        # object per block): a small pool keeps that off the fuzzer's path.
         mode = layout.cache.mamba_cache_mode
         groups = [kvi.KVCacheGroupSpec([f"layers.{i}"], self.spec(g, mode))
                   for i, g in enumerate(layout.groups)]

@@ -20,6 +20,7 @@ fuzzer's fast path, a supported mode rather than a patch:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import traceback
 from collections import OrderedDict
@@ -174,16 +175,25 @@ class Bridge:
             scheduler, hash_size = kv_cache_utils.resolve_kv_cache_block_sizes(kv_cfg, vcfg)
         except Exception as err:  # the real resolver's own rejection, recorded verbatim
             return Outcome(**base, resolver_error=stage_error(err), group_block_sizes=sizes)
-        out: dict[str, Any] = dict(base, scheduler_block_size=scheduler, hash_block_size=hash_size,
-                                   group_block_sizes=sizes)
-        if manager:
-            out["manager_attempted"] = True
-            got = self._manager_stage(layout, kv_cfg, scheduler, hash_size, token)
-            if isinstance(got, StageError):
-                out["manager_error"] = got
-            else:
-                out.update(got)
-        return Outcome(**out)
+        out = Outcome(**base, scheduler_block_size=scheduler, hash_block_size=hash_size, group_block_sizes=sizes)
+        return self._with_manager(layout, out, kv_cfg, token) if manager else out
+
+    def with_manager(self, layout: Layout, out: Outcome) -> Outcome:
+        """``out``, a resolved Outcome of ``layout`` from ``evaluate(manager=False)``,
+        with the manager stage run: the fuzzer's escalation, without a second resolver call."""
+        if not out.resolved or out.manager_attempted:
+            return out
+        if self.fast:
+            kv_cfg, token, _ = self._kv_entry(layout)
+        else:
+            kv_cfg, token = self.builder.kv_cache_config(layout), None
+        return self._with_manager(layout, out, kv_cfg, token)
+
+    def _with_manager(self, layout: Layout, out: Outcome, kv_cfg: Any, token: int | None) -> Outcome:
+        got = self._manager_stage(layout, kv_cfg, out.scheduler_block_size, out.hash_block_size, token)
+        if isinstance(got, StageError):
+            return dataclasses.replace(out, manager_attempted=True, manager_error=got)
+        return dataclasses.replace(out, manager_attempted=True, **got)
 
     def info(self) -> dict[str, Any]:
         return {"vllm": self.version, "fingerprint": self.fingerprint, "file": kv_cache_utils.__file__}
