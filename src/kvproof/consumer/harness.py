@@ -21,12 +21,38 @@ import json
 import math
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
+
+def _release_cache_root() -> None:
+    """One ``VLLM_CACHE_ROOT`` per release (unless the user set one), before vLLM reads it.
+
+    ``ModelConfig`` asks the model registry about the architecture; the registry answers
+    from ``$VLLM_CACHE_ROOT/modelinfos/<module>-<class>.json`` when the file's hash matches
+    the release's model module, and otherwise imports vLLM and torch again in a subprocess
+    (registry.py ``_run_in_subprocess``: 10-30 s on this machine) and rewrites the file.
+    The file name carries no release, so with the shared default root every switch
+    between installed releases evicted the previous one's entry and the next consumer
+    process paid the subprocess on its first input.
+    The root is the one engine boots use (``kvproof.replay.engine.boot_env``: named by the
+    environment's folder, i.e. ``sys.prefix`` here)."""
+    if "VLLM_CACHE_ROOT" in os.environ:
+        return
+    import sys
+    from pathlib import Path
+
+    from kvproof.settings import settings
+    os.environ["VLLM_CACHE_ROOT"] = str(settings().cache_home / "vllm-cache" / Path(sys.prefix).name)
+
+
+_release_cache_root()
+
 import torch  # noqa: E402,F401
+import vllm  # noqa: E402
 from vllm.config import (CacheConfig, DeviceConfig, KVEventsConfig, KVTransferConfig, ModelConfig,  # noqa: E402
                          ParallelConfig, SchedulerConfig, VllmConfig)
 from vllm.sampling_params import SamplingParams  # noqa: E402
@@ -38,8 +64,9 @@ from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 from kvproof.bridge.build import Builder  # noqa: E402
-from kvproof.consumer.oracles import Efficiency, HashIndex, Recorder, Truth, iter_hashes  # noqa: E402
-from kvproof.consumer.stream import Stream  # noqa: E402
+from kvproof.consumer.oracles import HashIndex, Recorder, Truth, iter_hashes, lcp  # noqa: E402
+from kvproof.consumer.result import ConsumerResult  # noqa: E402
+from kvproof.consumer.stream import Req, Stream  # noqa: E402
 from kvproof.errors import NotExpressible  # noqa: E402
 from kvproof.layout import Layout  # noqa: E402
 from kvproof.outcome import vllm_frame  # noqa: E402
@@ -60,27 +87,52 @@ def _kwargs_for(fn: Any, **candidates: Any) -> dict[str, Any]:
     return {k: v for k, v in candidates.items() if k in params}
 
 
+class _KeyMemo:
+    """Per-run memo of the connector-key oracle (``Harness._check_connector_hash``).
+
+    Connectors hand every cached key of a request to their store/lookup methods again each
+    step (offloading ``_build_store_jobs``), so the same checks repeat; and comparing a
+    request's tokens with a hash's token prefix slice by slice cost O(prefix) per key,
+    O(tokens^2) per step. Both are memoized without weakening the check:
+
+    - ``passed``: (hash, store, owner) keys that passed. A pass cannot turn into a failure:
+      a hash names a fixed token prefix (``HashIndex`` keeps the first registration),
+      requests only append tokens, the live set only grows, the alignment is fixed.
+    - ``common(req, seq)``: the longest common prefix of ``req.all_token_ids`` and a token
+      list ``HashIndex`` holds (never mutated), recomputed only when the request grew
+      while the prefix still reached the end of the shorter one (append-only tokens).
+    """
+
+    def __init__(self) -> None:
+        self.passed: set[tuple[bytes, bool, str | None]] = set()
+        self._lcp: dict[tuple[str, int], tuple[int, int]] = {}
+
+    def common(self, req: Any, seq: list[int]) -> int:
+        toks = req.all_token_ids
+        n = len(toks)
+        key = (req.request_id, id(seq))
+        got = self._lcp.get(key)
+        if got is not None and (got[1] == n or got[0] < min(got[1], len(seq))):
+            return got[0]
+        m = lcp(toks, seq)
+        self._lcp[key] = (m, n)
+        return m
+
+    def same_prefix(self, req: Any, seq: list[int], end: int) -> bool:
+        """``list(req.all_token_ids[:end]) == list(seq[:end])`` for ``end <= len(seq)``."""
+        return len(req.all_token_ids) >= end and self.common(req, seq) >= end
+
+
 @dataclass
 class RunState:
-    """What one run observed; ``kvproof.consumer.result.ConsumerResult`` is its JSON form."""
+    """One run in progress: the ``ConsumerResult`` it fills and the recorder of its observations
+    (writing into the result's ``observations`` and ``counts``)."""
 
-    rec: Recorder = field(default_factory=Recorder)
-    eff: Efficiency = field(default_factory=Efficiency)
-    steps: int = 0
-    scheduler_block_size: int | None = None
-    hash_block_size: int | None = None
-    alignment: int | None = None
-    connector: str | None = None
-    connector_class: str | None = None
-    connector_calls: int = 0
-    events_stored: int = 0
-    events_without_hashes: int = 0  # BlockStored events whose blocks were all null/masked (Mamba align)
-    events_opaque: int = 0  # connector BlockStored events without token ids (CPU/storage medium)
-    worker_recv_dropped: int = 0  # load completions for requests no longer waiting (not reported)
-    preemptions: int = 0
-    not_expressible: str | None = None
-    setup_error: str | None = None  # the release's config refused it (not a block-size verdict)
-    hits: list[dict[str, int]] = field(default_factory=list)
+    res: ConsumerResult
+    rec: Recorder = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rec = Recorder(self.res.observations, self.res.counts)
 
 
 class Harness:
@@ -94,6 +146,27 @@ class Harness:
         self.sched_params = inspect.signature(sched_mod.Scheduler.__init__).parameters
         self.mro_fields = set(getattr(ModelRunnerOutput, "__dataclass_fields__", {}))
         self.storage = tempfile.mkdtemp(prefix="kvproof-consumer-storage-")
+
+    def warm(self) -> float:
+        """Pay the one-time costs before the first timed input; returns the seconds spent.
+
+        The first ``ModelConfig``, ``SpeculativeConfig``, ``Scheduler`` and each connector
+        import modules lazily (vLLM's executor, tracing, the connector modules, and the model
+        registry's inspection when its cache misses: seconds each, tens on a cold disk). One
+        small run per connector (and none) here moves that into start-up, so a fuzzer's
+        execs/s and a run's ``seconds`` measure the scheduler, not imports. The runs'
+        results are discarded; nothing they cache changes a later run's result."""
+        t0 = time.perf_counter()
+        stream = Stream((32,), (Req(0, 32, 4, 0, 2), Req(0, 32, 8, 1, 2)), None, 64, 4)
+        for conn in (None,) + tuple(facts.CONSUMER_CONNECTORS):
+            kind = "hidden_state" if conn == facts.HIDDEN_STATES_CONNECTOR else "full_attention"
+            layout = Layout.from_dict({"groups": [{"kind": kind, "block_size": 16}], "kv_connector": conn,
+                                       "cache": {"block_size": 16, "enable_prefix_caching": True}})
+            try:
+                self.run(layout, stream)
+            except Exception:  # a release without the connector: its first real input says so
+                pass
+        return time.perf_counter() - t0
 
     # --- configs ----------------------------------------------------------------
     def model_config(self, max_model_len: int) -> Any:
@@ -203,8 +276,15 @@ class Harness:
         return sum(math.ceil(longest / g.block_size) + 2 for g in layout.groups) + 1
 
     # --- one run --------------------------------------------------------------------
-    def run(self, layout: Layout, stream: Stream, max_steps: int | None = None) -> RunState:
-        st = RunState(connector=layout.kv_connector)
+    def run(self, layout: Layout, stream: Stream, max_steps: int | None = None) -> ConsumerResult:
+        """One run of ``layout`` under ``stream``; ``seconds`` is its wall time."""
+        t0 = time.perf_counter()
+        st = RunState(ConsumerResult(layout.content_hash(), vllm.__version__, connector=layout.kv_connector))
+        self._run(st, layout, stream, max_steps)
+        st.res.seconds = time.perf_counter() - t0
+        return st.res
+
+    def _run(self, st: RunState, layout: Layout, stream: Stream, max_steps: int | None) -> None:
         rec = st.rec
         if layout.groups and all(g.prefix_cacheable is False for g in layout.groups):
             # Only CircularBufferSpec opts a group out of prefix caching (kv_cache_interface.py,
@@ -212,27 +292,28 @@ class Harness:
             # MLA/attention groups that are cacheable: no model derives a KV cache of such
             # groups alone. vLLM then raises in whatever reads the cacheable groups first
             # (HybridKVCacheCoordinator, offloading/config.py:76, simple_kv_offload/manager.py:193).
-            st.not_expressible = ("every group opts out of prefix caching (CircularBufferSpec only): no model "
-                                  "derives such a KV cache; they sit beside cacheable MLA/attention groups")
-            return st
+            st.res.not_expressible = ("every group opts out of prefix caching (CircularBufferSpec only): no "
+                                      "model derives such a KV cache; they sit beside cacheable MLA/attention "
+                                      "groups")
+            return
         num_blocks = max(stream.num_blocks or 0, self.min_blocks(layout, stream)) if stream.num_blocks \
             else self.auto_blocks(layout, stream)
         try:
             kv_cfg = self.kv_cache_config(layout, num_blocks)
             vcfg = self.vllm_config(layout, stream, num_blocks)
         except NotExpressible as err:
-            st.not_expressible = str(err)
-            return st
+            st.res.not_expressible = str(err)
+            return
         except Exception as err:
-            st.setup_error = _exc(err)
-            return st
+            st.res.setup_error = _exc(err)
+            return
         rec.step = 0
         try:
             scheduler_bs, hash_bs = kv_cache_utils.resolve_kv_cache_block_sizes(kv_cfg, vcfg)
         except Exception as err:
             rec.add("exception", "resolver: " + _exc(err))
-            return st
-        st.scheduler_block_size, st.hash_block_size = scheduler_bs, hash_bs
+            return
+        st.res.scheduler_block_size, st.res.hash_block_size = scheduler_bs, hash_bs
         hash_fn = self.hash_fn(vcfg)
         kv_cache_utils.init_none_hash(hash_fn)
         block_hasher = kv_cache_utils.get_request_block_hasher(hash_bs, hash_fn)
@@ -244,37 +325,36 @@ class Harness:
         except Exception as err:
             refusal = next((why for needle, why in facts.CONNECTOR_SETUP_REFUSALS if needle in str(err)), None)
             if refusal is not None:
-                st.not_expressible = f"{layout.kv_connector}: {refusal} ({_exc(err)})"
+                st.res.not_expressible = f"{layout.kv_connector}: {refusal} ({_exc(err)})"
             else:
                 rec.add("exception", "Scheduler(): " + _exc(err))
-            return st
+            return
         conn = scheduler.connector
         if conn is not None and len(layout.groups) > 1 and not self._supports_hma(conn):
-            st.not_expressible = (f"{type(conn).__name__} does not implement SupportsHMA: the engine turns the "
-                                  f"hybrid KV cache manager off for it, so these {len(layout.groups)} groups never "
-                                  f"reach its scheduler side")
-            return st
+            st.res.not_expressible = (f"{type(conn).__name__} does not implement SupportsHMA: the engine turns "
+                                      f"the hybrid KV cache manager off for it, so these {len(layout.groups)} "
+                                      f"groups never reach its scheduler side")
+            return
         try:
             self._drive(layout, stream, scheduler, block_hasher, hash_fn, st, max_steps)
         except Exception as err:
             rec.add("exception", _exc(err))
         finally:
-            st.steps = max(st.steps, rec.step)
+            st.res.steps = max(st.res.steps, rec.step)
             try:
                 if scheduler.connector is not None and hasattr(scheduler.connector, "shutdown"):
                     scheduler.connector.shutdown()
             except Exception:
                 pass
-        return st
 
     # --- the loop -------------------------------------------------------------------
     def _drive(self, layout: Layout, stream: Stream, scheduler: Any, block_hasher: Any, hash_fn: Any,
                st: RunState, max_steps: int | None) -> None:
         rec = st.rec
-        hash_bs = st.hash_block_size
+        hash_bs = st.res.hash_block_size
         mgr = scheduler.kv_cache_manager
         coord = mgr.coordinator
-        st.alignment = self._alignment(coord, st.scheduler_block_size)
+        st.res.alignment = self._alignment(coord, st.res.scheduler_block_size)
         self._chunks = self._local_chunks(scheduler.kv_cache_config)
         group_sizes = self.builder.group_block_sizes(scheduler.kv_cache_config, layout.dcp)
         index = HashIndex(hash_bs, lambda parent, toks: kv_cache_utils.hash_block_tokens(hash_fn, parent, toks))
@@ -326,7 +406,7 @@ class Harness:
         # (c) the connector's scheduler side
         conn = scheduler.connector
         if conn is not None:
-            st.connector_class = type(conn).__name__
+            st.res.connector_class = type(conn).__name__
             self._wrap_connector(conn, scheduler, index, group_sizes, st, live, truth, ext_hit)
 
         events: dict[int, list[tuple[str, int]]] = {}
@@ -369,7 +449,7 @@ class Harness:
                                    f"(num_blocks={scheduler.kv_cache_config.num_blocks})")
                 break
             out = scheduler.schedule()
-            st.preemptions += len(getattr(out, "preempted_req_ids", None) or ())
+            st.res.preemptions += len(getattr(out, "preempted_req_ids", None) or ())
             scheduled = dict(out.num_scheduled_tokens)
             for rid in scheduled:
                 if rid in pending_hit:
@@ -382,15 +462,15 @@ class Harness:
                     cap = max(0, req.num_prompt_tokens - 1)
                     if rid not in first_seen:
                         first_seen.add(rid)
-                        st.eff.admissions += 1
-                        st.eff.prompt_tokens += req.num_prompt_tokens
-                        st.eff.reusable_tokens += min(true_len, cap)
-                        st.eff.hit_tokens += local
-                        st.eff.external_tokens += ext
-                        st.hits.append({"step": step, "req": int(rid[1:].split(".")[0]), "hit": local,
+                        st.res.efficiency.admissions += 1
+                        st.res.efficiency.prompt_tokens += req.num_prompt_tokens
+                        st.res.efficiency.reusable_tokens += min(true_len, cap)
+                        st.res.efficiency.hit_tokens += local
+                        st.res.efficiency.external_tokens += ext
+                        st.res.hits.append({"step": step, "req": int(rid[1:].split(".")[0]), "hit": local,
                                         "external": ext, "truth": min(true_len, cap)})
                     else:
-                        st.eff.readmissions += 1
+                        st.res.efficiency.readmissions += 1
             # a real worker reports each load once, when it completes; the scheduler asserts the
             # request is then still waiting for it or finished (scheduler.py:3230
             # _update_from_kv_xfer_finished). Checked at delivery, i.e. after this step's schedule().
@@ -400,7 +480,7 @@ class Harness:
                 if req is not None and (req.status == RequestStatus.WAITING_FOR_REMOTE_KVS or self._finished(req)):
                     delivered.add(rid)
                 else:
-                    st.worker_recv_dropped += 1
+                    st.res.worker_recv_dropped += 1
             # fake model runner: a token for each request whose prompt (and output so far) is computed
             mro = self._model_output(scheduler, out, finished_sending, delivered, worker_meta)
             finished_sending, finished_recving, worker_meta = set(), set(), None
@@ -425,7 +505,7 @@ class Harness:
                     elif req.status == RequestStatus.WAITING_FOR_REMOTE_KVS and not job_driven:
                         finished_recving.add(rid)
             step += 1
-        st.steps = step
+        st.res.steps = step
 
     # --- pieces -----------------------------------------------------------------------
     @staticmethod
@@ -545,9 +625,9 @@ class Harness:
         if n > request.num_tokens - 1:
             st.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens covers the whole request "
                                      f"({request.num_tokens} tokens; the last must be computed)")
-        if st.alignment and n % st.alignment and n != request.num_tokens - 1:
+        if st.res.alignment and n % st.res.alignment and n != request.num_tokens - 1:
             st.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens is not a multiple of the "
-                                     f"coordinator's alignment {st.alignment}")
+                                     f"coordinator's alignment {st.res.alignment}")
 
     def _check_chain(self, req: Any, index: HashIndex, st: RunState) -> None:
         real = list(req.block_hashes)
@@ -580,7 +660,7 @@ class Harness:
         """
         if type(ev).__name__ != "BlockStored":
             return
-        st.events_stored += 1
+        st.res.events_stored += 1
         hashes = list(ev.block_hashes or ())
         toks = list(ev.token_ids)
         bs = ev.block_size
@@ -588,9 +668,9 @@ class Harness:
         gsize = group_sizes[gidx] if gidx is not None and 0 <= gidx < len(group_sizes) else None
         where = f"BlockStored(group={gidx}, block_size={bs}, {len(hashes)} hashes, {len(toks)} tokens)"
         if not hashes:
-            st.events_without_hashes += 1
+            st.res.events_without_hashes += 1
         if not toks and hashes:
-            st.events_opaque += 1
+            st.res.events_opaque += 1
             for k, hv in enumerate(hashes):
                 if index.locate(hv) is None:
                     st.rec.add("kv_event", f"{where}: hash #{k} names no token prefix at granularity {index.h}")
@@ -639,7 +719,7 @@ class Harness:
 
         def get_num_new_matched_tokens(request: Any, num_computed_tokens: int) -> Any:
             got = real_match(request, num_computed_tokens)
-            st.connector_calls += 1
+            st.res.connector_calls += 1
             n = got[0] if isinstance(got, tuple) else got
             if isinstance(n, int) and n > 0:
                 if isinstance(got, tuple) and len(got) > 1 and got[1]:
@@ -657,6 +737,7 @@ class Harness:
 
         gpu_pool = scheduler.kv_cache_manager.block_pool
         seen: set[int] = {id(gpu_pool), id(scheduler), id(scheduler.kv_cache_manager)}
+        memo = _KeyMemo()
 
         def walk(obj: Any, depth: int) -> None:
             if depth > 4 or id(obj) in seen or obj is None:
@@ -670,7 +751,7 @@ class Harness:
                 if callable(fn) and not getattr(fn, "_kvproof", False):
                     try:
                         setattr(obj, name, self._hash_spy(fn, f"{type(obj).__name__}.{name}", index,
-                                                          group_sizes, st, live))
+                                                          group_sizes, st, live, memo))
                     except (AttributeError, TypeError):
                         pass
             for attr in list(getattr(obj, "__dict__", {}).values()):
@@ -684,24 +765,28 @@ class Harness:
         walk(conn, 0)
 
     def _hash_spy(self, fn: Any, label: str, index: HashIndex, group_sizes: list[int], st: RunState,
-                  live: dict[str, Any]) -> Any:
+                  live: dict[str, Any], memo: _KeyMemo) -> Any:
         store = label.rsplit(".", 1)[-1] in facts.CONNECTOR_STORE_METHODS
 
         def spy(*args: Any, **kw: Any) -> Any:
-            st.connector_calls += 1
+            st.res.connector_calls += 1
             owner = None
             for a in list(args) + list(kw.values()):
                 rid = getattr(a, "req_id", None) or getattr(a, "request_id", None)
                 if isinstance(rid, str) and rid in live:
                     owner = live[rid]
+            who = None if owner is None else owner.request_id
             for hv in iter_hashes(list(args) + list(kw.values())):
-                self._check_connector_hash(hv, label, owner, index, group_sizes, st, store, live)
+                key = (bytes(hv), store, who)
+                if key not in memo.passed and self._check_connector_hash(hv, label, owner, index, group_sizes,
+                                                                         st, store, live, memo):
+                    memo.passed.add(key)
             return fn(*args, **kw)
         spy._kvproof = True  # type: ignore[attr-defined]
         return spy
 
     def _check_connector_hash(self, hv: Any, label: str, owner: Any, index: HashIndex, group_sizes: list[int],
-                              st: RunState, store: bool = False, live: dict[str, Any] | None = None) -> None:
+                              st: RunState, store: bool, live: dict[str, Any], memo: _KeyMemo) -> bool:
         """A (hash, group) key a connector's inner block pool stores or looks up.
 
         Pairing rule (single_type_kv_cache_manager.py, 0.27-0.32): a key ends on a block
@@ -711,34 +796,38 @@ class Harness:
         right-to-left), so a lookup may end at any multiple of ``a``; and a store off a block
         boundary must be a partial prompt tail (``_cache_partial_tail_block``: the last hash
         boundary of a request's prompt, ``(prompt-1)//h*h``, or ``prompt//h*h`` with EAGLE).
+        True when the key passed (nothing recorded).
         """
         loc = index.locate(hv)
         if loc is None:
             st.rec.add("connector", f"{label}: a {len(bytes(hv))}-byte hash names no token prefix at "
                                     f"granularity {index.h}")
-            return
+            return False
+        passed = True
         start, end, seq, group = loc
         if group is not None and 0 <= group < len(group_sizes) and end % group_sizes[group]:
             g = group_sizes[group]
-            a = st.alignment or g
+            a = st.res.alignment or g
             fine = a < g and g % a == 0 and end % a == 0
             # stores: FullAttentionManager.cache_blocks registers the partial tail whenever
             # block_size != hash_block_size, whatever the alignment (GPU and CPU pools alike)
-            ok = self._partial_tail(end, seq, index.h, live or {}) if store else fine
+            ok = self._partial_tail(end, seq, index.h, live, memo) if store else fine
             if not ok:
                 what = "a stored key that is no request's prompt tail" if fine else f"{end} is not a block boundary"
                 st.rec.add("connector", f"{label}: hash of tokens [0, {end}) paired with group {group} whose "
                                         f"blocks are {g} tokens ({what})")
+                passed = False
         if owner is not None:
-            toks = owner.all_token_ids
-            if len(toks) < end or list(toks[:end]) != list(seq[:end]):
+            if not memo.same_prefix(owner, seq, end):
                 st.rec.add("connector", f"{label}: hash of tokens [0, {end}) used for {owner.request_id}, "
                                         f"whose tokens differ there")
+                passed = False
+        return passed
 
     @staticmethod
-    def _partial_tail(end: int, seq: list[int], h: int, live: dict[str, Any]) -> bool:
+    def _partial_tail(end: int, seq: list[int], h: int, live: dict[str, Any], memo: _KeyMemo) -> bool:
         for req in live.values():
             n = req.num_prompt_tokens
-            if end in ((n - 1) // h * h, n // h * h) and list(req.all_token_ids[:end]) == list(seq[:end]):
+            if end in ((n - 1) // h * h, n // h * h) and memo.same_prefix(req, seq, end):
                 return True
         return False

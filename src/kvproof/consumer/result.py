@@ -10,6 +10,8 @@ from kvproof.consumer.oracles import Efficiency, Observation
 
 @dataclass
 class ConsumerResult:
+    """The harness (``kvproof.consumer.harness.Harness.run``) fills one in place during a run."""
+
     layout_hash: str
     vllm_version: str
     observations: list[Observation] = field(default_factory=list)
@@ -24,12 +26,12 @@ class ConsumerResult:
     connector_class: str | None = None
     connector_calls: int = 0
     events_stored: int = 0
-    events_without_hashes: int = 0
-    events_opaque: int = 0
-    worker_recv_dropped: int = 0
+    events_without_hashes: int = 0  # BlockStored events whose blocks were all null/masked (Mamba align)
+    events_opaque: int = 0  # connector BlockStored events without token ids (CPU/storage medium)
+    worker_recv_dropped: int = 0  # load completions for requests no longer waiting (not reported)
     preemptions: int = 0
     not_expressible: str | None = None
-    setup_error: str | None = None
+    setup_error: str | None = None  # the release's config refused it (not a block-size verdict)
     hits: list[dict[str, int]] = field(default_factory=list)
 
     def by(self, oracle: str) -> list[Observation]:
@@ -47,10 +49,3 @@ class ConsumerResult:
         d["observations"] = [Observation.from_dict(o) for o in d.get("observations", [])]
         d["efficiency"] = Efficiency.from_dict(d.get("efficiency", {}))
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
-
-    @classmethod
-    def from_state(cls, st: Any, layout_hash: str, vllm_version: str, seconds: float) -> "ConsumerResult":
-        return cls(layout_hash, vllm_version, list(st.rec.observations), dict(st.rec.counts), st.eff, st.steps,
-                   seconds, st.scheduler_block_size, st.hash_block_size, st.alignment, st.connector,
-                   st.connector_class, st.connector_calls, st.events_stored, st.events_without_hashes, st.events_opaque, st.worker_recv_dropped,
-                   st.preemptions, st.not_expressible, st.setup_error, list(st.hits))

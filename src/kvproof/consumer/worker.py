@@ -9,16 +9,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 import traceback
 
 _real_stdout = sys.stdout
 sys.stdout = sys.stderr
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-import vllm  # noqa: E402
-
-from kvproof.consumer.harness import Harness  # noqa: E402
+from kvproof.consumer.harness import Harness  # noqa: E402  (first: it sets the release's VLLM_CACHE_ROOT)
+import vllm  # noqa: E402,I100
 from kvproof.consumer.result import ConsumerResult  # noqa: E402
 from kvproof.consumer.stream import Stream  # noqa: E402
 from kvproof.layout import Layout  # noqa: E402
@@ -34,9 +32,7 @@ def harness() -> Harness:
 
 
 def run_one(layout: Layout, stream: Stream) -> ConsumerResult:
-    t0 = time.perf_counter()
-    st = harness().run(layout, stream)
-    return ConsumerResult.from_state(st, layout.content_hash(), vllm.__version__, time.perf_counter() - t0)
+    return harness().run(layout, stream)
 
 
 def handle(req: dict) -> dict:
