@@ -45,6 +45,8 @@ import typing
 from pathlib import Path
 
 from kvproof.fsio import atomic_write
+from kvproof.cliutil import guarded
+from kvproof.errors import UsageError
 from kvproof.settings import HarnessSettings
 
 _real_stdout_fd = None
@@ -102,10 +104,20 @@ def instrument_module(module: types.ModuleType) -> int:
     return done
 
 
-def instrument_covered() -> dict[str, int]:
+def instrument_covered(scope: str = "1") -> dict[str, int]:
+    """Instrument the modules of ``scope`` (KVPROOF_FUZZ_INSTRUMENT): "1" the
+    ``COVERED`` ones, "0" none, else a comma-separated list of module names."""
     import importlib
 
-    return {name: instrument_module(importlib.import_module(name)) for name in COVERED}
+    names = COVERED if scope == "1" else () if scope == "0" else tuple(n for n in scope.split(",") if n)
+    done = {}
+    for name in names:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as err:
+            raise UsageError(f"KVPROOF_FUZZ_INSTRUMENT: cannot import {name!r} ({err})") from None
+        done[name] = instrument_module(module)
+    return done
 
 
 def release_caps(builder) -> "Caps":  # noqa: F821
@@ -183,7 +195,7 @@ def build(target: str):
 
     opts = HarnessSettings.from_environ()
     bridge = Bridge(fast=opts.fast, memo_managers=opts.memo)
-    instrumented = instrument_covered() if opts.instrument else {}
+    instrumented = instrument_covered(opts.instrument)
     caps = release_caps(bridge.builder)
     premise = opts.premise
     always_manager = opts.manager == "always"
@@ -309,20 +321,28 @@ def _summary(out) -> tuple:
 
 
 def main(target: str | None = None, argv: list[str] | None = None) -> None:
+    """Bad usage or a bad KVPROOF_FUZZ_* value: one line, exit 2 (libFuzzer never starts)."""
     import atheris
 
     argv = list(sys.argv if argv is None else argv)
-    if target is None:
-        if len(argv) < 2 or argv[1] not in ("contracts", "conformance"):
-            raise SystemExit("usage: python -m kvproof.fuzz.harness {contracts,conformance} [libFuzzer flags]")
-        target = argv.pop(1)
-    # libFuzzer's fork and merge modes re-run argv[0] as a program: the runner
-    # starts us through an executable wrapper and names it here.
-    argv0 = HarnessSettings.from_environ().argv0
-    if argv0:
-        argv[0] = argv0
-    test_one = build(target)
-    atheris.Setup(argv, test_one)
+
+    def setup(_: object) -> int:
+        nonlocal target
+        if target is None:
+            if len(argv) < 2 or argv[1] not in ("contracts", "conformance"):
+                raise UsageError("usage: python -m kvproof.fuzz.harness {contracts,conformance} [libFuzzer flags]")
+            target = argv.pop(1)
+        # libFuzzer's fork and merge modes re-run argv[0] as a program: the runner
+        # starts us through an executable wrapper and names it here.
+        argv0 = HarnessSettings.from_environ().argv0
+        if argv0:
+            argv[0] = argv0
+        atheris.Setup(argv, build(target))
+        return 0
+
+    rc = guarded("kvproof.fuzz.harness", setup, None)
+    if rc:
+        raise SystemExit(rc)
     atheris.Fuzz()
 
 

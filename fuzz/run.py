@@ -177,8 +177,6 @@ class Campaign:
         extra = {"KVPROOF_FUZZ_WORKDIR": str(self.workdir), "KVPROOF_FUZZ_CORPUS_OUT": str(self.crash_dir),
                  "KVPROOF_FUZZ_PREMISE": self.args.premise, "VLLM_LOGGING_LEVEL": "ERROR",
                  "PYTHONUNBUFFERED": "1"}
-        if self.args.strict:
-            extra["KVPROOF_FUZZ_STRICT"] = "1"
         if self.args.collect:
             extra["KVPROOF_FUZZ_COLLECT"] = "1"
         return worker_env(extra)

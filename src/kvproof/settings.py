@@ -22,7 +22,8 @@ KVPROOF_FUZZ_CORPUS_OUT     harness: where new crash classes go (<out>/fuzz-find
 KVPROOF_FUZZ_PREMISE        harness: engine | free (engine)
 KVPROOF_FUZZ_RAISE_KNOWN    harness: 1 raises on known classes too
 KVPROOF_FUZZ_COLLECT        harness: 1 stores every new FAIL class and goes on (one run lists them all)
-KVPROOF_FUZZ_INSTRUMENT     harness: 0 turns coverage instrumentation off (benchmarks)
+KVPROOF_FUZZ_INSTRUMENT     harness: coverage instrumentation: 1 the harness's modules, 0 none
+                            (benchmarks), or a comma-separated list of vLLM modules (1)
 KVPROOF_FUZZ_MANAGER        contracts harness: escalate (the real KVCacheManager only where a
                             manager-tier contract predicts a violation: FAIL or LATENT) | always
                             (every input) (escalate)
@@ -38,6 +39,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from kvproof.errors import UsageError
 
 
 def _path(var: str, default: Path) -> Path:
@@ -86,7 +89,7 @@ class HarnessSettings:
     premise: str
     raise_known: bool
     collect: bool
-    instrument: bool
+    instrument: str
     manager: str
     fast: bool
     memo: bool
@@ -101,7 +104,7 @@ class HarnessSettings:
         for var, value, accepted in (("KVPROOF_FUZZ_MANAGER", manager, ("escalate", "always")),
                                      ("KVPROOF_FUZZ_PREMISE", premise, ("engine", "free"))):
             if value not in accepted:
-                raise SystemExit(f"kvproof: {var}={value!r}: expected one of {', '.join(accepted)}")
+                raise UsageError(f"{var}={value!r}: expected one of {', '.join(accepted)}")
         return cls(
             workdir=Path(workdir) if workdir else None,
             # the runner always names it; a bare harness (ClusterFuzzLite) keeps findings beside the run
@@ -109,7 +112,7 @@ class HarnessSettings:
             premise=premise,
             raise_known=_flag("KVPROOF_FUZZ_RAISE_KNOWN"),
             collect=_flag("KVPROOF_FUZZ_COLLECT"),
-            instrument=_flag("KVPROOF_FUZZ_INSTRUMENT", True),
+            instrument=os.environ.get("KVPROOF_FUZZ_INSTRUMENT") or "1",
             manager=manager,
             fast=fast,
             memo=fast and _flag("KVPROOF_FUZZ_MEMO", True),
