@@ -84,18 +84,25 @@ real_stdout.write(json.dumps({"vllm": t.version, "rows": rows, "t_cons": t_cons,
                               "startup": startup, "warm": t.warm_seconds}) + "\n")
 '''
 
-# What a "holds, FAIL" class is, by a needle of its vLLM message and frame. A class
-# without an entry is listed as unexplained.
+# What a "holds, FAIL" class is, by needles of its "message @ frame" (frames carry each
+# release's line). A class without an entry is listed as unexplained.
 MISSED_NOTES = (
-    ("DCP not support chunked local attn",
+    (("DCP not support chunked local attn",),
      "`ChunkedLocalAttentionManager.find_longest_cache_hit` asserts `dcp_world_size == 1` (\"not support "
      "... now\"): an unsupported-feature refusal, not a block-size question. `contracts.UNSUPPORTED_BY_DESIGN` "
      "does not list it (it lists the PCP/DCP hybrid refusals), so it counts as missed here."),
-    ("simple_kv_offload/manager.py",
+    (("simple_kv_offload/manager.py:102 in __init__", "simple_kv_offload/manager.py:107 in __init__",
+      "simple_kv_offload/manager.py:193 in __init__"),
      "`SimpleCPUOffloadConnector`'s scheduler side asserts, with no message, that the KV cache has a "
      "full-attention group (`assert 0 <= self.fa_gidx < ...`): a real vLLM defect (a bare assert instead "
      "of a clear refusal) on layouts without full attention, not a block-size question; "
      "`tests/consumer/test_vllm_findings.py` pins it per release."),
+    (("KeyError: 'rN' @ vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py:523 "
+      "in request_finished",),
+     "`ExampleHiddenStatesConnector.request_finished` pops a request it never saw (`KeyError` for a request "
+     "aborted before its first schedule): a real vLLM bug in 0.27.0/0.28.0, fixed in 0.32.0 "
+     "(`pop(req_id, None)`, vllm#56841), not a block-size question; `tests/consumer/test_vllm_findings.py` "
+     "pins it."),
 )
 
 
@@ -160,10 +167,11 @@ def table(data: dict) -> list[str]:
     return out + ["", "Smallest disagreeing layouts (up to 3 per release and contract):", ""] + (minimal or ["- none"])
 
 
-def signature(row: dict) -> str:
-    """A FAIL row's class: its message with numbers erased (layout sizes vary within a class)."""
+def signature(row: dict) -> tuple[str, str]:
+    """A FAIL row's class: its message with numbers erased (layout sizes vary within a class) and
+    the raising vLLM frame (file:line in function)."""
     import re
-    return re.sub(r"\d+", "N", row["line"].split(" (exception")[0])[:120]
+    return re.sub(r"\d+", "N", row["line"].split(" (exception")[0])[:120], row.get("where") or ""
 
 
 def missed(data: dict) -> list[str]:
@@ -172,18 +180,17 @@ def missed(data: dict) -> list[str]:
         for cid in CONTRACTS:
             for r in d["rows"]:
                 if premise(cid, r) and not r["by_design"] and r["verdict"] == "FAIL" and r["pred"].get(cid) is None:
-                    c = classes.setdefault(signature(r), {"n": {}, "where": r.get("where", ""), "example": r})
+                    c = classes.setdefault(signature(r), {"n": {}, "example": r})
                     key = f"{rel} `{cid.split('.')[0]}`"
                     c["n"][key] = c["n"].get(key, 0) + 1
     if not classes:
         return ["- none"]
     out = []
-    for sig, c in sorted(classes.items(), key=lambda kv: -sum(kv[1]["n"].values())):
-        text = f"{sig} {c['where']}"
-        note = next((why for needle, why in MISSED_NOTES if needle in text), "not explained by this script: look at it.")
+    for (sig, where), c in sorted(classes.items(), key=lambda kv: -sum(kv[1]["n"].values())):
+        note = next((why for needles, why in MISSED_NOTES if any(x in f"{sig} @ {where}" for x in needles)),
+                    "not explained by this script: look at it.")
         counts = ", ".join(f"{k} {v}" for k, v in sorted(c["n"].items()))
-        out.append(f"- `{sig}` at `{c['where'] or '-'}` ({counts}; e.g. "
-                   f"`{c['example']['layout']}`): {note}")
+        out.append(f"- `{sig}` at `{where or '-'}` (inputs: {counts}; e.g. `{c['example']['layout']}`): {note}")
     return out
 
 

@@ -87,6 +87,20 @@ def _kwargs_for(fn: Any, **candidates: Any) -> dict[str, Any]:
     return {k: v for k, v in candidates.items() if k in params}
 
 
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+
+
+def _arg_hashes(vals: tuple[Any, ...]) -> Any:
+    """``iter_hashes(list(vals))`` without a generator per argument: a lookup spy runs once per
+    key in some connectors (offloading ``_maximal_prefix_lookup``: millions of calls a run)."""
+    for a in vals:
+        if isinstance(a, (bytes, bytearray)):
+            if len(a) >= 8:
+                yield a
+        elif isinstance(a, _CONTAINERS):
+            yield from iter_hashes(a, 1)
+
+
 class _KeyMemo:
     """Per-run memo of the connector-key oracle (``Harness._check_connector_hash``).
 
@@ -771,12 +785,13 @@ class Harness:
         def spy(*args: Any, **kw: Any) -> Any:
             st.res.connector_calls += 1
             owner = None
-            for a in list(args) + list(kw.values()):
+            vals = args + tuple(kw.values()) if kw else args
+            for a in vals:
                 rid = getattr(a, "req_id", None) or getattr(a, "request_id", None)
                 if isinstance(rid, str) and rid in live:
                     owner = live[rid]
             who = None if owner is None else owner.request_id
-            for hv in iter_hashes(list(args) + list(kw.values())):
+            for hv in _arg_hashes(vals):
                 key = (bytes(hv), store, who)
                 if key not in memo.passed and self._check_connector_hash(hv, label, owner, index, group_sizes,
                                                                          st, store, live, memo):
