@@ -103,6 +103,19 @@ MISSED_NOTES = (
      "aborted before its first schedule): a real vLLM bug in 0.27.0/0.28.0, fixed in 0.32.0 "
      "(`pop(req_id, None)`, vllm#56841), not a block-size question; `tests/consumer/test_vllm_findings.py` "
      "pins it."),
+    (("offloading/scheduler.py:118 in get_sliding_window_size_in_chunks",),
+     "0.27.0's `OffloadingConnector` scheduler sizes each group's reach-back window for sliding-window, "
+     "Mamba and full-attention specs only and asserts, with no message, that any other group is full "
+     "attention (`assert isinstance(kv_cache_spec, FullAttentionSpec)`); a chunked-local group (the examples) "
+     "fails it. 0.28.0 added the `ChunkedLocalAttentionSpec` case. A group-kind limitation behind a bare "
+     "assert, not a block-size question."),
+    (("offloading/scheduler.py:167 in resolve_mamba_align_size",
+      "offloading/scheduler.py:171 in resolve_mamba_align_size"),
+     "`OffloadingConnector`'s `resolve_mamba_align_size` asserts, with no message, that every align-mode "
+     "Mamba group has the same tokens per offloaded chunk (group block size x blocks per chunk): a block-size "
+     "precondition of this connector that the two contracts here do not state (they ask for divisibility "
+     "by the hash size). The examples have Mamba groups of different block sizes; one model has one "
+     "`mamba_block_size`, so whether a real configuration reaches it is not settled by this bench."),
 )
 
 
