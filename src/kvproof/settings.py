@@ -37,6 +37,7 @@ KVPROOF_CFLITE_LOCAL        tests: run the ClusterFuzzLite build script locally
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,6 +119,26 @@ class HarnessSettings:
             memo=fast and _flag("KVPROOF_FUZZ_MEMO", True),
             argv0=os.environ.get("KVPROOF_FUZZ_ARGV0") or None,
         )
+
+
+def vllm_cache_root(env_name: str) -> Path:
+    """The ``VLLM_CACHE_ROOT`` of one vLLM environment (by its folder's name).
+
+    One per release: vLLM's model registry caches what it learnt about an
+    architecture in ``$VLLM_CACHE_ROOT/modelinfos/<module>-<class>.json`` keyed
+    by the model module's hash but named without the release, so with a shared
+    root every switch between installed releases evicts the other's entry and
+    the next process re-inspects the model in a subprocess that imports vLLM
+    and torch again (registry.py ``_run_in_subprocess``, 10-30 s here).
+    Compiled artefacts of different releases stay apart too."""
+    return settings().cache_home / "vllm-cache" / env_name.replace(":", "_").replace("/", "_")
+
+
+def use_release_cache_root() -> None:
+    """Inside a vLLM environment's interpreter: this release's ``VLLM_CACHE_ROOT``
+    unless the user set one (vLLM reads it lazily, at first use)."""
+    if "VLLM_CACHE_ROOT" not in os.environ:
+        os.environ["VLLM_CACHE_ROOT"] = str(vllm_cache_root(Path(sys.prefix).name))
 
 
 def settings() -> Settings:

@@ -190,3 +190,19 @@ def test_conformance_smoke(tmp_path):
     stats = [json.loads(p.read_text()) for p in (tmp_path / "work" / "stats").glob("*.json")]
     assert stats and sum(s["execs"] for s in stats) > 10, proc.stdout + proc.stderr
     assert proc.returncode == 0, "model disagrees with vLLM 0.32.0:\n" + proc.stdout
+
+
+@pytest.mark.parametrize("release", ["0.27.0", "0.28.0", "0.32.0"])
+def test_consumers_target_smoke(tmp_path, release):
+    """``kvproof fuzz --target consumers``: Layout + request stream through the real
+    scheduler; every new FAIL class is stored as a corpus Layout with its stream (meta.stream)."""
+    require_env(release)
+    proc = _run(["--vllm", release, "--target", "consumers", "--seconds", "20", "--collect"], tmp_path, 600)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    stats = [json.loads(p.read_text()) for p in (tmp_path / "work" / "stats").glob("*.json")]
+    assert stats and sum(s["execs"] for s in stats) > 20, proc.stdout + proc.stderr
+    assert sum(s.get("steps", 0) for s in stats) > 0  # the scheduler stepped
+    classes = _classes(tmp_path)
+    assert (proc.returncode == 1) == bool(classes), proc.stdout[-2000:]
+    for c, layout in classes:
+        assert layout.meta["vllm"] == release and "stream" in layout.meta, c

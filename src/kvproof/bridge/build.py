@@ -18,6 +18,10 @@ from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, ParallelCon
 from vllm.v1 import kv_cache_interface as kvi
 from vllm.v1.core import kv_cache_utils
 
+from kvproof.settings import use_release_cache_root
+
+use_release_cache_root()  # every in-environment process builds its configs here
+
 from kvproof.errors import NotExpressible
 from kvproof.layout import Group, Layout
 from kvproof.spec import fingerprint

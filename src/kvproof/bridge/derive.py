@@ -63,6 +63,9 @@ from kvproof.derivation import layout_dict
 from kvproof.outcome import vllm_frame
 from kvproof.spec import facts
 from kvproof.spec.revisions import revision_for
+from kvproof.settings import use_release_cache_root
+
+use_release_cache_root()
 
 RELEASE = vllm.__version__
 REVISION = revision_for(RELEASE)

@@ -69,25 +69,25 @@ class Target:
         from kvproof.consumer.harness import Harness  # imports vLLM
         from kvproof.fuzz.harness import Stats, instrument_covered, release_caps
         from kvproof.fuzz.store import CrashStore
-        from kvproof.settings import settings
+        from kvproof.settings import HarnessSettings
 
         import vllm
+        opts = HarnessSettings.from_environ()
         self.version = vllm.__version__
         self.harness = Harness()
         self.warm_seconds = self.harness.warm()  # lazy imports before the first timed input
         self.caps = release_caps(self.harness.builder)
-        self.premise = os.environ.get("KVPROOF_FUZZ_PREMISE", "engine")
-        wd = workdir or (Path(os.environ["KVPROOF_FUZZ_WORKDIR"]) if os.environ.get("KVPROOF_FUZZ_WORKDIR") else None)
+        self.premise = opts.premise
+        wd = workdir or opts.workdir
         self.workdir = wd
         scratch = wd or Path(os.environ.get("TMPDIR", "/tmp")) / f"kvproof-fuzz-{os.getpid()}"
-        corpus_out = Path(os.environ.get("KVPROOF_FUZZ_CORPUS_OUT") or settings().out / "fuzz-findings")
-        self.store = CrashStore(corpus_out, scratch / "seen-consumers", self.version)
+        self.store = CrashStore(opts.corpus_out, scratch / "seen-consumers", self.version)
         self.stats = Stats(wd, TARGET, self.version)
         self.stats.data.update(steps=0, run_seconds=0.0, caps=self.caps.to_dict())
-        self.instrumented = instrument_covered() if os.environ.get("KVPROOF_FUZZ_INSTRUMENT", "1") != "0" else {}
+        self.instrumented = instrument_covered(opts.instrument)
         self.stats.data["instrumented"] = self.instrumented
-        self.collect = os.environ.get("KVPROOF_FUZZ_COLLECT") == "1"
-        self.raise_known = os.environ.get("KVPROOF_FUZZ_RAISE_KNOWN") == "1"
+        self.collect = opts.collect
+        self.raise_known = opts.raise_known
         self.t0 = time.monotonic()
 
     def decode(self, data: bytes) -> tuple[Any, Any]:
@@ -138,18 +138,32 @@ class Target:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Bad KVPROOF_FUZZ_* values: one line, exit 2 (libFuzzer never starts)."""
     import atheris
 
+    from kvproof.cliutil import guarded
+    from kvproof.settings import HarnessSettings
+
     argv = list(sys.argv if argv is None else argv)
-    if os.environ.get("KVPROOF_FUZZ_ARGV0"):
-        argv[0] = os.environ["KVPROOF_FUZZ_ARGV0"]
-    real_stdout = sys.stdout
-    sys.stdout = sys.stderr  # vLLM prints; libFuzzer owns the process's output
-    target = Target()
-    sys.stdout = real_stdout
-    print(f"kvproof.fuzz: {TARGET} on vLLM {target.version}, caps={target.caps.to_dict()}, "
-          f"instrumented={sum(target.instrumented.values())} functions", file=sys.stderr, flush=True)
-    atheris.Setup(argv, target.test_one_input)
+
+    def setup(_: object) -> int:
+        argv0 = HarnessSettings.from_environ().argv0
+        if argv0:
+            argv[0] = argv0
+        real_stdout = sys.stdout
+        sys.stdout = sys.stderr  # vLLM prints; libFuzzer owns the process's output
+        try:
+            target = Target()
+        finally:
+            sys.stdout = real_stdout
+        print(f"kvproof.fuzz: {TARGET} on vLLM {target.version}, caps={target.caps.to_dict()}, "
+              f"instrumented={sum(target.instrumented.values())} functions", file=sys.stderr, flush=True)
+        atheris.Setup(argv, target.test_one_input)
+        return 0
+
+    rc = guarded("kvproof.consumer.fuzz", setup, None)
+    if rc:
+        raise SystemExit(rc)
     atheris.Fuzz()
 
 

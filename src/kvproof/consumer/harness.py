@@ -25,31 +25,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvproof.settings import use_release_cache_root
+
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-
-
-def _release_cache_root() -> None:
-    """One ``VLLM_CACHE_ROOT`` per release (unless the user set one), before vLLM reads it.
-
-    ``ModelConfig`` asks the model registry about the architecture; the registry answers
-    from ``$VLLM_CACHE_ROOT/modelinfos/<module>-<class>.json`` when the file's hash matches
-    the release's model module, and otherwise imports vLLM and torch again in a subprocess
-    (registry.py ``_run_in_subprocess``: 10-30 s on this machine) and rewrites the file.
-    The file name carries no release, so with the shared default root every switch
-    between installed releases evicted the previous one's entry and the next consumer
-    process paid the subprocess on its first input.
-    The root is the one engine boots use (``kvproof.replay.engine.boot_env``: named by the
-    environment's folder, i.e. ``sys.prefix`` here)."""
-    if "VLLM_CACHE_ROOT" in os.environ:
-        return
-    import sys
-    from pathlib import Path
-
-    from kvproof.settings import settings
-    os.environ["VLLM_CACHE_ROOT"] = str(settings().cache_home / "vllm-cache" / Path(sys.prefix).name)
-
-
-_release_cache_root()
+use_release_cache_root()  # before the first ModelConfig (see kvproof.settings)
 
 import torch  # noqa: E402,F401
 import vllm  # noqa: E402

@@ -29,7 +29,7 @@ from kvproof.bridge.client import worker_env
 from kvproof.envs import Env
 from kvproof.locks import file_lock
 from kvproof.replay.families import BootResult, Recipe
-from kvproof.settings import settings
+from kvproof.settings import settings, vllm_cache_root
 
 MARK = "KVPROOF-BOOT "
 DEFAULT_TIMEOUT = 300.0
@@ -45,7 +45,7 @@ def env_release(env: Env) -> str:
 
 
 def boot_env(env: Env) -> dict[str, str]:
-    root = kvproof_cache() / "vllm-cache" / env.name.replace(":", "_").replace("/", "_")
+    root = vllm_cache_root(env.name)
     root.mkdir(parents=True, exist_ok=True)
     return worker_env({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CACHE_ROOT": str(root),
                        "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")})
