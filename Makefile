@@ -61,7 +61,7 @@ BENCH_VERIFY  := --max-n 4 --timeout 10
 BENCH_FUZZ    := --runs 10000 --rounds 2 --seeds 2 --ttf-limit 30 --cov-seconds 15
 BENCH_REPLAY  := --no-engine
 BENCH_CROSS   := --timeout 10
-BENCH_CONSUMERS := --n 20 --seconds 15
+BENCH_CONSUMERS := --n 1000 --seconds 120
 BENCH_SELFTEST  := --seconds 3
 endif
 

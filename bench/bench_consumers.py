@@ -87,10 +87,6 @@ real_stdout.write(json.dumps({"vllm": t.version, "rows": rows, "t_cons": t_cons,
 # What a "holds, FAIL" class is, by needles of its "message @ frame" (frames carry each
 # release's line). A class without an entry is listed as unexplained.
 MISSED_NOTES = (
-    (("DCP not support chunked local attn",),
-     "`ChunkedLocalAttentionManager.find_longest_cache_hit` asserts `dcp_world_size == 1` (\"not support "
-     "... now\"): an unsupported-feature refusal, not a block-size question. `contracts.UNSUPPORTED_BY_DESIGN` "
-     "does not list it (it lists the PCP/DCP hybrid refusals), so it counts as missed here."),
     (("simple_kv_offload/manager.py:102 in __init__", "simple_kv_offload/manager.py:107 in __init__",
       "simple_kv_offload/manager.py:193 in __init__"),
      "`SimpleCPUOffloadConnector`'s scheduler side asserts, with no message, that the KV cache has a "

@@ -252,6 +252,10 @@ UNSUPPORTED_BY_DESIGN = (
     # hybrid KV cache manager on for a chunked-local model, which vllm/config/vllm.py turns off
     # unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (and always with EAGLE).
     "not compatible with chunked local attention",
+    # Same function, the two asserts before it (0.27-0.32): chunked-local prefix lookups
+    # refuse context parallelism; no engine validation refuses the configuration earlier.
+    "DCP not support chunked local attn now",
+    "PCP not support chunked local attn now",
 )
 
 
