@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from kvproof.errors import LayoutError
+from kvproof.inputs import parse_json_as
 from kvproof.replay.families import FAMILIES, KNOBS, Knobs, Recipe
 from kvproof.spec import facts
 
@@ -83,14 +84,7 @@ class Config(Knobs):
 
     @classmethod
     def from_json(cls, text: str, revision: str | None = None, where: str = "config") -> Config:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise LayoutError(f"{where}: not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
-        try:
-            return _parse(data, revision)
-        except LayoutError as err:
-            raise LayoutError(f"{where}: {err}") from None
+        return parse_json_as(text, where, lambda data: _parse(data, revision))
 
     def check(self, revision: str) -> Config:
         """Raise LayoutError when ``revision`` does not accept these values; returns self."""

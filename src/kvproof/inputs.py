@@ -29,6 +29,15 @@ def parse_json(text: str, where: str, error: type[Exception] = LayoutError) -> A
         raise error(f"{where}: not usable JSON ({' '.join(str(err).split())[:120]})") from None
 
 
+def parse_json_as(text: str, where: str, parse: Callable[[Any], T]) -> T:
+    """``parse_json``, then ``parse``: every LayoutError names ``where`` once."""
+    data = parse_json(text, where)
+    try:
+        return parse(data)
+    except LayoutError as err:
+        raise LayoutError(f"{where}: {err}") from None
+
+
 def read_text(path: Path | str) -> str:
     """A UTF-8 text file, or one line saying why not."""
     p = Path(path)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from kvproof.errors import LayoutError
-from kvproof.inputs import parse_json
+from kvproof.inputs import parse_json_as
 from kvproof.spec.facts import ALL_MAMBA_MODES as MAMBA_MODES
 from kvproof.spec.facts import KINDS, connectors, default_dcp_sharded, engine_cache_block_size, is_attention
 MAX_BLOCK_SIZE = 1 << 24  # far above any real block size; keeps JSON sane
@@ -75,11 +75,7 @@ class Layout:
 
     @classmethod
     def from_json(cls, text: str, where: str = "layout") -> "Layout":
-        data = parse_json(text, where)
-        try:
-            return _parse_layout(data)
-        except LayoutError as err:
-            raise LayoutError(f"{where}: {err}") from None
+        return parse_json_as(text, where, _parse_layout)
 
     def to_dict(self, with_meta: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {

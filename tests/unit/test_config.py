@@ -83,6 +83,10 @@ def test_from_json_names_the_place():
         Config.from_json("{", where="cfg.json")
     with pytest.raises(LayoutError, match=r"^cfg.json: unknown config field 'x'"):
         Config.from_json('{"x": 1}', where="cfg.json")
+    with pytest.raises(LayoutError, match=r"^cfg.json: JSON nested too deeply"):
+        Config.from_json("[" * 100000, where="cfg.json")
+    with pytest.raises(LayoutError, match=r"^cfg.json: not usable JSON"):
+        Config.from_json("1" + "0" * 5000, where="cfg.json")
     with pytest.raises(LayoutError, match="in vLLM 0.32"):
         Config(mamba_cache_mode="all").check("0.32")
     assert Config(mamba_cache_mode="all").check("0.27")

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Iterator
 
 from kvproof.errors import LayoutError
-from kvproof.inputs import parse_json
+from kvproof.inputs import parse_json_as
 
 VOCAB = 30000
 MAX_TOKENS_PER_PROMPT = 1 << 17
@@ -87,11 +87,7 @@ class Stream:
 
     @classmethod
     def from_json(cls, text: str, where: str = "stream") -> "Stream":
-        data = parse_json(text, where)
-        try:
-            return _parse(data)
-        except LayoutError as err:
-            raise LayoutError(f"{where}: {err}") from None
+        return parse_json_as(text, where, _parse)
 
     def summary(self) -> str:
         n = sum(len(self.prompt(i)) for i in range(len(self.requests)))
