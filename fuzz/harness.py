@@ -320,30 +320,39 @@ def _summary(out) -> tuple:
     return (out.scheduler_block_size, out.hash_block_size)
 
 
-def main(target: str | None = None, argv: list[str] | None = None) -> None:
-    """Bad usage or a bad KVPROOF_FUZZ_* value: one line, exit 2 (libFuzzer never starts)."""
+def run_libfuzzer(prog: str, argv: list[str] | None, make_test_one: typing.Callable[[list[str]], typing.Callable]) -> None:
+    """Build TestOneInput and start libFuzzer. Bad usage or a bad KVPROOF_FUZZ_* value
+    (a KvproofError while building): one line, exit 2, and libFuzzer never starts."""
     import atheris
 
-    argv = list(sys.argv if argv is None else argv)
+    args = list(sys.argv if argv is None else argv)
 
     def setup(_: object) -> int:
-        nonlocal target
-        if target is None:
-            if len(argv) < 2 or argv[1] not in ("contracts", "conformance"):
-                raise UsageError("usage: python -m kvproof.fuzz.harness {contracts,conformance} [libFuzzer flags]")
-            target = argv.pop(1)
+        test_one = make_test_one(args)
         # libFuzzer's fork and merge modes re-run argv[0] as a program: the runner
         # starts us through an executable wrapper and names it here.
         argv0 = HarnessSettings.from_environ().argv0
         if argv0:
-            argv[0] = argv0
-        atheris.Setup(argv, build(target))
+            args[0] = argv0
+        atheris.Setup(args, test_one)
         return 0
 
-    rc = guarded("kvproof.fuzz.harness", setup, None)
+    rc = guarded(prog, setup, None)
     if rc:
         raise SystemExit(rc)
     atheris.Fuzz()
+
+
+def main(target: str | None = None, argv: list[str] | None = None) -> None:
+    def make(args: list[str]) -> typing.Callable:
+        name = target
+        if name is None:
+            if len(args) < 2 or args[1] not in ("contracts", "conformance"):
+                raise UsageError("usage: python -m kvproof.fuzz.harness {contracts,conformance} [libFuzzer flags]")
+            name = args.pop(1)
+        return build(name)
+
+    run_libfuzzer("kvproof.fuzz.harness", argv, make)
 
 
 if __name__ == "__main__":

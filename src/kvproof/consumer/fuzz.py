@@ -138,18 +138,9 @@ class Target:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Bad KVPROOF_FUZZ_* values: one line, exit 2 (libFuzzer never starts)."""
-    import atheris
+    from kvproof.fuzz.harness import run_libfuzzer
 
-    from kvproof.cliutil import guarded
-    from kvproof.settings import HarnessSettings
-
-    argv = list(sys.argv if argv is None else argv)
-
-    def setup(_: object) -> int:
-        argv0 = HarnessSettings.from_environ().argv0
-        if argv0:
-            argv[0] = argv0
+    def make(_: list[str]) -> Any:
         real_stdout = sys.stdout
         sys.stdout = sys.stderr  # vLLM prints; libFuzzer owns the process's output
         try:
@@ -158,13 +149,9 @@ def main(argv: list[str] | None = None) -> None:
             sys.stdout = real_stdout
         print(f"kvproof.fuzz: {TARGET} on vLLM {target.version}, caps={target.caps.to_dict()}, "
               f"instrumented={sum(target.instrumented.values())} functions", file=sys.stderr, flush=True)
-        atheris.Setup(argv, target.test_one_input)
-        return 0
+        return target.test_one_input
 
-    rc = guarded("kvproof.consumer.fuzz", setup, None)
-    if rc:
-        raise SystemExit(rc)
-    atheris.Fuzz()
+    run_libfuzzer("kvproof.consumer.fuzz", argv, make)
 
 
 if __name__ == "__main__":
