@@ -2,16 +2,23 @@
 
 Layouts in, one worker per release, Outcomes judged by ``kvproof.judge``
 (the one judge), rows out. Used by the CLI, the tests and the benches alike.
+
+The one derive step on the client side lives here too (:func:`derive_all`:
+Configs through a bridge worker's real derivation, :mod:`kvproof.bridge.derive`),
+so ``check --config``, ``derive``, ``explain`` and the derivation tables share it.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
 from kvproof import contracts
-from kvproof.bridge.client import start_all
+from kvproof.bridge.client import Worker, start_all
+from kvproof.config import Config
+from kvproof.derivation import Derived, DeriveError, _revision, enumerate_configs, table_dir, table_entry
 from kvproof.envs import Env
 from kvproof.judge import Judgement, judge as judge_outcome
 from kvproof.layout import Layout
@@ -107,3 +114,39 @@ def run(named: Sequence[tuple[str, Layout]], envs: Sequence[Env], manager: bool 
 
 def dumps(rows: Sequence[Row], info: dict) -> str:
     return json.dumps({"environments": info, "results": [r.to_dict() for r in rows]}, indent=2)
+
+
+# --- the derive step -------------------------------------------------------------
+
+CHUNK = 100  # configs per worker call (keeps each call well inside the worker timeout)
+
+
+def derive_many(release: str, configs: Sequence[Config], worker: Any = None) -> list[tuple[Config, Layout | DeriveError]]:
+    """Derive each config through one bridge worker for ``release``."""
+    return [(d.config, d.result) for d in derive_all(release, configs, worker)]
+
+
+def derive_all(release: str, configs: Sequence[Config], worker: Any = None) -> list[Derived]:
+    """Like :func:`derive_many`, keeping the resolver's result and timings."""
+    from kvproof import envs
+    own = worker is None
+    w = worker or Worker(envs.find(release))
+    try:
+        if own:
+            w.start()
+        out: list[Derived] = []
+        for i in range(0, len(configs), CHUNK):
+            out.extend(w.derive(configs[i:i + CHUNK]))
+        return out
+    finally:
+        if own:
+            w.close()
+
+
+def write_table(release: str, folder: Path | None = None, budget: int | None = None) -> Path:
+    """Derive every Config of the knob space on ``release`` and write ``<folder>/<release>.json``."""
+    from kvproof.fsio import atomic_write
+    derived = derive_all(release, list(enumerate_configs(release, budget)))
+    text = json.dumps({"release": release, "revision": _revision(release),
+                       "entries": [table_entry(d) for d in derived]}, indent=1, sort_keys=True)
+    return atomic_write((folder or table_dir()) / f"{release}.json", text + "\n")

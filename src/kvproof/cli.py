@@ -227,7 +227,7 @@ def cmd_derive(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from kvproof.config import Config
-    from kvproof.derivation import derive_all, write_table
+    from kvproof.checking import derive_all, write_table
     from kvproof.spec.revisions import revision_for
     if args.enumerate:
         if args.config:

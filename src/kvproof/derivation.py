@@ -6,7 +6,12 @@
   (``kvproof.spec.facts.FIELDS``). Derivation and boot capture share it, so
   "derive == boot" compares what vLLM built, not two conversions.
 * :func:`enumerate_configs` yields Configs over bounded knobs of the tiny
-  families; :func:`derive_many` sends them through one bridge worker.
+  families; :func:`kvproof.checking.derive_all` (the one derive step on the
+  client side) sends them through one bridge worker.
+
+Stdlib only, below the bridge: ``kvproof.bridge`` imports this module (the
+worker's derivation builds its Layout with :func:`layout_dict`, the client
+returns :class:`Derived`), never the other way round.
 
 dcp is fixed at 1 in the enumeration: a decode-context-parallel size above 1
 needs a tensor-parallel size that dcp divides, i.e. several worker processes,
@@ -28,16 +33,14 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvproof.config import Config
+from kvproof.config import FAMILIES, Config
 from kvproof.errors import KvproofError
 from kvproof.layout import Layout
-from kvproof.replay.families import FAMILIES
 from kvproof.spec import facts
 
 BLOCK_SIZES = (None, 16, 32, 64)
 SLIDING_WINDOW = 64
 AUX_LAYERS = (0, 1, 2)
-CHUNK = 100  # configs per worker call (keeps each call well inside the worker timeout)
 
 
 def layout_dict(groups: Sequence[dict[str, Any]], revision: str, *, cache_block_size: int,
@@ -159,29 +162,6 @@ def enumerate_configs(release: str, budget: int | None = None, seed: int = 0) ->
     yield from configs[:budget]
 
 
-def derive_many(release: str, configs: Sequence[Config], worker: Any = None) -> list[tuple[Config, Layout | DeriveError]]:
-    """Derive each config through one bridge worker for ``release``."""
-    return [(d.config, d.result) for d in derive_all(release, configs, worker)]
-
-
-def derive_all(release: str, configs: Sequence[Config], worker: Any = None) -> list[Derived]:
-    """Like :func:`derive_many`, keeping the resolver's result and timings."""
-    from kvproof import envs
-    from kvproof.bridge.client import Worker
-    own = worker is None
-    w = worker or Worker(envs.find(release))
-    try:
-        if own:
-            w.start()
-        out: list[Derived] = []
-        for i in range(0, len(configs), CHUNK):
-            out.extend(w.derive(configs[i:i + CHUNK]))
-        return out
-    finally:
-        if own:
-            w.close()
-
-
 # --- the derivation tables: measured Config -> Layout per release --------------------
 # Checked in under spec/derived/ (package data of kvproof.spec): what real vLLM
 # derived for every Config of the bounded knob space. The proof run searches
@@ -198,15 +178,6 @@ def table_entry(d: Derived) -> dict[str, Any]:
             "scheduler_block_size": d.scheduler_block_size, "hash_block_size": d.hash_block_size,
             "error": None if d.error is None else {"stage": d.error.stage, "type": d.error.type,
                                                    "message": d.error.message[:600], "frame": d.error.frame}}
-
-
-def write_table(release: str, folder: Path | None = None, budget: int | None = None) -> Path:
-    """Derive every Config of the knob space on ``release`` and write ``<folder>/<release>.json``."""
-    from kvproof.fsio import atomic_write
-    derived = derive_all(release, list(enumerate_configs(release, budget)))
-    text = json.dumps({"release": release, "revision": _revision(release),
-                       "entries": [table_entry(d) for d in derived]}, indent=1, sort_keys=True)
-    return atomic_write((folder or table_dir()) / f"{release}.json", text + "\n")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from conftest import require_env, worker_for
 from kvproof.spec.revisions import revision_for
 
 from kvproof.config import Config
-from kvproof.derivation import DeriveError, derive_all, layout_from_boot
+from kvproof.checking import derive_all
+from kvproof.derivation import DeriveError, layout_from_boot
 from kvproof.layout import Layout
 from kvproof.replay.engine import boot_many
 from kvproof.replay.families import Recipe
@@ -42,7 +43,7 @@ def test_derived_layout_equals_boot_captured_layout(release):
     revision = revision_for(release)
     configs = [Config.from_recipe(r) for r in BOOTED]
     derived = derive_all(release, configs, worker_for(release))
-    boots = boot_many(env, [c.recipe() for c in configs], probe=True)
+    boots = boot_many(env, [Recipe.from_config(c) for c in configs], probe=True)
     for config, d, b in zip(configs, derived, boots):
         assert b.groups, f"{release} {config.describe()}: boot captured no layout ({b.error_type}: {b.error_message})"
         booted = Layout.from_dict(layout_from_boot(b, revision))

@@ -27,13 +27,13 @@ def test_round_trip_and_minimal_json():
 
 def test_composes_the_boot_recipe():
     c = Config.from_recipe(SEED_HIDDEN_STATES)
-    assert c.recipe() == SEED_HIDDEN_STATES
+    assert Recipe.from_config(c) == SEED_HIDDEN_STATES
     assert c.connector_name == facts.HIDDEN_STATES_CONNECTOR
     kw = Config(dcp=2).llm_kwargs("/m", "/s")
     assert kw["decode_context_parallel_size"] == 2 and "mamba_cache_mode" not in kw
     assert "decode_context_parallel_size" not in Config().llm_kwargs("/m", "/s")
     assert Config(mamba_cache_mode="none").llm_kwargs("/m", "/s")["mamba_cache_mode"] == "none"
-    assert Config(block_size=16).recipe() == Recipe(block_size=16, mamba_cache_mode=None)
+    assert Recipe.from_config(Config(block_size=16)) == Recipe(block_size=16, mamba_cache_mode=None)
 
 
 @pytest.mark.parametrize("data, revision, words", [

