@@ -39,6 +39,7 @@ import z3
 
 from kvproof import contracts as C
 from kvproof.layout import Cache, Group, Layout
+from kvproof.shrinking import shrink as greedy
 from kvproof.spec import facts, lemmas
 from kvproof.spec.premise import engine_premise
 from kvproof.spec import model as M
@@ -288,26 +289,19 @@ def _engine_fix(lay: Layout, revision: str) -> Layout:
 
 def shrink(layout: Layout, holds, keep_groups: bool = True, deadline: float | None = None,
            revision: str | None = None) -> Layout:
-    """Greedy tightening: accept any candidate that still violates and is smaller."""
-    best = layout
-    improved = True
-    while improved:
-        improved = False
-        for cand in _candidates(best, keep_groups):
-            if deadline is not None and time.monotonic() > deadline:
-                return best
-            tries = [cand] + ([_engine_fix(cand, revision)] if revision else [])
-            for t in tries:
-                try:
-                    t = Layout.from_dict(t.to_dict())  # stay a valid Layout
-                except Exception:
-                    continue
-                if _size_key(t) < _size_key(best) and holds(t):
-                    best, improved = t, True
-                    break
-            if improved:
-                break
-    return best
+    """Greedy tightening: accept the first candidate that still violates and is smaller.
+
+    With ``revision``, each candidate is also tried with the cache block size an
+    engine would derive (``_engine_fix``). The loop is the one shrinker,
+    ``kvproof.shrinking.shrink``; ``holds`` is asked lazily, one candidate at a time.
+    """
+    def candidates(lay: Layout):
+        for cand in _candidates(lay, keep_groups):
+            yield cand
+            if revision:
+                yield _engine_fix(cand, revision)
+
+    return greedy(layout, candidates, _size_key, lambda cands: (holds(c) for c in cands), deadline=deadline)
 
 
 def minimise_corpus(layout: dict, revision: str, key: str, premise: str, max_block: int = M.MAX_BLOCK,

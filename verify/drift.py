@@ -247,28 +247,14 @@ def _candidates(lay) -> Iterable:
 
 
 def shrink(layout, still: Callable[[Sequence], list[bool]], rounds: int = 30):
-    """Greedy: the smallest candidate (by ``_size``) for which ``still`` holds, until none is smaller.
+    """The smallest candidate (by ``_size``) for which ``still`` holds, until none is smaller.
 
-    ``still`` judges a batch at once (one bridge round trip per round).
+    ``still`` judges a batch at once (one bridge round trip per round); the loop
+    is the one shrinker, ``kvproof.shrinking.shrink``.
     """
-    cur = layout
-    for _ in range(rounds):
-        cands, seen = [], set()
-        for cand in _candidates(cur):
-            try:
-                h = cand.content_hash()
-            except Exception:  # noqa: BLE001 -- a candidate the Layout type refuses
-                continue
-            if h not in seen and _size(cand) < _size(cur):
-                seen.add(h)
-                cands.append(cand)
-        if not cands:
-            break
-        ok = [c for c, keep in zip(cands, still(cands)) if keep]
-        if not ok:
-            break
-        cur = min(ok, key=_size)
-    return cur
+    from kvproof.shrinking import shrink as greedy
+
+    return greedy(layout, _candidates, _size, still, smallest=True, rounds=rounds)
 
 
 def conformance(worker, revision: str, layouts: Sequence[tuple[str, object]], show: int = 3,
