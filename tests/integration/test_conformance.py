@@ -14,31 +14,22 @@ import json
 
 import pytest
 
-pytest.importorskip("z3")
-hypothesis = pytest.importorskip("hypothesis")
+import hypothesis  # noqa: F401 -- the dev extra installs z3 and hypothesis: a missing one fails, not skips
 from hypothesis import HealthCheck, given, settings
 
 from kvproof.spec import drift, evaluate, revision_for
 from kvproof.spec.strategies import layouts
+from kvproof.bridge import client
+from conftest import require_env
 
 pytestmark = pytest.mark.integration
 
 RELEASES = ("0.27.0", "0.28.0", "0.32.0")
 
 
-def _env(release):
-    from kvproof import envs
-    from kvproof.errors import EnvError
-    try:
-        return envs.find(release)
-    except EnvError as err:
-        pytest.skip(str(err))
-
-
 @pytest.fixture(scope="module", params=RELEASES)
 def worker(request):
-    client = pytest.importorskip("kvproof.bridge.client")
-    env = _env(request.param)
+    env = require_env(request.param)
     with client.Worker(env) as w:
         yield request.param, w
 

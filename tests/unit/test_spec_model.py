@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("z3")
-
 import z3
 
 from kvproof import contracts as C
