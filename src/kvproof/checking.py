@@ -150,3 +150,51 @@ def write_table(release: str, folder: Path | None = None, budget: int | None = N
     text = json.dumps({"release": release, "revision": _revision(release),
                        "entries": [table_entry(d) for d in derived]}, indent=1, sort_keys=True)
     return atomic_write((folder or table_dir()) / f"{release}.json", text + "\n")
+
+
+# --- check --config: derive, then judge every tier with the one judge --------------
+
+@dataclass(frozen=True)
+class ConfigCheck:
+    """One Config on one release: its derivation and the rows of every tier that ran."""
+
+    name: str
+    env: str
+    derived: Derived
+    rows: tuple[Row, ...]
+
+    @property
+    def not_derivable(self) -> str | None:
+        """The release's own refusal of the configuration before any layout, or None."""
+        d = self.derived
+        return None if d.layout is not None else (d.error.line() if d.error else "no layout")
+
+
+def check_configs(named: Sequence[tuple[str, Config]], envs: Sequence[Env], manager: bool = True,
+                  consumer: bool = True) -> list[ConfigCheck]:
+    """Each Config through each release: real derivation, then the function and manager tiers
+    (one bridge worker) and the consumer tier (the consumer worker, default shared-prefix stream),
+    every Outcome judged by :mod:`kvproof.judge`."""
+    from kvproof.consumer.client import ConsumerWorker, default_stream
+    from kvproof.judge import consumer_outcome, judge_consumer
+    out: list[ConfigCheck] = []
+    for env in envs:
+        with Worker(env) as w:
+            derived = derive_all(env.name, [c for _, c in named], w)
+            layouts = [(n, d.layout) for (n, _), d in zip(named, derived) if d.layout is not None]
+            outcomes = w.run([lay for _, lay in layouts], manager=manager) if layouts else []
+        rows: dict[str, list[Row]] = {}
+        for (n, lay), o in zip(layouts, outcomes):
+            rows.setdefault(n, []).append(judge(n, lay, env.name, o))
+        if consumer and layouts:
+            with ConsumerWorker(env) as cw:
+                results = cw.run([(lay, default_stream(lay)) for _, lay in layouts])
+            for (n, lay), r in zip(layouts, results):
+                rows[n].append(Row(n, lay, env.name, consumer_outcome(r, lay), judge_consumer(r, lay)))
+        out.extend(ConfigCheck(n, env.name, d, tuple(rows.get(n, ()))) for (n, _), d in zip(named, derived))
+    return out
+
+
+def config_exit_code(checks: Sequence[ConfigCheck]) -> int:
+    """1 any FAIL, else 3 any ERROR, else 0 (a configuration the release refuses is its answer)."""
+    return exit_code([r for c in checks for r in c.rows])

@@ -19,6 +19,7 @@ from typing import Sequence
 
 from kvproof import checking, contracts, envs, explain, inputs
 from kvproof.cliutil import Parser, guarded
+from kvproof.config import Config, reference_models
 from kvproof.errors import KvproofError, UsageError
 from kvproof.layout import Layout, parse_groups_spec
 from kvproof.spec import facts
@@ -58,6 +59,14 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--kv-connector")
     c.add_argument("--dcp", type=int, default=1)
     c.add_argument("--max-model-len", type=int, default=131072)
+    c.add_argument("--config", action="append", metavar="CONFIG",
+                   help="derive, then check: an HF config.json (file or folder), a reference model "
+                        "(spec/models: " + ", ".join(reference_models()) + "), a kvproof Config JSON, or a folder "
+                        "of them (repeatable)")
+    c.add_argument("--flags", default="", metavar="'VLLM SERVE FLAGS'",
+                   help="vllm serve flags for --config models, parsed by each release's own EngineArgs, "
+                        "e.g. '--enable-prefix-caching --mamba-cache-mode align'")
+    c.add_argument("--no-consumer", action="store_true", help="--config: skip the consumer tier")
     _add_release_args(c)
     e = sub.add_parser("explain", help="turn a 'block_sizes=[...], hash_block_size=N' log line into a check")
     e.add_argument("line")
@@ -69,13 +78,18 @@ def _parser() -> argparse.ArgumentParser:
                         "(spec/derived/RELEASE.json, what `verify` searches for witness Configs)")
     d.add_argument("--vllm", action="append", metavar="RELEASE",
                    help=f"vLLM release to derive with (repeatable; default {envs.DEFAULT_RELEASE})")
+    d.add_argument("--flags", default="", metavar="'VLLM SERVE FLAGS'",
+                   help="vllm serve flags for a model config.json, parsed by each release's own EngineArgs")
     d.add_argument("--json", action="store_true", help="machine-readable output")
     env = sub.add_parser("env", help="manage vLLM environments")
     envsub = env.add_subparsers(dest="env_cmd", parser_class=Parser)
     create = envsub.add_parser("create", help="build (or reuse) environments")
-    create.add_argument("releases", nargs="*", default=list(envs.SUPPORTED))
+    create.add_argument("releases", nargs="*", default=["ci"],
+                        help="releases, a subset of spec/facts.py (all, ci, cpu, python-only, default) or latest")
     create.add_argument("--force", action="store_true")
-    envsub.add_parser("list", help="show installed environments")
+    envsub.add_parser("list", help="show installed environments and their disk use")
+    rel = envsub.add_parser("releases", help="print a subset of the release list (spec/facts.py)")
+    rel.add_argument("subset", nargs="*", default=["all"])
     ov = envsub.add_parser("overlay", help="a vLLM checkout's Python files over a release environment (seconds)")
     ov.add_argument("name")
     ov.add_argument("--base", default=envs.DEFAULT_RELEASE, help="managed release to copy (hard links)")
@@ -130,7 +144,91 @@ def _print_table(rows: Sequence[checking.Row], info: dict) -> None:
         print()
 
 
+def load_configs(items: Sequence[str], flags: str, revision: str | None = None,
+                 where_note: str = "") -> list[tuple[str, Config]]:
+    """Named Configs from what a user typed: an inline Config JSON, a reference model name, an HF
+    config.json (a file or a folder holding one; ``flags`` are its vllm serve flags), a kvproof
+    Config JSON file (an object or a list), or a folder of such files."""
+    import shlex
+    from pathlib import Path
+    try:
+        flag_list = shlex.split(flags)
+    except ValueError as err:
+        raise UsageError(f"--flags: {err}") from None
+
+    def one(text: str) -> list[tuple[str, Config]]:
+        if text.lstrip().startswith(("{", "[")):
+            data, where = inputs.parse_json(text, "derive: config", UsageError), "config"
+        elif text in reference_models():
+            return [(text, Config.from_dict({"model": text, "flags": flag_list}, revision))]
+        else:
+            path = Path(text)
+            if path.is_dir() and not (path / "config.json").is_file():
+                found = sorted(path.glob("*.json"))
+                if not found:
+                    raise UsageError(f"{text}: a folder with no config.json and no *.json files")
+                return [c for f in found for c in one(str(f))]
+            if path.is_dir():
+                path = path / "config.json"
+            if not path.is_file():
+                raise UsageError(f"{text}: no such file (give a JSON file or folder, an inline JSON object, "
+                                 f"or a reference model: {', '.join(reference_models())})")
+            data, where = inputs.parse_json(inputs.read_text(path), str(path), UsageError), str(path)
+            if isinstance(data, dict) and "architectures" in data:  # an HF config.json
+                return [(path.parent.name if path.name == "config.json" else path.stem,
+                         Config.from_dict({"model": str(path), "flags": flag_list}, revision))]
+        items = data if isinstance(data, list) else [data]
+        out = []
+        for i, item in enumerate(items):
+            label = where if len(items) == 1 else f"{where}[{i}]"
+            try:
+                cfg = Config.from_dict(item, revision)
+            except KvproofError as err:
+                raise type(err)(f"{label}{where_note}: {err}") from None
+            out.append((label, cfg))
+        return out
+
+    return [c for text in items for c in one(text)]
+
+
+def _print_config_checks(checks: Sequence[checking.ConfigCheck]) -> None:
+    for c in checks:
+        d = c.derived
+        print(f"{c.env}: {c.name}: {d.config.describe()}")
+        if c.not_derivable:
+            print(f"  NOT_DERIVABLE: {c.not_derivable}")
+            continue
+        print(f"  derived:  {d.layout.summary()}  ({d.seconds:.2f} s)" + (
+            f"  [derived with stand-in backend {d.stand_in}]" if d.stand_in else ""))
+        if d.log_line():
+            print(f"  vLLM:     {d.log_line()}  (scheduler_block_size={d.scheduler_block_size})")
+        if d.error is not None:
+            print(f"  derivation stopped at {d.error.line()}")
+        for r in c.rows:
+            verdict = f"{r.verdict} ({r.tier})"
+            print(f"  {verdict:<22} {r.message()}")
+        print()
+
+
 def cmd_check(args: argparse.Namespace) -> int:
+    if args.config:
+        if args.groups or args.files:
+            raise UsageError("check: give --config, layout files or --groups, one kind at a time")
+        if args.python:
+            raise UsageError("check --config derives in managed releases; use --vllm")
+        named = load_configs(args.config, args.flags)
+        checks = checking.check_configs(named, _envs(args), manager=not args.no_manager,
+                                        consumer=not args.no_consumer)
+        if args.json:
+            print(json.dumps([{"name": c.name, "env": c.env, "config": c.derived.config.to_dict(minimal=True),
+                               "not_derivable": c.not_derivable, "log_line": c.derived.log_line(),
+                               "seconds": c.derived.seconds, "peak_rss_mb": c.derived.peak_rss_mb,
+                               "results": [r.to_dict() for r in c.rows]} for c in checks], indent=2))
+        else:
+            _print_config_checks(checks)
+        return checking.config_exit_code(checks)
+    if args.flags:
+        raise UsageError("check: --flags go with --config")
     if args.groups and args.files:
         raise UsageError("check: give layout files or --groups, not both")
     if not args.groups and not args.files:
@@ -188,18 +286,17 @@ def _installed(release: str) -> bool:
 
 def cmd_env(args: argparse.Namespace) -> int:
     if args.env_cmd == "create":
-        for r in args.releases:
+        for r in envs.resolve(args.releases):
             env = envs.create(r, force=args.force, echo=lambda m: print(m, file=sys.stderr))
             m = env.manifest() or {}
             print(f"{env.name}: vllm {m.get('vllm')} at {env.root} ({m.get('disk_mb')} MB, "
                   f"built in {m.get('build_seconds')} s)")
         return 0
     if args.env_cmd == "list":
-        rows = envs.installed()
-        if not rows:
-            print(f"no environments under {envs.env_home()}; run `kvproof env create`")
-        for r in rows:
-            print(f"{r['name']:<20} vllm {r['vllm']:<8} {r['status']:<10} {r['disk_mb']:>6} MB  {r['path']}")
+        print("\n".join(envs.list_lines()))
+        return 0
+    if args.env_cmd == "releases":
+        print(" ".join(envs.resolve(args.subset)))
         return 0
     if args.env_cmd in ("overlay", "remove"):
         from kvproof import overlay
@@ -224,9 +321,6 @@ def cmd_contracts(args: argparse.Namespace) -> int:
 
 def cmd_derive(args: argparse.Namespace) -> int:
     """Config -> real vLLM derivation, per release: the Layout and resolver result, or vLLM's error."""
-    from pathlib import Path
-
-    from kvproof.config import Config
     from kvproof.checking import derive_all, write_table
     from kvproof.spec.revisions import revision_for
     if args.enumerate:
@@ -237,16 +331,8 @@ def cmd_derive(args: argparse.Namespace) -> int:
             print(f"derivation table for vLLM {release}: {write_table(release)}")
         return 0
     if not args.config:
-        raise UsageError("derive: give a Config (JSON file or inline object) or --enumerate")
-    text = args.config
-    where = "config"
-    if not text.lstrip().startswith(("{", "[")):
-        path = Path(text)
-        if not path.is_file():
-            raise UsageError(f"derive: {text}: no such file (give a JSON file or an inline JSON object)")
-        text, where = inputs.read_text(path), str(path)
-    data = inputs.parse_json(text, f"derive: {where}", UsageError)
-    items = data if isinstance(data, list) else [data]
+        raise UsageError("derive: give a Config (JSON file or inline object), a model config.json, "
+                         "a reference model or --enumerate")
     releases = args.vllm or [envs.DEFAULT_RELEASE]
     plan = []
     for release in releases:
@@ -254,13 +340,7 @@ def cmd_derive(args: argparse.Namespace) -> int:
             revision = revision_for(release)
         except KeyError as err:
             raise UsageError(f"derive: {err.args[0]}") from None
-        configs = []
-        for i, item in enumerate(items):
-            label = where if len(items) == 1 else f"{where}[{i}]"
-            try:
-                configs.append(Config.from_dict(item, revision))
-            except KvproofError as err:
-                raise type(err)(f"{label} (vLLM {release}): {err}") from None
+        configs = [c for _, c in load_configs([args.config], args.flags, revision, f" (vLLM {release})")]
         plan.append((release, envs.find(release), configs))
     rows = []
     for release, env, configs in plan:
@@ -272,7 +352,9 @@ def cmd_derive(args: argparse.Namespace) -> int:
                          "error": None if d.error is None else {"stage": d.error.stage, "type": d.error.type,
                                                                 "message": d.error.message,
                                                                 "frame": d.error.frame},
-                         "seconds": d.seconds, "describe": d.config.describe()})
+                         "seconds": d.seconds, "describe": d.config.describe(), "log_line": d.log_line(),
+                         "peak_rss_mb": d.peak_rss_mb, "stand_in_backend": d.stand_in,
+                         "kv_cache_memory_bytes": d.raw.get("kv_cache_memory_bytes")})
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
@@ -280,9 +362,18 @@ def cmd_derive(args: argparse.Namespace) -> int:
         print(f"vLLM {r['release']}: {r['describe']}")
         if r["summary"]:
             print(f"  layout:   {r['summary']}")
+        if r["stand_in_backend"]:
+            print(f"  derived with stand-in backend {r['stand_in_backend']}")
         if r["ok"]:
+            print(f"  vLLM:     {r['log_line']}")
             print(f"  resolver: scheduler_block_size={r['scheduler_block_size']} "
-                  f"hash_block_size={r['hash_block_size']}")
+                  f"hash_block_size={r['hash_block_size']}  ({r['seconds']:.2f} s, peak RSS "
+                  f"{r['peak_rss_mb']} MB, KV memory sized to {r['kv_cache_memory_bytes']} bytes)")
+        elif not r["summary"]:
+            e = r["error"]
+            text = " | ".join(ln.strip() for ln in e["message"].strip().splitlines() if ln.strip())
+            print(f"  NOT_DERIVABLE at {e['stage']}: {e['type']}: {text[:400]}" + (f"  [{e['frame']}]" if e["frame"] else ""))
+            continue
         else:
             e = r["error"]
             text = " | ".join(ln.strip() for ln in e["message"].strip().splitlines() if ln.strip())

@@ -118,7 +118,8 @@ CATALOGUE: tuple[Contract, ...] = (
              "vllm/v1/core/kv_cache_utils.py:resolve_kv_cache_block_sizes",
              "block hashing active", Tier.FUNCTION),
     Contract("efficiency.consumer_prefix_reuse", EFFICIENCY,
-             "a request stream recomputes less than half of the shared-prefix tokens it could reuse "
+             "a request stream recomputes at most 5 points more of the shared-prefix tokens it could reuse "
+             "than hits at the release's finest granularity (its hash block size) would "
              "(measured by the consumer tier, never predicted)",
              "vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks",
              "prefix caching on and a stream with shared prefixes", Tier.CONSUMER),

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -109,6 +108,24 @@ class Derived:
     def result(self) -> Layout | DeriveError:
         """A resolver rejection still has a layout; the error wins here."""
         return self.error if self.error is not None else self.layout  # type: ignore[return-value]
+
+    def log_line(self) -> str | None:
+        """The line vLLM prints about these groups (its coordinator's divisibility message:
+        the prefix-cacheable groups' block sizes and the hash block size), or None."""
+        if self.layout is None or self.hash_block_size is None:
+            return None
+        sizes = [g.block_size for g in self.layout.groups if g.prefix_cacheable is not False] \
+            or [g.block_size for g in self.layout.groups]
+        return f"block_sizes={sizes}, hash_block_size={self.hash_block_size}"
+
+    @property
+    def peak_rss_mb(self) -> float | None:
+        return self.raw.get("peak_rss_mb")
+
+    @property
+    def stand_in(self) -> str | None:
+        """The attention backend a GPU-only layer's spec was built for, when not the CPU one."""
+        return self.raw.get("stand_in_backend")
 
     @classmethod
     def from_reply(cls, config: Config, d: dict[str, Any]) -> Derived:

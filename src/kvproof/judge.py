@@ -56,9 +56,13 @@ C4. any other ``exception``, or any ``prefix_hit``, ``hash_chain``, ``connector`
     An assertion in a frame that checks the fake worker's transfer report
     (``HARNESS_FED_FRAMES``) is ERROR with that cause, not FAIL.
 C5. ``stalled`` (the stream did not finish in the step budget): ERROR with cause.
-C6. shared-prefix tokens recomputed >= ``CONSUMER_WARN_FRACTION`` of those reusable:
-    WARN (``efficiency.consumer_prefix_reuse``) with the measured numbers; else OK
-    (the numbers are the note).
+C6. the measured share of reusable shared-prefix tokens recomputed exceeds the share the
+    finest granularity this release's consumers support (its ``hash_block_size``: hits
+    landing on every hash block) would recompute on the same stream by more than
+    ``CONSUMER_WARN_FRACTION`` (5 points): WARN (``efficiency.consumer_prefix_reuse``)
+    showing both numbers and the tokens lost per request; else OK (the numbers are the note).
+    A result without per-admission hits has no ideal to compare with: WARN from
+    ``CONSUMER_WARN_UNMEASURED`` (half the reusable tokens recomputed).
 
 ``tier`` is the highest tier that ran. For FUNCTION/MANAGER Outcomes an
 exception is attributed to the stage that raised it (resolver -> function,
@@ -79,7 +83,8 @@ from kvproof.verdicts import Tier, Verdict
 __all__ = ["Judgement", "judge", "judge_consumer", "consumer_efficiency_line", "resolver_rejects_user_error",
            "CONSUMER_WARN_FRACTION"]
 
-CONSUMER_WARN_FRACTION = 0.5  # at least half of the reusable shared-prefix tokens recomputed
+CONSUMER_WARN_FRACTION = 0.05  # recomputed share above the ideal granularity's, in points
+CONSUMER_WARN_UNMEASURED = 0.5  # a result without per-admission hits (no ideal to compare): half recomputed
 # Scheduler frames that only check what the consumer harness's fake worker reported
 # (finished_recving/finished_sending): an assertion there is about the harness first.
 HARNESS_FED_FRAMES = ("in _update_from_kv_xfer_finished",)
@@ -194,6 +199,15 @@ def judge(layout: Layout, out: Outcome, tier: Tier | None = None) -> Judgement:
 _HARD_ORACLES = ("exception", "prefix_hit", "hash_chain", "connector", "kv_event")
 
 
+def _ideal_recomputed(r) -> int | None:
+    """Tokens the stream would recompute if every first admission hit at the release's finest
+    granularity (its hash block size): each admission's reusable length rounded down to it."""
+    g = getattr(r, "hash_block_size", None)
+    if not g or not getattr(r, "hits", None):
+        return None
+    return sum(int(h["truth"]) % int(g) for h in r.hits)
+
+
 def consumer_efficiency_line(r) -> str:
     e = r.efficiency
     return (f"{e.hit_tokens + e.external_tokens} of {e.reusable_tokens} reusable shared-prefix tokens hit "
@@ -263,7 +277,14 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
                          note="the stream did not finish in the harness's step budget")
     e = r.efficiency
     line = consumer_efficiency_line(r)
-    if e.reusable_tokens and e.recomputed_fraction >= CONSUMER_WARN_FRACTION:
+    ideal = _ideal_recomputed(r)
+    if e.reusable_tokens and ideal is not None:
+        lost = e.reusable_tokens - e.hit_tokens - e.external_tokens - ideal
+        line += (f"; ideal at the finest granularity ({r.hash_block_size} tokens) "
+                 f"{ideal / e.reusable_tokens:.1%} recomputed, {lost / max(1, e.admissions):.0f} tokens lost per request")
+    over_ideal = e.recomputed_fraction - ideal / e.reusable_tokens > CONSUMER_WARN_FRACTION if ideal is not None \
+        else e.recomputed_fraction >= CONSUMER_WARN_UNMEASURED
+    if e.reusable_tokens and over_ideal:
         w = Violation(contracts.BY_ID["efficiency.consumer_prefix_reuse"], line)
         return Judgement(Verdict.WARN, T, warnings=(w,) + warns, note=line)
     return Judgement(Verdict.WARN if warns else Verdict.OK, T, warnings=warns, note=line)

@@ -25,6 +25,17 @@ profiling, KV tensor allocation, warm-up and generation:
    worker), and KV allocation / warm-up are skipped.
 4. The real ``resolve_kv_cache_block_sizes`` on the result.
 
+A real model (``Config.model``: an HF ``config.json``, e.g. a reference
+configuration of ``spec/models/``) takes another way in, at its real depth and
+width and without weights: the ``vllm serve`` flags (``Config.flags``) go
+through the release's own ``EngineArgs`` argument parser (so every flag means
+what that release means by it; the serve defaults apply), weights are never
+read (dummy load format) and the model is built on the meta device (the
+release's own layer classes build their own KV cache specs; no parameter
+storage: a 52-layer 8B model derives in ~2 s and under 1 GB). The KV memory is
+sized from the specs themselves (several times what one ``max_model_len``
+request needs), so nobody passes ``kv_cache_memory_bytes``.
+
 The returned dict carries the kvproof Layout the engine would resolve, the
 resolver's result, or the first real error verbatim (type, message, the last
 vLLM frame, the stage). Derivation uses this machine's platform (CPU): its
@@ -38,6 +49,7 @@ import gc
 import hashlib
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -59,7 +71,7 @@ from vllm.v1.engine import core as _engine_core_mod
 from vllm.v1.engine.core import EngineCore
 from vllm.v1.executor import Executor
 
-from kvproof.config import Config
+from kvproof.config import Config, load_model_config
 from kvproof.derivation import layout_dict
 from kvproof.outcome import vllm_frame
 from kvproof.spec import facts
@@ -122,12 +134,78 @@ def engine_args(config: Config) -> Any:
     raise RuntimeError("vllm.LLM did not reach LLMEngine.from_engine_args")  # pragma: no cover
 
 
+class FlagError(Exception):
+    """The release's own argument parser refused a ``vllm serve`` flag (its message, verbatim)."""
+
+
+def serve_engine_args(config: Config) -> Any:
+    """The EngineArgs ``vllm serve <model> <flags>`` builds in this release (its own parser).
+
+    Weights are never read (``load_format=dummy``, no tokenizer, eager): what a
+    flag says about the KV cache is untouched.
+    """
+    import io
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    hf = load_model_config(config.model)
+    model_dir = _WORKDIR / f"model-{hashlib.sha256(json.dumps(hf, sort_keys=True).encode()).hexdigest()[:12]}"
+    if not (model_dir / "config.json").exists():
+        model_dir.mkdir(parents=True, exist_ok=True)
+        (model_dir / "config.json").write_text(json.dumps(hf, indent=1))
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser(prog="vllm serve", exit_on_error=False))
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            ns = parser.parse_args(["--model", str(model_dir), *config.flags])
+    except (SystemExit, Exception) as exc:  # argparse exits on a bad flag: its message is the answer
+        text = err.getvalue().strip().splitlines()
+        raise FlagError((text[-1] if text else str(exc)) or "the flags were refused") from None
+    args = EngineArgs.from_cli_args(ns)
+    args.load_format = "dummy"
+    args.skip_tokenizer_init = True
+    args.enforce_eager = True
+    # The CPU worker's explicit-size path (no free-memory check of this machine); the size itself
+    # is replaced by one computed from the model's own specs (_spec_bytes) before anything reads it.
+    args.kv_cache_memory_bytes = 1 << 30
+    return args
+
+
+@contextlib.contextmanager
+def _meta_weights(on: bool) -> Iterator[None]:
+    """On the meta device, skip the loader's weight post-processing (kernel prepacking of
+    dummy weights, e.g. the CPU MoE prepack has no meta kernel); layers and their KV cache
+    specs are the release's own, built before it."""
+    if not on:
+        yield
+        return
+    from vllm.model_executor.model_loader import base_loader
+    real = base_loader.process_weights_after_loading
+    base_loader.process_weights_after_loading = lambda *a, **k: None
+    try:
+        yield
+    finally:
+        base_loader.process_weights_after_loading = real
+
+
+def _spec_bytes(real: Any, vllm_config: Any) -> int:
+    """KV memory for the derivation: several times one max_model_len request, from the specs themselves."""
+    specs = real.get_kv_cache_specs()
+    layers = [s for per_worker in specs for s in per_worker.values()]
+    # A layer may end up stored as full attention (page-size unification, a hybrid allocator
+    # disabled by a connector): count every layer at least as a full max_model_len request.
+    full = -(-int(vllm_config.model_config.max_model_len) // 1)
+    need = sum(max(int(s.max_memory_usage_bytes(vllm_config)),
+                   -(-full // int(s.block_size)) * int(s.page_size_bytes)) for s in layers)
+    pages = sum(int(s.page_size_bytes) for s in layers)
+    return 4 * need + 64 * pages + (64 << 20)
+
+
 class _NoAllocExecutor:
     """The real executor, minus memory profiling (a CPU warm-up run), KV allocation and warm-up."""
 
-    def __init__(self, real: Any, kv_bytes: int) -> None:
+    def __init__(self, real: Any, kv_bytes: int | None, vllm_config: Any = None) -> None:
         self.real = real
-        self.kv_bytes = kv_bytes
+        self.kv_bytes = kv_bytes if kv_bytes is not None else _spec_bytes(real, vllm_config)
 
     def get_kv_cache_specs(self) -> Any:
         return self.real.get_kv_cache_specs()
@@ -239,13 +317,22 @@ def _derive(config: Config) -> dict[str, Any]:
     t0 = time.perf_counter()
     executor = None
     try:
-        vllm_config = engine_args(config).create_engine_config(UsageContext.LLM_CLASS)
+        if config.model is not None:
+            out["stage"] = "flags"
+            args = serve_engine_args(config)
+            out["stage"] = "config"
+            vllm_config = args.create_engine_config(UsageContext.OPENAI_API_SERVER)
+            vllm_config.load_config.device = "meta"  # the release's own layers, no parameter storage
+        else:
+            vllm_config = engine_args(config).create_engine_config(UsageContext.LLM_CLASS)
         out["stage"] = "model"
-        with _cheap_repeats():
+        with _cheap_repeats(), _meta_weights(config.model is not None):
             executor = Executor.get_class(vllm_config)(vllm_config)
         out["stage"] = "kv_cache"
         stand_in = types.SimpleNamespace(available_gpu_memory_for_kv_cache=-1)
-        stand_in.model_executor = _NoAllocExecutor(executor, int(config.kv_cache_memory_bytes))
+        kv_bytes = None if config.model is not None else int(config.kv_cache_memory_bytes)
+        stand_in.model_executor = _NoAllocExecutor(executor, kv_bytes, vllm_config)
+        out["kv_cache_memory_bytes"] = stand_in.model_executor.kv_bytes
         stand_in.collective_rpc = stand_in.model_executor.collective_rpc
         seen: dict[str, Any] = {}
         real_resolver = kv_cache_utils.resolve_kv_cache_block_sizes
@@ -281,6 +368,7 @@ def _derive(config: Config) -> dict[str, Any]:
     finally:
         _cleanup(executor)
         out["seconds"] = round(time.perf_counter() - t0, 4)
+        out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return out
 
 
