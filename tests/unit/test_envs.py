@@ -22,24 +22,68 @@ def test_release_specs(text, want):
 
 def test_bad_release_spec_is_a_usage_error():
     with pytest.raises(UsageError):
-        envs.EnvSpec.parse("latest")
+        envs.EnvSpec.parse("latest")  # a name for resolve(), not a release
+    with pytest.raises(UsageError):
+        envs.resolve(["0.27"])
 
 
-def test_missing_environment_says_how_to_build_it(tmp_path, monkeypatch):
-    monkeypatch.setenv("KVPROOF_ENV_HOME", str(tmp_path))
-    with pytest.raises(EnvError, match=r"kvproof env create 0\.27\.0"):
-        envs.find("0.27.0")
-    assert envs.installed() == []
+def test_release_list_is_defined_once_and_subsets_come_from_it():
+    from kvproof.spec import facts
+    assert envs.resolve(["all"]) == list(facts.MANAGED_RELEASES)
+    ci = envs.resolve(["ci"])
+    assert ci[0] == facts.MANAGED_RELEASES[0]  # oldest
+    assert set(facts.SEED_PAIR) <= set(ci) and ci[-1] == facts.MANAGED_RELEASES[-1]  # seed pair, newest
+    assert facts.DEFAULT_RELEASE in ci and tuple(ci) == envs.SUPPORTED
+    assert envs.resolve(["ci", "0.29.0", "0.27.0"]) == ci + ["0.29.0"]
+    # the package follows the list: CPU releases are vllm-cpu, newer ones the CUDA package
+    assert {envs.EnvSpec.parse(r).package for r in facts.CPU_RELEASES} == {"vllm-cpu"}
+    assert {envs.EnvSpec.parse(r).package for r in facts.PYTHON_ONLY_RELEASES} == {"vllm"}
 
 
-def test_unreachable_registry_is_one_line_exit_2_and_leaves_no_manifest(tmp_path):
-    env = {"KVPROOF_ENV_HOME": str(tmp_path), "PIP_CONFIG_FILE": "/dev/null", "PIP_NO_INDEX": "",
-           "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0", "PIP_TIMEOUT": "2",
-           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "kvproof", "env", "create", "0.27.0"],
-                          capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 2
-    errors = [ln for ln in proc.stderr.splitlines() if "error" in ln]
-    assert len(errors) == 1 and "registry cannot be reached" in errors[0], proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert not (tmp_path / "vllm-cpu-0.27.0" / envs.MANIFEST).exists()
+def test_latest_is_the_newest_release_on_the_index(monkeypatch):
+    monkeypatch.setattr(envs, "index_versions", lambda pkg: ["0.9.1", "0.33.0", "0.10.0", "0.4.2"])
+    assert envs.resolve(["latest"]) == ["0.33.0"]
+    monkeypatch.setattr(envs, "index_versions", lambda pkg: None)
+    with pytest.raises(EnvError, match="cannot be reached"):
+        envs.resolve(["latest"])
+
+
+def test_python_only_base_is_the_nearest_older_cpu_release():
+    assert envs.nearest_cpu_release("0.33.0") == "0.32.0"
+    assert envs.nearest_cpu_release("0.30.5") == "0.30.0"
+    assert envs.nearest_cpu_release("0.27.1") == "0.27.1"
+    with pytest.raises(UsageError):
+        envs.nearest_cpu_release("0.20.0")
+
+
+def test_engine_tier_refuses_a_python_only_environment_in_one_line(tmp_path):
+    import json
+    (tmp_path / envs.MANIFEST).write_text(json.dumps(
+        {"version": "0.33.0", envs.PYTHON_ONLY: {"release": "0.33.0", "base": "vllm-cpu-0.32.0"}}))
+    why = envs.engine_refusal(envs.Env("vllm-0.33.0", tmp_path / "bin" / "python", tmp_path))
+    assert "\n" not in why and "python-only" in why and "CUDA" in why and "vllm-cpu-0.32.0" in why
+    (tmp_path / envs.MANIFEST).write_text(json.dumps({"version": "0.32.0"}))
+    assert envs.engine_refusal(envs.Env("vllm-cpu-0.32.0", tmp_path / "bin" / "python", tmp_path)) == ""
+
+
+def test_identical_files_share_one_inode_and_disk_counts_them_once(tmp_path):
+    import os
+    home = tmp_path
+    big = os.urandom(3 << 20)
+    for name in ("vllm-cpu-0.27.0", "vllm-cpu-0.28.0"):
+        lib = home / name / "lib"
+        lib.mkdir(parents=True)
+        (lib / "libbig.so").write_bytes(big)
+        (lib / "mod.py").write_bytes(big)  # Python source: never shared (its .pyc record its mtime)
+        (lib / "own.so").write_bytes(os.urandom(2 << 20))
+    assert envs.share(home / "vllm-cpu-0.27.0", home) == (0, 0)  # first: fills the store
+    linked, _ = envs.share(home / "vllm-cpu-0.28.0", home)
+    assert linked == 1
+    a, b = home / "vllm-cpu-0.27.0" / "lib", home / "vllm-cpu-0.28.0" / "lib"
+    assert os.stat(a / "libbig.so").st_ino == os.stat(b / "libbig.so").st_ino
+    assert os.stat(a / "mod.py").st_ino != os.stat(b / "mod.py").st_ino
+    assert (b / "libbig.so").read_bytes() == big
+    per, total = envs.disk_usage(home)
+    # 3 MB shared library once, two 3 MB sources, two 2 MB own libraries (the store only links)
+    assert per["vllm-cpu-0.28.0"] == {"apparent_mb": 8, "own_mb": 5}
+    assert per[envs.STORE]["own_mb"] == 0 and total == 3 + 2 * 3 + 2 * 2

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Sequence
 
 from kvproof.bridge.client import worker_env
-from kvproof.envs import Env
+from kvproof.envs import Env, engine_refusal
 from kvproof.locks import file_lock
 from kvproof.replay.families import BootResult, Recipe
 from kvproof.settings import settings, vllm_cache_root
@@ -71,6 +71,9 @@ def boot_many(env: Env, recipes: Sequence[Recipe], probe: bool = False,
     release = env_release(env)
     if not recipes:
         return []
+    refusal = engine_refusal(env)  # a python-only environment has no kernels for this release
+    if refusal:
+        return [_failed(r, release, "python-only", refusal, [], 0.0) for r in recipes]
     work = Path(tempfile.mkdtemp(prefix="kvproof-boot-"))
     request = json.dumps({"recipes": [r.to_dict() for r in recipes], "workdir": str(work), "probe": probe})
     results: list[BootResult] = []
