@@ -1,0 +1,87 @@
+"""Reference models at their real dimensions through each release's own derivation (kvproof.bridge.derive).
+
+A few architectures per release (each derivation is ~0.3-3 s once vLLM is imported): the layout
+keeps every layer of the real depth, the release's own flag parser reads the vllm serve flags,
+the KV memory is sized without a user's number, and `check --config` judges the derived layout.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import require_env, worker_for
+
+from kvproof.checking import check_configs, derive_all
+from kvproof.config import Config, load_model_config
+from kvproof.verdicts import Tier, Verdict
+
+RELEASES = ("0.27.0", "0.28.0", "0.32.0")
+
+
+def extraction_flags(storage: str) -> list[str]:
+    """Hidden-state extraction as a user types it on the vllm serve command line (prefix caching on)."""
+    spec = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
+            "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}}}
+    ktc = {"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
+           "kv_connector_extra_config": {"shared_storage_path": storage}}
+    return ["--enable-prefix-caching", "--speculative-config", json.dumps(spec), "--kv-transfer-config",
+            json.dumps(ktc)]
+
+
+def _layers(name: str) -> tuple[int, int]:
+    """(Mamba layers, attention layers) of a NemotronH reference config, from its pattern."""
+    pattern = load_model_config(name)["hybrid_override_pattern"]
+    return pattern.count("M"), pattern.count("*")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_nemotron_h_8b_derives_at_real_depth(release):
+    require_env(release)
+    d, = derive_all(release, [Config(model="nemotron_h_8b", flags=("--enable-prefix-caching",))],
+                    worker_for(release))
+    assert d.error is None, d.error.line()
+    mamba, attention = _layers("nemotron_h_8b")
+    by_kind: dict[str, int] = {}
+    for g in d.raw["groups"]:
+        by_kind[g["kind"]] = by_kind.get(g["kind"], 0) + g["layers"]
+    assert by_kind == {"mamba": mamba, "full_attention": attention}, by_kind
+    sizes = [g.block_size for g in d.layout.groups]
+    assert d.log_line() == f"block_sizes={sizes}, hash_block_size={d.hash_block_size}"
+    # sized from the model's own specs: at least one max_model_len request of every layer fits
+    assert d.raw["kv_cache_memory_bytes"] > 0 and d.layout.max_model_len == 8192
+    assert d.peak_rss_mb is not None and d.peak_rss_mb < 2048
+
+
+def test_sliding_window_and_chunked_local_models_on_0_32():
+    release = "0.32.0"
+    require_env(release)
+    out = derive_all(release, [Config(model="gpt_oss"), Config(model="llama4", flags=("--max-model-len", "32768"))],
+                     worker_for(release))
+    for d in out:
+        assert d.error is None, (d.config.model, d.error.line())
+    kinds = [{g.kind for g in d.layout.groups} for d in out]
+    assert kinds == [{"sliding_window", "full_attention"}, {"chunked_local", "full_attention"}]
+    assert out[1].layout.max_model_len == 32768  # the flag, read by the release's own parser
+
+
+def test_a_refused_flag_is_the_release_answer_not_a_traceback():
+    release = "0.32.0"
+    require_env(release)
+    d, = derive_all(release, [Config(model="jamba", flags=("--mamba-cache-mode", "bogus"))], worker_for(release))
+    assert d.layout is None and d.error is not None and d.error.stage == "flags"
+    assert "mamba-cache-mode" in d.error.message and "Traceback" not in d.error.message
+
+
+def test_check_config_hidden_state_extraction_fails_only_on_0_27(tmp_path):
+    for r in RELEASES:
+        require_env(r)
+    cfg = Config(model="nemotron_h_8b", flags=tuple(extraction_flags(str(tmp_path))))
+    checks = check_configs([("nemotron_h_8b", cfg)], [require_env(r) for r in RELEASES], consumer=False)
+    verdicts = {c.env: [(r.verdict, r.tier) for r in c.rows] for c in checks}
+    assert all(c.not_derivable is None for c in checks), [c.not_derivable for c in checks]
+    by_release = dict(zip(RELEASES, (verdicts[require_env(r).name] for r in RELEASES)))
+    assert (Verdict.FAIL, Tier.MANAGER) in by_release["0.27.0"], by_release
+    assert all(v != Verdict.FAIL for r in ("0.28.0", "0.32.0") for v, _ in by_release[r]), by_release
+    layout = checks[0].derived.layout
+    assert [g.kind for g in layout.groups][-1] == "hidden_state"

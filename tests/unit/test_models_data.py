@@ -1,0 +1,110 @@
+"""Reference model configurations as data, real-model Configs, the layering, and judge rule C6 (no vLLM)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kvproof.config import SOURCE_KEY, Config, load_model_config, models_dir, reference_models
+from kvproof.consumer.oracles import Efficiency, Observation
+from kvproof.consumer.result import ConsumerResult
+from kvproof.errors import KvproofError, LayoutError
+from kvproof.judge import CONSUMER_WARN_FRACTION, judge_consumer
+from kvproof.verdicts import Verdict
+
+REQUIRED = ("nemotron_h_8b", "nemotron_h_nano_9b_v2", "granitemoehybrid", "jamba", "falcon_h1", "zamba2",
+            "qwen3_next", "qwen3_5", "lfm2", "bailing_moe_linear", "kimi_linear", "minimax", "deepseek_v4",
+            "gpt_oss", "gemma3", "llama4")
+
+
+def test_every_required_architecture_ships_a_config_that_names_its_source():
+    assert set(REQUIRED) <= set(reference_models())
+    for name in reference_models():
+        raw = json.loads((models_dir() / f"{name}.json").read_text())
+        assert isinstance(raw.get(SOURCE_KEY), str) and len(raw[SOURCE_KEY]) > 20, name
+        cfg = load_model_config(name)
+        assert SOURCE_KEY not in cfg and cfg["architectures"][0].endswith(("ForCausalLM",)), name
+        assert cfg["num_hidden_layers"] >= 8, f"{name}: a reference model keeps its real depth"
+
+
+def test_nemotron_h_8b_has_the_real_pattern():
+    cfg = load_model_config("nemotron_h_8b")
+    pattern = cfg["hybrid_override_pattern"]
+    assert len(pattern) == cfg["num_hidden_layers"] == 52
+    assert (pattern.count("M"), pattern.count("*"), cfg["hidden_size"], cfg["mamba_num_heads"]) == (24, 4, 4096, 128)
+
+
+def test_real_model_config_round_trip_and_one_line_errors(tmp_path):
+    c = Config.from_dict({"model": "jamba", "flags": ["--block-size", "64"]})
+    assert c.model == "jamba" and c.flags == ("--block-size", "64")
+    assert json.loads(c.to_json()) == {"model": "jamba", "flags": ["--block-size", "64"]}
+    assert Config.from_json(c.to_json()) == c
+    assert c.describe() == "jamba --block-size 64"
+    own = tmp_path / "m"
+    own.mkdir()
+    (own / "config.json").write_text(json.dumps({"architectures": ["JambaForCausalLM"], "num_hidden_layers": 8}))
+    mine = Config.from_dict({"model": str(own)})
+    assert mine.model == str(own.resolve()) and load_model_config(mine.model)["num_hidden_layers"] == 8
+    with pytest.raises(LayoutError, match="neither a reference configuration"):
+        Config.from_dict({"model": "no_such_model"})
+    with pytest.raises(LayoutError, match="block_size is a tiny-family knob"):
+        Config.from_dict({"model": "jamba", "block_size": 64})
+    with pytest.raises(LayoutError, match="flags .* go with model"):
+        Config.from_dict({"flags": ["--block-size", "64"]})
+    with pytest.raises(KvproofError, match="flags\\[0\\] must be a non-empty string"):
+        Config.from_dict({"model": "jamba", "flags": [3]})
+    (tmp_path / "bad.json").write_text(json.dumps({"model_type": "x"}))
+    with pytest.raises(LayoutError, match="names no architectures"):
+        load_model_config(str(tmp_path / "bad.json"))
+
+
+@pytest.mark.parametrize("module, forbidden", [
+    ("kvproof.config", ("kvproof.replay", "kvproof.bridge", "kvproof.derivation", "kvproof.checking")),
+    ("kvproof.derivation", ("kvproof.replay", "kvproof.bridge", "kvproof.checking")),
+])
+def test_layers_point_down(module, forbidden):
+    """Config and derivation import nothing above them (not even lazily, on use)."""
+    code = (f"import sys, {module} as m\n"
+            "from kvproof.config import Config\n"
+            "c = Config.from_dict({'model': 'jamba'}); Config().hf_config(); Config().llm_kwargs('/m', '/s')\n"
+            "if m.__name__ == 'kvproof.derivation':\n"
+            "    m.all_configs('0.32.0'); m.load_table('0.32.0')\n"
+            "print(' '.join(sorted(k for k in sys.modules if k.startswith('kvproof'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    loaded = out.stdout.split()
+    assert not [m for m in loaded if m.startswith(forbidden)], loaded
+
+
+def _result(hits, hash_block_size, hit_tokens):
+    reusable = sum(h["truth"] for h in hits)
+    eff = Efficiency(prompt_tokens=reusable + 100, reusable_tokens=reusable, hit_tokens=hit_tokens,
+                     admissions=len(hits))
+    return ConsumerResult("x", "t", [], {}, eff, scheduler_block_size=13824, hash_block_size=hash_block_size,
+                          hits=hits)
+
+
+def test_c6_compares_with_the_finest_granularity_and_shows_both_numbers():
+    # Three admissions sharing 20000 tokens: a hit at the 13824 LCM recomputes 6176 each; hits on
+    # every 384-token hash block would recompute 20000 % 384 = 32 each.
+    hits = [{"truth": 20000}] * 3
+    coarse = judge_consumer(_result(hits, 384, 3 * 13824))
+    assert coarse.verdict == Verdict.WARN and coarse.contract == "efficiency.consumer_prefix_reuse"
+    assert "30.9% recomputed" in coarse.note and "ideal at the finest granularity (384 tokens) 0.2% recomputed" \
+        in coarse.note and "6144 tokens lost per request" in coarse.note
+    fine = judge_consumer(_result(hits, 384, 3 * (20000 - 32)))
+    assert fine.verdict == Verdict.OK and "0 tokens lost per request" in fine.note
+    # the margin: just under it is OK, over it WARN (a granularity of 1000 tokens ideally recomputes 0)
+    near = [{"truth": 1000}] * 2
+    under = int(2000 * (1 - CONSUMER_WARN_FRACTION)) + 2
+    assert judge_consumer(_result(near, 1000, under)).verdict == Verdict.OK
+    assert judge_consumer(_result(near, 1000, under - 4)).verdict == Verdict.WARN
+
+
+def test_c6_without_per_admission_hits_keeps_the_unmeasured_rule():
+    r = ConsumerResult("x", "t", [Observation("efficiency", 0, "")][:0], {}, Efficiency(1000, 800, 700, 50, 4),
+                       scheduler_block_size=16, hash_block_size=16)
+    assert judge_consumer(r).verdict == Verdict.OK
