@@ -143,6 +143,24 @@ def test_a_consumer_assertion_while_serving_is_an_engine_fail():
     assert ev.verdict is Verdict.FAIL and ev.detail.startswith("serving:")
 
 
+def test_served_outputs_that_differ_with_prefix_caching_are_a_judged_engine_fail():
+    """The prefix-caching comparison is an observation the one judge turns into FAIL (rule 4)."""
+    sv = {"prompts": 2, "prefix_len": 64, "cached_tokens": [0, 64], "match": False, "mismatch": [1]}
+    ev = classify.engine_verdict(boot_result(token_ids=[[1, 2]], release="0.28.0", serve=sv))
+    assert ev.verdict is Verdict.FAIL and ev.tier is Tier.ENGINE and ev.detail.startswith("serving:")
+    assert ev.judgement.verdict is Verdict.FAIL and ev.judgement.observed.type == "oracle:prefix_caching_output"
+    same = classify.engine_verdict(boot_result(token_ids=[[1, 2]], release="0.28.0", serve={**sv, "match": True}))
+    assert same.verdict is Verdict.OK and same.judgement.verdict is Verdict.OK
+
+
+def test_a_boot_without_a_kv_layout_is_judged_error():
+    for b in (BootResult(ok=False, stage="engine", error_type="ValueError", error_message="bad config"),
+              BootResult(ok=True, stage="done")):
+        ev = classify.engine_verdict(b)
+        assert ev.verdict is Verdict.ERROR and ev.judgement.verdict is Verdict.ERROR and ev.layout is None
+        assert ev.detail.startswith("unrelated to block sizes: ")
+
+
 def test_a_cpu_kernel_error_while_serving_is_error_with_its_cause():
     """The GDN kernel's dtype refusal says nothing about block sizes: ERROR, cause and CPU printed."""
     b = boot_result(ok=False, stage="generate", release="0.28.0",

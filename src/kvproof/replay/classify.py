@@ -18,13 +18,18 @@ tier observed is ``engine_verdict`` (a ``Verdict`` at ``Tier.ENGINE``):
 - REJECTED when the resolver refused the configuration with a ValueError.
 
 ``engine_verdict`` turns a boot into an engine-tier Outcome (a consumer
-assertion as ``manager_error``, an unrelated failure as ``run_error``) and asks
-the one judge, ``kvproof.judge.judge(..., Tier.ENGINE)``.
+assertion as ``manager_error``, an unrelated failure as ``run_error``, a
+served output that differs from prefix caching off as the observation
+``oracle:prefix_caching_output`` in ``manager_error``) and asks the one judge,
+``kvproof.judge.judge(..., Tier.ENGINE)``; a boot that died before a KV layout
+was captured is an Outcome with only ``run_error`` (ERROR). ``failure_class``
+is the judge's contract rows of the resolution, relabelled: every verdict
+here comes from the judge, this module only words the detail.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvproof import contracts
@@ -72,21 +77,23 @@ class FailureClass:
 
 def failure_class(layout: Layout, outcome: Outcome) -> FailureClass:
     """What the contracts predict for ``layout`` given ``outcome`` (not what real vLLM did):
-    FAIL{violated ids}, REJECTED, WARN{hazard ids}, OK or NOT_EXPRESSIBLE."""
-    if not outcome.expressible:
+    FAIL{violated ids}, REJECTED, WARN{hazard ids}, OK or NOT_EXPRESSIBLE.
+
+    The judge's rows of the resolution alone (what the manager or the run did
+    removed): its LATENT contracts are the predicted FAIL class; a resolver
+    exception, or a manager refusal by design, is REJECTED."""
+    j = judge(layout, replace(outcome, manager_error=None, run_error=None))
+    if j.verdict is Verdict.NOT_EXPRESSIBLE:
         return FailureClass(Verdict.NOT_EXPRESSIBLE, ())
-    violated = contracts.check(layout, outcome)
-    if violated:
-        return FailureClass(Verdict.FAIL, tuple(sorted({v.contract.id for v in violated})))
-    if outcome.resolver_error is not None or contracts.unsupported_by_design(outcome):
+    if j.latent:
+        return FailureClass(Verdict.FAIL, tuple(sorted({v.contract.id for v in j.latent})))
+    if j.observed is not None or contracts.unsupported_by_design(outcome):
         return FailureClass(Verdict.REJECTED, ())
-    warns = contracts.warnings(layout, outcome)
-    return FailureClass(Verdict.WARN if warns else Verdict.OK, tuple(sorted({w.contract.id for w in warns})))
+    return FailureClass(Verdict.WARN if j.warnings else Verdict.OK, tuple(sorted({w.contract.id for w in j.warnings})))
 
 
 def function_outcome(outcome: Outcome) -> Outcome:
     """The function tier's view: the resolver's result without the manager stage."""
-    from dataclasses import replace
     return replace(outcome, manager_attempted=False, manager_error=None, coordinator="")
 
 
@@ -188,11 +195,12 @@ def engine_verdict(boot: BootResult) -> EngineVerdict:
     """Judge one boot by what real vLLM did; the contracts only turn a clean boot into LATENT or WARN."""
     layout = live_layout(boot)
     if layout is None:  # died before the resolver saw a layout: nothing about block sizes
-        if not boot.ok:
-            return EngineVerdict(Verdict.ERROR, None, f"unrelated to block sizes: {boot.stage}: "
-                                                      f"{_error_cause(boot)}", None)
-        return EngineVerdict(Verdict.ERROR, None, "unrelated to block sizes: booted but no KV layout was captured",
-                             None)
+        why = (f"{boot.stage}: {_error_cause(boot)}" if not boot.ok else "booted but no KV layout was captured")
+        # Nothing resolved, so the judge never reads the (absent) layout: rule 2, ERROR.
+        j = judge(None, Outcome(layout_hash="", vllm_version=boot.release, source="engine",
+                                run_error=StageError(boot.error_type or "NoKVLayout", why, boot.error_frame)),
+                  Tier.ENGINE)
+        return EngineVerdict(j.verdict, None, f"unrelated to block sizes: {why}", None, j.tier, (), j)
     cls = failure_class(layout, live_outcome(boot, layout))
     j = judge(layout, live_outcome(boot, layout, with_run_error=True), Tier.ENGINE)
     cause = _error_cause(boot)
@@ -202,9 +210,12 @@ def engine_verdict(boot: BootResult) -> EngineVerdict:
         what += "; " + serve_line(sv)
         if not sv.get("match", True) and boot.ok:
             # Served with prefix caching on, the output differs from the same engine without it:
-            # a wrong prefix hit (or a connector pairing a hash with the wrong tokens) observed.
-            return EngineVerdict(Verdict.FAIL, cls, f"serving: {serve_line(sv)}", layout, Tier.ENGINE,
-                                 _ids(j.latent) or cls.ids, j)
+            # a wrong prefix hit (or a connector pairing a hash with the wrong tokens) observed,
+            # judged as a block-size consumer misbehaving while serving (rule 4).
+            ids = _ids(j.latent) or cls.ids
+            seen = StageError("oracle:prefix_caching_output", serve_line(sv))
+            j = judge(layout, replace(live_outcome(boot, layout), manager_error=seen), Tier.ENGINE)
+            return EngineVerdict(j.verdict, cls, f"serving: {serve_line(sv)}", layout, j.tier, ids, j)
     if j.verdict == Verdict.FAIL:
         where = "serving" if boot.stage in ("generate", "serve") else ("resolver" if j.observed is not None and
                                                             boot.scheduler_block_size is None else "startup")
