@@ -1,8 +1,23 @@
 """kvproof: prove, fuzz and replay vLLM's KV cache block-size resolution.
 
 The data flow is Layout -> bridge -> real vLLM -> Outcome -> contracts ->
-report / corpus. Nothing in this package imports vLLM except
-``kvproof.bridge.worker``, which runs inside a vLLM environment.
+report / corpus. Only the modules in ``VLLM_SIDE`` import vLLM; each runs
+inside a vLLM environment (started there as ``<env>/bin/python -m ...``, or
+imported by one that was): the bridge worker's runtime and builder, the
+derive step, the consumer worker, harness and fuzz target, the engine boot
+and the atheris harnesses. Everything else, the client side included, never
+imports vLLM (tests/unit/test_vllm_side.py keeps this list true).
 """
 
 __version__ = "0.1.0"
+
+VLLM_SIDE = (
+    "kvproof.bridge.build",
+    "kvproof.bridge.derive",
+    "kvproof.bridge.runtime",
+    "kvproof.consumer.fuzz",
+    "kvproof.consumer.harness",
+    "kvproof.consumer.worker",
+    "kvproof.fuzz.harness",
+    "kvproof.replay.boot",
+)

@@ -1,0 +1,43 @@
+"""The package docstring's claim: only ``kvproof.VLLM_SIDE`` imports vLLM (found in the source, not listed by hand)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import kvproof
+
+
+def _modules():
+    """(module name, source path) of every module of the installed kvproof packages."""
+    import kvproof.fuzz
+    import kvproof.spec
+    import kvproof.verify
+    roots = {"kvproof": Path(kvproof.__file__).parent, "kvproof.spec": Path(kvproof.spec.__file__).parent,
+             "kvproof.verify": Path(kvproof.verify.__file__).parent, "kvproof.fuzz": Path(kvproof.fuzz.__file__).parent}
+    for pkg, root in roots.items():
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(root).with_suffix("")
+            if pkg == "kvproof" and rel.parts[0] in ("spec", "verify", "fuzz"):
+                continue
+            parts = [p for p in rel.parts if p != "__init__"]
+            yield ".".join([pkg, *parts]), path
+
+
+def _imports_vllm(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+        if any(n == "vllm" or n.startswith("vllm.") for n in names):
+            return True
+    return False
+
+
+def test_only_the_listed_modules_import_vllm():
+    found = {name for name, path in _modules() if _imports_vllm(path)}
+    assert found == set(kvproof.VLLM_SIDE), (f"import vLLM but are not in kvproof.VLLM_SIDE: {found - set(kvproof.VLLM_SIDE)}; "
+                                             f"listed but import no vLLM: {set(kvproof.VLLM_SIDE) - found}")
+
+
+def test_the_scan_sees_an_import():
+    assert _imports_vllm(Path(kvproof.__file__).parent / "bridge" / "runtime.py")
