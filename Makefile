@@ -2,15 +2,18 @@
 PY        ?= python3
 VENV      := .venv
 VPY       := $(VENV)/bin/python
-RELEASES  ?= 0.27.0 0.28.0 0.32.0
-VLLM      ?= 0.32.0
+# Releases come from the one release list (spec/facts.py); RELEASES selects a subset of it:
+# ci (oldest, seed pair, newest CPU, newest: what make test runs), all, cpu, python-only,
+# or releases by name. `kvproof env releases SUBSET` prints one.
+RELEASES  ?= ci
+VLLM      ?= default
 FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= $(shell nproc)
 VERIFY_ARGS ?=
 PYTEST_ARGS ?=
 export KVPROOF_REQUIRE_ENVS := 1
 
-.PHONY: verify test unit envs fuzz fuzz-continuous replay matrix bench clean
+.PHONY: verify test unit envs envs-all fuzz fuzz-continuous replay matrix bench clean
 
 $(VENV)/.stamp: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,20 +23,24 @@ $(VENV)/.stamp: pyproject.toml
 envs: $(VENV)/.stamp
 	$(VPY) -m kvproof env create $(RELEASES)
 
-verify: envs
+# Every managed release: verify checks each modelled revision against its real code.
+envs-all: $(VENV)/.stamp
+	$(VPY) -m kvproof env create all
+
+verify: envs-all
 	$(VPY) -m kvproof verify $(VERIFY_ARGS)
 
 test: envs
-	$(VPY) -m pytest $(PYTEST_ARGS)
+	KVPROOF_RELEASES="$(RELEASES)" $(VPY) -m pytest $(PYTEST_ARGS)
 
 unit: $(VENV)/.stamp
 	$(VPY) -m pytest tests/unit
 
 fuzz: envs
-	$(VPY) -m kvproof fuzz --vllm $(VLLM) --seconds $(FUZZ_SECONDS)
+	$(VPY) -m kvproof fuzz --vllm $$($(VPY) -m kvproof env releases $(VLLM)) --seconds $(FUZZ_SECONDS)
 
 fuzz-continuous: envs
-	$(VPY) -m kvproof fuzz --vllm $(VLLM) --continuous --jobs $(FUZZ_JOBS)
+	$(VPY) -m kvproof fuzz --vllm $$($(VPY) -m kvproof env releases $(VLLM)) --continuous --jobs $(FUZZ_JOBS)
 
 # The seed class by default; MATRIX=corpus/ runs every file (engine synthesis: slow).
 MATRIX ?= corpus/28ac3a5ad68a6bff.json

@@ -1,6 +1,6 @@
 """Shared fixtures: real vLLM workers, one per release per test session.
 
-`make test` builds every managed environment first and sets
+`make test` builds the environments of its releases first (RELEASES) and sets
 KVPROOF_REQUIRE_ENVS=1, so a missing environment fails there instead of
 silently skipping; a bare `pytest` on a machine without them skips.
 """
@@ -14,6 +14,15 @@ import pytest
 from kvproof import envs
 from kvproof.bridge.client import Worker
 from kvproof.errors import EnvError
+from kvproof.settings import settings
+from kvproof.spec import facts
+
+# The releases tests run on, from the one release list (spec/facts.py): KVPROOF_RELEASES
+# (the Makefile's RELEASES; default the ci subset: oldest, the seed pair, newest CPU, newest).
+RELEASES: tuple[str, ...] = tuple(envs.resolve(list(settings().releases)))
+# Of those, the releases with their own CPU wheel: the tiers that need the release's compiled
+# kernels (engine boots) or a measured table per release (derive).
+CPU_RELEASES: tuple[str, ...] = tuple(r for r in RELEASES if r in facts.CPU_RELEASES)
 
 
 def require_env(release: str) -> envs.Env:

@@ -17,7 +17,7 @@
 # $GITHUB_STEP_SUMMARY when set). Exit 0 green, 1 red, 2 not checkable / usage.
 #
 # Settings (environment): KVPROOF (command, default `kvproof`), KVPROOF_BASE (release, default
-# 0.32.0), KVPROOF_FUZZ_SECONDS (60), KVPROOF_VERIFY_ARGS (extra `kvproof verify` flags),
+# kvproof's default release: `kvproof env releases default`, from spec/facts.py), KVPROOF_FUZZ_SECONDS (60), KVPROOF_VERIFY_ARGS (extra `kvproof verify` flags),
 # KVPROOF_CORPUS_DIR (corpus/ of the kvproof checkout, default ./corpus), KVPROOF_OVERLAY (pr-check),
 # KVPROOF_WORK (scratch folder, default ./kvproof-ci), KVPROOF_PYTHON (the interpreter kvproof is
 # installed in, default python3), KVPROOF_DRIFT_COUNT (fuzzed layouts for the drift workflow, 200).
@@ -27,7 +27,7 @@ SRC=${1:?usage: check_vllm_pr.sh VLLM_CHECKOUT [PR_REF] [BASE_REF]}
 REF=${2:-HEAD}
 SINCE=${3:-}
 KV=${KVPROOF:-kvproof}
-BASE=${KVPROOF_BASE:-0.32.0}
+BASE=${KVPROOF_BASE:-$($KV env releases default)}
 SECONDS_FUZZ=${KVPROOF_FUZZ_SECONDS:-60}
 NAME=${KVPROOF_OVERLAY:-pr-check}
 CORPUS=${KVPROOF_CORPUS_DIR:-corpus}

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
 from kvproof.spec import facts
-from kvproof.spec.revisions import revision_for
+from kvproof.spec.revisions import revision_or_newest
 from kvproof.verdicts import Tier
 
 SAFETY = "safety"
@@ -156,11 +156,9 @@ def unitary_block_size(layout: Layout, out: Outcome) -> int:
 
 
 def _revision(out: Outcome) -> str:
-    """The modelled revision of the release that produced ``out`` (0.32's rules past the table)."""
-    try:
-        return revision_for(out.vllm_version)
-    except KeyError:
-        return "0.32"
+    """The modelled revision of the release that produced ``out``; past the table the newest
+    revision's rules, named with a drift alarm (kvproof.spec.revisions.revision_or_newest)."""
+    return revision_or_newest(out.vllm_version)
 
 
 def dcp_refused(layout: Layout, revision: str) -> list[str]:

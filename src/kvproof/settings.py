@@ -15,6 +15,9 @@ KVPROOF_SYNTH_HOME          engine-synthesiser memo (<cache>/synth)
 KVPROOF_CORPUS              the findings corpus (./corpus)
 KVPROOF_OUT                 reports and unrecorded counterexamples (./out)
 KVPROOF_REQUIRE_ENVS        1: a test needing a missing vLLM environment fails, not skips
+KVPROOF_RELEASES            releases the tests run on: a subset of the release list in
+                            spec/facts.py (ci, all, cpu, python-only, default) or release
+                            names, comma/space separated (ci); the Makefile's RELEASES sets it
 KVPROOF_ENGINE_ALL          1: engine tests boot every family on every release
 KVPROOF_GPU_PYTHON          interpreter of a CUDA vLLM for the gpu tests
 KVPROOF_FUZZ_WORKDIR        harness: campaign folder (seen/, stats/, conformance/)
@@ -64,6 +67,7 @@ class Settings:
     out: Path
     require_envs: bool
     engine_all: bool
+    releases: tuple[str, ...]
 
     @classmethod
     def from_environ(cls) -> "Settings":
@@ -78,6 +82,7 @@ class Settings:
             out=_path("KVPROOF_OUT", Path("out")),
             require_envs=_flag("KVPROOF_REQUIRE_ENVS"),
             engine_all=_flag("KVPROOF_ENGINE_ALL"),
+            releases=tuple((os.environ.get("KVPROOF_RELEASES") or "ci").replace(",", " ").split()),
         )
 
 

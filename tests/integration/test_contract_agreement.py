@@ -25,7 +25,7 @@ from kvproof.verdicts import Tier
 from conftest import require_env
 
 pytestmark = pytest.mark.integration
-RELEASES = ("0.27.0", "0.28.0", "0.32.0")
+from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, spec/facts.py)
 N = 3000
 
 PROBE = r"""

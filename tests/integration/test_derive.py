@@ -18,7 +18,7 @@ from kvproof.layout import Layout
 from kvproof.replay.engine import boot_many
 from kvproof.replay.families import Recipe
 
-RELEASES = ("0.27.0", "0.28.0", "0.32.0")
+from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, spec/facts.py)
 
 # Two recipes per release: hidden-state extraction in align mode (the seed's shape,
 # page-size unification makes the hidden-state group small), and a model left at

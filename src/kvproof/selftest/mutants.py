@@ -13,13 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvproof.errors import UsageError
+from kvproof.spec import facts
 
 UTILS = "vllm/v1/core/kv_cache_utils.py"
 COORD = "vllm/v1/core/kv_cache_coordinator.py"
 POOL = "vllm/v1/core/block_pool.py"
 CLASSES = ("operator", "dropped-condition", "fallback", "dcp", "validation-skipped", "validation-over-eager",
            "consumer")
-RELEASE = "0.32.0"  # the release the anchors are written against
+# The release the anchors are written against: the default of the one release list (spec/facts.py);
+# when the default moves, the anchor check (every anchor present once) says which need rewriting.
+RELEASE = facts.DEFAULT_RELEASE
 
 
 @dataclass(frozen=True)
