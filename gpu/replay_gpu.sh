@@ -21,6 +21,8 @@
 #          the other side (CPU offloading needs a GPU), here they can.
 #      The live layout may differ from CPU (other attention backend, other kernel block sizes): the
 #      table shows what the GPU engine really built.
+# KVPROOF_GPU_LEFT: set by this script (the seconds of GPU_BUDGET_S left) and read by its Python part
+#   below as the deadline for the boots (400 when unset).
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu/out}"

