@@ -64,7 +64,6 @@ MAMBA_MODES = {  # revision -> the Literal's values
     "0.31": ("align", "all", "none"),
     "0.32": ("align", "none"),
 }
-CACHING_MAMBA_MODE = "align"  # what the hybrid config hook picks for "none" with prefix caching on (0.28+)
 
 # --- spec fields that only some releases have ---------------------------------
 F_PREFIX_CACHEABLE = "prefix_cacheable"  # KVCacheSpec.prefix_cacheable (0.29)

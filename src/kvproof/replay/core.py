@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 from kvproof import checking, corpus, envs
 from kvproof.envs import Env
-from kvproof.errors import EnvError, KvproofError
+from kvproof.errors import EnvError
 from kvproof.fsio import atomic_write
 from kvproof.judge import judge
 from kvproof.layout import Layout
@@ -341,7 +341,3 @@ def record(path: str, layout: Layout, rows: Sequence[ReplayRow]) -> Layout:
     new = layout.with_meta(**meta)
     corpus.rewrite(Path(path), new)
     return new
-
-
-class ReplayError(KvproofError):
-    pass
