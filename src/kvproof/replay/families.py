@@ -132,9 +132,11 @@ class BootResult:
     error_frame: str = ""  # last vLLM frame: file:line in function
     log_tail: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    # Requests that reach the consumer (kvproof.replay.boot.serve_compare): prompts sharing a prefix
-    # served with prefix caching on, then by a fresh engine with caching off (same seed, greedy):
-    # {"prefix_len", "prompts", "cached_tokens", "on", "off", "match", "mismatch"}; {} = not run.
+    # Requests that reach the consumer (the "serve" stage of kvproof.replay.boot.boot: serve_prompts,
+    # then serve): prompts sharing a prefix served with prefix caching on, then by a fresh engine with
+    # caching off (same seed, greedy):
+    # {"prefix_len", "prompts", "prompt_lens", "cached_tokens", "on", "off", "match", "mismatch"};
+    # {} = not run.
     serve: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
