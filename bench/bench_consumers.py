@@ -15,9 +15,11 @@ target's operation (``Bridge(fast=True).evaluate(layout, manager=True)``) for it
 execs/s. Speed is measured after start-up: ``Target()`` imports vLLM and runs
 ``Harness.warm`` (one small run per connector: vLLM's lazy imports), both timed
 apart; per input the consumer's own ``seconds`` (median, p95, max) and ms per
-scheduler step. "holds, FAIL" rows are listed by failure class with what they
-are (a failure the block-size contracts do not claim to predict is not a
-disagreement about block sizes; the report says which). Writes
+scheduler step. "holds, FAIL" rows are listed by failure class with what the
+data says of each (exception, bare assert or not, releases, raising file);
+what a class is (a failure the block-size contracts do not claim to predict is
+not a disagreement about block sizes) is a person's reading of vLLM's code,
+kept by hand in bench/notes/consumer_missed.md, which the report points at. Writes
 ``bench/results/consumer_agreement.md``; the machine's load average is read
 before and after (2 shared cores: numbers are indicative).
 """
@@ -84,35 +86,9 @@ real_stdout.write(json.dumps({"vllm": t.version, "rows": rows, "t_cons": t_cons,
                               "startup": startup, "warm": t.warm_seconds}) + "\n")
 '''
 
-# What a "holds, FAIL" class is, by needles of its "message @ frame" (frames carry each
-# release's line). A class without an entry is listed as unexplained.
-MISSED_NOTES = (
-    (("simple_kv_offload/manager.py:102 in __init__", "simple_kv_offload/manager.py:107 in __init__",
-      "simple_kv_offload/manager.py:193 in __init__"),
-     "`SimpleCPUOffloadConnector`'s scheduler side asserts, with no message, that the KV cache has a "
-     "full-attention group (`assert 0 <= self.fa_gidx < ...`): a real vLLM defect (a bare assert instead "
-     "of a clear refusal) on layouts without full attention, not a block-size question; "
-     "`tests/consumer/test_vllm_findings.py` pins it per release."),
-    (("KeyError: 'rN' @ vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py:523 "
-      "in request_finished",),
-     "`ExampleHiddenStatesConnector.request_finished` pops a request it never saw (`KeyError` for a request "
-     "aborted before its first schedule): a real vLLM bug in 0.27.0/0.28.0, fixed in 0.32.0 "
-     "(`pop(req_id, None)`, vllm#56841), not a block-size question; `tests/consumer/test_vllm_findings.py` "
-     "pins it."),
-    (("offloading/scheduler.py:118 in get_sliding_window_size_in_chunks",),
-     "0.27.0's `OffloadingConnector` scheduler sizes each group's reach-back window for sliding-window, "
-     "Mamba and full-attention specs only and asserts, with no message, that any other group is full "
-     "attention (`assert isinstance(kv_cache_spec, FullAttentionSpec)`); a chunked-local group (the examples) "
-     "fails it. 0.28.0 added the `ChunkedLocalAttentionSpec` case. A group-kind limitation behind a bare "
-     "assert, not a block-size question."),
-    (("offloading/scheduler.py:167 in resolve_mamba_align_size",
-      "offloading/scheduler.py:171 in resolve_mamba_align_size"),
-     "`OffloadingConnector`'s `resolve_mamba_align_size` asserts, with no message, that every align-mode "
-     "Mamba group has the same tokens per offloaded chunk (group block size x blocks per chunk): a block-size "
-     "precondition of this connector that the two contracts here do not state (they ask for divisibility "
-     "by the hash size). The examples have Mamba groups of different block sizes; one model has one "
-     "`mamba_block_size`, so whether a real configuration reaches it is not settled by this bench."),
-)
+# What each "holds, FAIL" class is, is a person's reading of vLLM's code: it lives in
+# NOTES (written by hand), not in this script; the result file points at it.
+NOTES = "bench/notes/consumer_missed.md"
 
 
 def run_release(release: str, n: int, seconds: float) -> dict:
@@ -195,12 +171,25 @@ def missed(data: dict) -> list[str]:
     if not classes:
         return ["- none"]
     out = []
+    releases = list(data)
     for (sig, where), c in sorted(classes.items(), key=lambda kv: -sum(kv[1]["n"].values())):
-        note = next((why for needles, why in MISSED_NOTES if any(x in f"{sig} @ {where}" for x in needles)),
-                    "not explained by this script: look at it.")
         counts = ", ".join(f"{k} {v}" for k, v in sorted(c["n"].items()))
-        out.append(f"- `{sig}` at `{where or '-'}` (inputs: {counts}; e.g. `{c['example']['layout']}`): {note}")
+        out.append(f"- `{sig}` at `{where or '-'}` (inputs: {counts}; e.g. `{c['example']['layout']}`): "
+                   + described(sig, where, {k.split(" ")[0] for k in c["n"]}, releases))
     return out
+
+
+def described(sig: str, where: str, seen: set[str], releases: list[str]) -> str:
+    """What the data says of one class: the exception, whether it carries a message, which
+    measured releases raised it, and the raising file (what it means: NOTES, by hand)."""
+    typ, _, msg = sig.partition(": ")
+    bits = [f"`{typ}`" + (" with no message (a bare assert)" if typ == "AssertionError" and not msg.strip() else "")]
+    absent = [r for r in releases if r not in seen]
+    bits.append(f"raised on {', '.join(r for r in releases if r in seen)}"
+                + (f", not on {', '.join(absent)}" if absent else ", every release measured"))
+    if where:
+        bits.append(f"in `{where.split(':')[0].removeprefix('vllm/')}`")
+    return "; ".join(bits) + "."
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -253,11 +242,13 @@ def _main(argv) -> int:
              "refusals (a manager or consumer assertion refusing an unsupported shape, "
              "`contracts.UNSUPPORTED_BY_DESIGN`: not a block-size question) are excluded from the 2x2 and "
              "counted apart. A \"holds, FAIL\" row is a real failure the block-size contract does not "
-             "predict; the classes below say whether it is a block-size failure at all.", ""]
+             "predict; whether a class is a block-size failure at all is a reading of vLLM's code, written by "
+             f"hand in `{NOTES}`.", ""]
     lines += table(data)
     lines += ["", "## \"holds, FAIL\" classes (what the contracts missed)", "",
               "Per class (message with numbers erased; vLLM frame): inputs per release and contract family, an "
-              "example, and what it is.", ""] + missed(data)
+              "example, and what the data says of it. What each class is (a reading of vLLM's code, written "
+              f"by hand and keyed by the frame) is in `{NOTES}`.", ""] + missed(data)
     lines += ["", "## Speed (one core)", "",
               "After start-up (vLLM import + `Harness.warm`, in the start-up column). execs/s = inputs / "
               "the consumer runs' summed `seconds`; median, p95 and slowest input; ms per scheduler step over "
