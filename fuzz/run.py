@@ -133,13 +133,13 @@ class Campaign:
         else:
             self.env = envs.find(args.vllm)
             self._release = label = args.vllm
-        where = settings()
+        where = settings()  # its folders may be relative to the working directory: made absolute here
         if args.continuous:
-            self.workdir = Path(args.workdir or where.fuzz_home / label / args.target)
+            self.workdir = Path(args.workdir or where.fuzz_home / label / args.target).absolute()
         else:
-            self.workdir = Path(args.workdir or where.out / "fuzz" / label / args.target)
+            self.workdir = Path(args.workdir or where.out / "fuzz" / label / args.target).absolute()
         self.corpus = Path(args.corpus_dir) if args.corpus_dir else self.workdir / "corpus"
-        self.crash_dir = Path(args.crash_dir) if args.crash_dir else where.corpus
+        self.crash_dir = Path(args.crash_dir) if args.crash_dir else where.corpus.absolute()
         if args.target == "consumers" and not args.crash_dir:
             self.crash_dir = self.crash_dir / "consumers"  # Layout + stream; never collides with contract finds
         self.artifacts = self.workdir / "artifacts"
@@ -384,6 +384,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="time-boxed canary on a buggy release: exit 0 when a violation is found, 1 when not")
     p.add_argument("libfuzzer", nargs="*", help="extra libFuzzer flags after --")
     args = p.parse_args(argv)
+    # Every campaign path absolute, once, here: the harness runs with cwd=<workdir>/logs.
+    for name in ("workdir", "corpus_dir", "crash_dir", "python"):
+        if getattr(args, name):
+            setattr(args, name, str(Path(getattr(args, name)).expanduser().absolute()))
     args.seconds_given = args.seconds is not None
     if args.seconds is None:
         args.seconds = 60

@@ -102,8 +102,9 @@ def engine_cache_block_size(rule: str, sizes: Sequence[int], cacheable: Sequence
 # Names registered in KVConnectorFactory (what kv_transfer_config.kv_connector
 # accepts), and the subset whose class implements SupportsHMA (hybrid layouts
 # keep the hybrid KV cache manager with them). The resolver itself only asks
-# whether a connector is configured. 0.29 and 0.31 have no environment here: their
-# lists repeat 0.28's, unchecked (tests/integration/test_facts.py checks the installed ones).
+# whether a connector is configured. Read back from every managed release (0.27.0-0.33.0)
+# by tests/integration/test_facts.py: 0.31 already registers 0.32's HiSparseConnector and
+# has MoRIIOConnector/HiSparseConnector as SupportsHMA.
 _REGISTERED_027 = ("ExampleConnector", "ExampleHiddenStatesConnector", "LMCacheConnectorV1",
                    "LMCacheMPConnector", "NixlConnector", "NixlPullConnector", "NixlPushConnector",
                    "MultiConnector", "MoRIIOConnector", "OffloadingConnector", "DecodeBenchConnector",
@@ -113,8 +114,10 @@ _HMA_027 = ("MultiConnector", "ExampleHiddenStatesConnector", "MooncakeConnector
             "SimpleCPUOffloadConnector", "OffloadingConnector", "DecodeBenchConnector", "NixlConnector",
             "NixlPullConnector", "NixlPushConnector")
 REGISTERED_CONNECTORS = {"0.27": _REGISTERED_027, "0.28": _REGISTERED_027, "0.29": _REGISTERED_027,
-                         "0.31": _REGISTERED_027, "0.32": _REGISTERED_027 + ("HiSparseConnector",)}
-HYBRID_CONNECTORS = {"0.27": _HMA_027, "0.28": _HMA_027, "0.29": _HMA_027, "0.31": _HMA_027,
+                         "0.31": _REGISTERED_027 + ("HiSparseConnector",),
+                         "0.32": _REGISTERED_027 + ("HiSparseConnector",)}
+HYBRID_CONNECTORS = {"0.27": _HMA_027, "0.28": _HMA_027, "0.29": _HMA_027,
+                     "0.31": _HMA_027 + ("MoRIIOConnector", "HiSparseConnector"),
                      "0.32": _HMA_027 + ("MoRIIOConnector", "HiSparseConnector")}
 DEFAULT_CONNECTOR = "OffloadingConnector"  # what generators pick when a layout wants "a connector"
 HIDDEN_STATES_CONNECTOR = "ExampleHiddenStatesConnector"  # producer for extract_hidden_states
