@@ -17,7 +17,12 @@ What the bytes choose:
   multiples of 16 up to 4096 as page alignment produces, a multiple of an
   earlier group's size, a divisor-ish of one), and the flags the release has
   (ring-buffer ``prefix_cacheable=false``, ``dcp_sharded``, ``tokens_per_state``,
-  sliding window / chunk sizes);
+  sliding window / chunk sizes). Per-state compression (``tokens_per_state``)
+  follows the premise: ``engine`` puts it only on the kinds whose in-tree specs
+  carry it (facts.COMPRESSED_KINDS: MLA, as DeepSeek-V4 / GLM-5-next indexers /
+  QSA do), at a real compress ratio (4, 128) and on a block of whole states,
+  never on Mamba; ``free`` puts any value on any kind whose spec class has the
+  field;
 - prefix caching on/off, a KV connector on/off, dcp in 1/2/4/8,
   ``prefix_match_unit`` none or a value (a group size, a power of two, any),
   max_model_len;
@@ -25,8 +30,12 @@ What the bytes choose:
   ``engine`` (default) derives them the way a real engine does before the
   resolver runs (mode "none" when prefix caching is off, "align" or the
   release's other caching mode when on; cache block size = the smallest
-  prefix-cacheable group's block size, all groups if none), so a violation
-  is reachable by an engine boot; ``free`` lets the bytes choose both, as a
+  prefix-cacheable group's block size, all groups if none, by the release's
+  rule ``Caps.engine_block_size_over``) and applies the engine premise's
+  group facts (``engine_groups``: one Mamba block size, max_model_len in
+  mode none, a cacheable group beside ring buffers, one spec one group,
+  chunked-local promoted beside other kinds), so a violation is reachable by
+  an engine boot; ``free`` lets the bytes choose both, as a
   direct caller of ``resolve_kv_cache_block_sizes`` could. Without a Mamba
   group the mode is irrelevant and always "align" (the Layout default), so
   equivalent inputs share one content hash.
@@ -34,7 +43,7 @@ What the bytes choose:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import gcd
 from typing import Any, Iterable
 
@@ -63,16 +72,25 @@ BS_SMALL, BS_POW2, BS_ODD, BS_PAGE, BS_MULT, BS_DIV = range(6)
 
 @dataclass(frozen=True)
 class Caps:
-    """What a release can express; the harness introspects it from the Builder."""
+    """What a release can express, and the per-kind facts of its engine premise.
+
+    The fuzz harness fills it at start-up by introspecting the release's own spec
+    classes (``kvproof.fuzz.harness.release_caps``): which kinds exist, which spec
+    classes carry ``tokens_per_state`` / ``dcp_sharded`` fields, whether ring buffers
+    (CircularBufferSpec) exist, the Mamba modes, and the engine's block-size rule.
+    """
 
     kinds: tuple[str, ...] = KINDS
     modes: tuple[str, ...] = facts.ALL_MAMBA_MODES
     ring_buffer: bool = True  # CircularBufferSpec: prefix_cacheable=false on attention
     dcp_sharded_attention: bool = True
     dcp_sharded_mamba: bool = True
-    tokens_per_state_mamba: bool = True
-    tokens_per_state_attention: bool = False  # Layout allows tokens_per_state on mamba only
+    # kinds whose spec class has a tokens_per_state field (MambaSpec, AttentionSpec: 0.29+)
+    tokens_per_state_kinds: tuple[str, ...] = KINDS
+    # of those, the kinds whose in-tree builders set tokens_per_state > 1 (facts.COMPRESSED_KINDS)
+    compressed_kinds: tuple[str, ...] = facts.COMPRESSED_KINDS
     prefix_match_unit: bool = True
+    engine_block_size_over: str = "prefix_cacheable"  # facts.ENGINE_BLOCK_SIZE_OVER of the release
 
     @property
     def caching_modes(self) -> tuple[str, ...]:
@@ -123,7 +141,7 @@ def _block_size(i: Any, prev: list[int]) -> int:
 _DCP_CHOICES = (None, True, False)
 
 
-def _spec(i: Any, b: Any, caps: Caps, prev: list[int]) -> tuple[Group, int]:
+def _spec(i: Any, b: Any, caps: Caps, prev: list[int], premise: str) -> tuple[Group, int]:
     # The bytes are read by the full schema whatever the release, so one input
     # (a seed, a corpus entry) means the same layout everywhere it can; what
     # the release lacks is then dropped (flags) or mapped (kind, mode).
@@ -132,7 +150,7 @@ def _spec(i: Any, b: Any, caps: Caps, prev: list[int]) -> tuple[Group, int]:
     prefix_cacheable = dcp_sharded = tokens_per_state = sliding_window = chunk = None
     attention = kind in _DCP_FLAG_KINDS
     mamba = kind == "mamba"
-    if (kind == "full_attention" or kind == "sliding_window") and b() and caps.ring_buffer:
+    if kind in facts.RING_BUFFER_KINDS and b() and caps.ring_buffer:
         prefix_cacheable = False
     if attention or mamba:
         dcp_sharded = _DCP_CHOICES[i(0, 2)]
@@ -140,9 +158,19 @@ def _spec(i: Any, b: Any, caps: Caps, prev: list[int]) -> tuple[Group, int]:
             dcp_sharded = None  # False is MambaSpec's default: one spelling only
         if not (caps.dcp_sharded_attention if attention else caps.dcp_sharded_mamba):
             dcp_sharded = None
-    if mamba and b():
+    # Per-state compression. Engine premise: only on the kinds whose in-tree specs carry it
+    # (facts.COMPRESSED_KINDS: MLA), at a real compress ratio, on a block of whole states.
+    # Free premise: any value on any kind whose spec class has the field (Mamba included).
+    if premise == "engine":
+        if kind in facts.COMPRESSED_KINDS and b():
+            tokens_per_state = facts.COMPRESS_RATIOS[i(0, len(facts.COMPRESS_RATIOS) - 1)]
+            if kind in caps.compressed_kinds and kind in caps.tokens_per_state_kinds:
+                bs = facts.compressed_block_size(bs, tokens_per_state)
+            else:
+                tokens_per_state = None
+    elif b():
         tokens_per_state = TOKENS_PER_STATE[i(0, len(TOKENS_PER_STATE) - 1)]
-        if not caps.tokens_per_state_mamba:
+        if kind not in caps.tokens_per_state_kinds or prefix_cacheable is False:
             tokens_per_state = None
     if kind == "sliding_window" and b():
         sliding_window = i(1, 1 << 17)
@@ -154,16 +182,31 @@ def _spec(i: Any, b: Any, caps: Caps, prev: list[int]) -> tuple[Group, int]:
     return Group(kind, bs, prefix_cacheable, dcp_sharded, tokens_per_state, sliding_window, chunk), count
 
 
-def engine_cache_block_size(groups: Iterable[Group]) -> int:
-    """What the engine core sets ``cache_config.block_size`` to after KV init.
+def engine_groups(groups: Iterable[Group], mode: str, max_model_len: int) -> tuple[Group, ...]:
+    """The groups as the engine's own derivation hands them to the resolver
+    (spec/premise.py's facts, applied in place of rejecting the input):
 
-    0.32: the smallest prefix-cacheable group's block size (all groups if
-    none); 0.27/0.28 take all groups, which is the same thing there because
-    every group is prefix-cacheable in those releases (no ring buffers).
+    - a chunked-local layer beside another kind is promoted to full attention
+      (facts.CHUNKED_LOCAL_PROMOTED_TO: the hybrid KV cache manager is off by default);
+    - every Mamba group has the model's one mamba_block_size, which is
+      max_model_len in mode none (premise mamba.one_block_size, mamba.none_block_is_max_model_len);
+    - some group is prefix-cacheable (groups.one_cacheable: ring buffers sit beside cacheable groups);
+    - one spec is one group (groups.two_specs).
     """
-    groups = list(groups)
-    cacheable = [g.block_size for g in groups if g.prefix_cacheable is not False]
-    return min(cacheable or [g.block_size for g in groups])
+    out = list(groups)
+    kinds = {g.kind for g in out}
+    if "chunked_local" in kinds and len(kinds) > 1:
+        out = [Group(facts.CHUNKED_LOCAL_PROMOTED_TO, g.block_size, g.prefix_cacheable, g.dcp_sharded,
+                     g.tokens_per_state) if g.kind == "chunked_local" else g for g in out]
+    mamba = [g for g in out if g.kind == "mamba"]
+    if mamba:
+        size = max_model_len if mode == "none" else mamba[0].block_size
+        out = [replace(g, block_size=size) if g.kind == "mamba" else g for g in out]
+    if not any(g.prefix_cacheable is not False for g in out):
+        out[0] = replace(out[0], prefix_cacheable=None)
+    if len(out) > 1 and len(set(out)) == 1:
+        out = out[:1]
+    return tuple(out)
 
 
 def _pmu(i: Any, sizes: list[int]) -> int:
@@ -194,7 +237,7 @@ def decode(fdp: Any, caps: Caps = FULL, premise: str = "engine", *, dcps: tuple[
     sizes: list[int] = []
     has_mamba = False
     for _ in range(n_specs):
-        g, count = _spec(i, b, caps, sizes)
+        g, count = _spec(i, b, caps, sizes, premise)
         sizes.append(g.block_size)
         has_mamba = has_mamba or g.kind == "mamba"
         groups.extend([g] * min(count, max_groups - len(groups)))
@@ -212,15 +255,17 @@ def decode(fdp: Any, caps: Caps = FULL, premise: str = "engine", *, dcps: tuple[
             mode = FULL_CACHING_MODES[i(0, len(FULL_CACHING_MODES) - 1)] if pc else "none"
         else:
             mode = "align"
-        cache_bs = engine_cache_block_size(groups)
     else:
         mode = FULL.modes[i(0, len(FULL.modes) - 1)] if has_mamba else "align"
     if mode not in caps.modes:
         mode = "align"  # 0.32 has no "all": the engine runs such a model in align mode
-    if premise != "engine":
+    if premise == "engine":
+        groups = list(engine_groups(groups, mode, max_model_len))
+        cache_bs = facts.engine_cache_block_size_of(groups, caps.engine_block_size_over)
+    else:
         sel = i(0, 2)
         if sel == 0:
-            cache_bs = engine_cache_block_size(groups)
+            cache_bs = facts.engine_cache_block_size_of(groups, caps.engine_block_size_over)
         elif sel == 1:
             cache_bs = sizes[i(0, len(sizes) - 1)]
         else:
@@ -279,7 +324,7 @@ def encode(layout: Layout, premise: str = "engine") -> bytes:
         enc.pick(KINDS, g.kind)
         _encode_block_size(enc, g.block_size)
         attention = g.kind in _DCP_FLAG_KINDS
-        if g.kind in ("full_attention", "sliding_window"):
+        if g.kind in facts.RING_BUFFER_KINDS:
             enc.bool(g.prefix_cacheable is False)
         elif g.prefix_cacheable is False:
             raise NotEncodable("prefix_cacheable=false outside a ring-buffer kind")
@@ -287,12 +332,18 @@ def encode(layout: Layout, premise: str = "engine") -> bytes:
             enc.pick((None, True, False), g.dcp_sharded)
         elif g.dcp_sharded is not None:
             raise NotEncodable("dcp_sharded not expressible")
-        if g.kind == "mamba":
+        if premise == "engine":
+            if g.kind in facts.COMPRESSED_KINDS:
+                enc.bool(g.tokens_per_state is not None)
+                if g.tokens_per_state is not None:
+                    enc.pick(facts.COMPRESS_RATIOS, g.tokens_per_state)
+            elif g.tokens_per_state is not None:
+                raise NotEncodable(f"tokens_per_state on {g.kind} (the engine premise compresses only "
+                                   f"{', '.join(facts.COMPRESSED_KINDS)})")
+        else:
             enc.bool(g.tokens_per_state is not None)
             if g.tokens_per_state is not None:
                 enc.pick(TOKENS_PER_STATE, g.tokens_per_state)
-        elif g.tokens_per_state is not None:
-            raise NotEncodable("tokens_per_state not expressible")
         if g.kind == "sliding_window":
             enc.bool(g.sliding_window is not None)
             if g.sliding_window is not None:

@@ -121,19 +121,39 @@ def instrument_covered(scope: str = "1") -> dict[str, int]:
 
 
 def release_caps(builder) -> "Caps":  # noqa: F821
-    """What the installed release can express, by introspection (never by version)."""
+    """What the installed release can express, read from its own spec classes at
+    start-up (never by version): the kinds, the Mamba modes, ring buffers, which
+    kinds' spec classes carry ``dcp_sharded`` / ``tokens_per_state`` fields, and of
+    those the kinds that really compress (facts.COMPRESSED_KINDS); the engine's
+    block-size rule is the release's revision's (facts.ENGINE_BLOCK_SIZE_OVER)."""
+    import dataclasses
+
+    import vllm
     from vllm.config import cache as cache_mod
+    from vllm.v1 import kv_cache_interface as kvi
 
     from kvproof.fuzz.decode import FULL, Caps
+    from kvproof.spec import facts
+    from kvproof.spec.revisions import revision_for
+
+    def fields(kind: str) -> set[str]:
+        cls = getattr(kvi, facts.KIND_SPEC_CLASS[kind], None)
+        return {f.name for f in dataclasses.fields(cls)} if cls is not None else set()
 
     modes = tuple(typing.get_args(cache_mod.MambaCacheMode))  # the release's own literal (facts.MAMBA_MODES checks it)
     kinds = tuple(k for k in FULL.kinds if k != "hidden_state" or builder.hidden_cls is not None)
+    tps_kinds = tuple(k for k in kinds if "tokens_per_state" in fields(k))
+    try:
+        rule = facts.ENGINE_BLOCK_SIZE_OVER[revision_for(vllm.__version__)]
+    except KeyError:  # past the table: the newest revision's rule
+        rule = facts.ENGINE_BLOCK_SIZE_OVER[max(facts.ENGINE_BLOCK_SIZE_OVER, key=facts.release_key)]
     return Caps(kinds=kinds, modes=modes, ring_buffer=builder.circular is not None,
                 dcp_sharded_attention="dcp_sharded" in builder.attn_fields,
                 dcp_sharded_mamba="dcp_sharded" in builder.mamba_fields,
-                tokens_per_state_mamba="tokens_per_state" in builder.mamba_fields,
-                tokens_per_state_attention=False,
-                prefix_match_unit="prefix_match_unit" in builder.cache_fields)
+                tokens_per_state_kinds=tps_kinds,
+                compressed_kinds=tuple(k for k in facts.COMPRESSED_KINDS if k in tps_kinds),
+                prefix_match_unit="prefix_match_unit" in builder.cache_fields,
+                engine_block_size_over=rule)
 
 
 class Stats:

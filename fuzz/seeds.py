@@ -45,9 +45,15 @@ SEED_LAYOUTS: dict[str, Layout] = {
     "attention-sliding": _l([("full_attention", 16, 4), ("sliding_window", 32, 4)]),
     "mla-single": _l([("mla", 64, 1)]),
     "full-single-dcp": _l([("full_attention", 16, 1)], dcp=4),
-    "mamba-only-no-pc": _l([("mamba", 2048, 4)], cache={"enable_prefix_caching": False, "mamba_cache_mode": "none"}),
+    "mamba-only-no-pc": _l([("mamba", 2048, 1)], cache={"enable_prefix_caching": False, "mamba_cache_mode": "none"},
+                           max_model_len=2048),
     "connector-hybrid": _l([("mamba", 256, 2), ("full_attention", 16, 2)], kv_connector=facts.DEFAULT_CONNECTOR),
-    "pmu": _l([("full_attention", 64, 2), ("chunked_local", 128, 2)], cache={"prefix_match_unit": 32}),
+    "pmu": _l([("full_attention", 64, 2), ("sliding_window", 128, 2)], cache={"prefix_match_unit": 32}),
+    # DeepSeek-V4 style: compressed MLA (ratios 4 and 128) beside a sliding-window cache (facts.COMPRESS_RATIOS)
+    "mla-compressed": Layout.from_dict({"groups": [
+        {"kind": "mla", "block_size": 256, "tokens_per_state": 4, "count": 2},
+        {"kind": "mla", "block_size": 256, "tokens_per_state": 128, "count": 2},
+        {"kind": "sliding_window", "block_size": 64}]}),
     "gdn-qwen3next": _l([("mamba", 1024, 3), ("full_attention", 1024, 1)], max_model_len=32768),
 }
 

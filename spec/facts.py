@@ -223,3 +223,54 @@ def spec_kind(spec: object) -> str:
         if cls in names:
             return kind
     return type(spec).__name__
+
+
+# --- per-kind facts: which spec class carries what (vllm/v1/kv_cache_interface.py) ----
+# The class behind each Layout kind (the bridge builds these; the fuzz harness reads
+# their dataclass fields at start-up to learn what the installed release can express).
+KIND_SPEC_CLASS = {"full_attention": "FullAttentionSpec", "sliding_window": "SlidingWindowSpec",
+                   "chunked_local": "ChunkedLocalAttentionSpec", "mla": "MLAAttentionSpec",
+                   "mamba": "MambaSpec", "hidden_state": "HiddenStateCacheSpec"}
+# Ring buffers (prefix_cacheable=false) are CircularBufferSpec (0.29+), an AttentionSpec the
+# Layout spells as a full_attention / sliding_window group with prefix_cacheable=false.
+RING_BUFFER_CLASS = "CircularBufferSpec"
+RING_BUFFER_KINDS = ("full_attention", "sliding_window")
+# tokens_per_state (per-state compression): a field of MambaSpec (default -1) and of
+# AttentionSpec (default 1) from 0.29. Which kinds REALLY carry a value > 1 in-tree (0.32.0):
+# only MLAAttentionSpec: DeepSeek-V4's compressed MLA and its indexer cache
+# (vllm/models/deepseek_v4/attention.py: get_kv_cache_spec, tokens_per_state=self.compress_ratio),
+# DeepSeek-V4.1 (vllm/models/deepseek_v41/attention.py), GLM-5-next's indexer
+# (vllm/models/glm5next/common/attention.py:Glm5NextIndexerCache, tokens_per_state=index_kpool)
+# and Qwen4-exp's QSA compressed keys (vllm/models/qwen4_exp/common/qsa_cache.py:
+# QSACompressedKeyCache). No in-tree model sets MambaSpec.tokens_per_state (always -1);
+# SlidingWindowMLASpec keeps 1; Whisper's Fraction(1, n) < 1 is not a compression.
+COMPRESSED_KINDS = ("mla",)
+# DeepSeek-V4's compress ratios (vllm/models/deepseek_v4/compressor.py: assert compress_ratio in [4, 128]).
+COMPRESS_RATIOS = (4, 128)
+# Every in-tree builder sizes a compressed group's block as a multiple of its ratio: DeepSeek-V4
+# on cache_config.block_size 256 (vllm/platforms/cpu.py: "DeepSeek-V4 CPU backend requires
+# block_size=256"), GLM-5-next / QSA rings that divide the attention block size (their asserts in
+# Glm5NextTailCache / QSAKeyStateCache.get_kv_cache_spec). A block of fewer tokens than one
+# state stores no state (KVCacheSpec.get_num_kernel_states: block_size // tokens_per_state).
+COMPRESSED_BLOCK_MULTIPLE_OF_RATIO = True
+
+
+def compressed_block_size(block_size: int, ratio: int) -> int:
+    """The nearest block size at or above ``block_size`` that holds whole states of ``ratio`` tokens."""
+    return -(-block_size // ratio) * ratio
+# A chunked-local model runs with the hybrid KV cache manager off unless
+# VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (vllm/config/vllm.py:
+# VllmConfig.__post_init__), and then unify_hybrid_kv_cache_specs promotes its
+# chunked-local layers to full attention (vllm/v1/core/kv_cache_utils.py:
+# _promote_local_kv_cache_specs): by default a chunked_local group shares no model with
+# another kind.
+CHUNKED_LOCAL_PROMOTED_TO = "full_attention"
+
+
+def engine_cache_block_size_of(groups: Iterable, rule: str = "prefix_cacheable") -> int:
+    """``engine_cache_block_size`` over Layout groups (anything with ``block_size`` and
+    ``prefix_cacheable``; False is a ring buffer). The default rule is 0.31+'s; before 0.29
+    every group is prefix-cacheable, so both rules agree there."""
+    groups = list(groups)
+    return engine_cache_block_size(rule, [g.block_size for g in groups],
+                                   [g.prefix_cacheable is not False for g in groups])

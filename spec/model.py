@@ -243,7 +243,9 @@ def resolve(rev: R.Revision, x: Inputs, dcp_values) -> Resolved:
                               z3.Or(z3.And(dcp == 1, sizes[i] > H0), z3.And(dcp > 1, sizes[i] >= H0)))
                        for i in range(n)])
         alignment = z3.If(partial, H0, S)
-        err_tps = _or([z3.And(x.mamba[i], x.pc[i], x.tps[i] > 1, z3.Not(dv(x.tps[i], alignment)))
+        # any prefix-cacheable spec with tokens_per_state > 1 (AttentionSpec too: MLA compression;
+        # the domain keeps tps on Mamba, concrete evaluation binds it on any kind)
+        err_tps = _or([z3.And(x.pc[i], x.tps[i] > 1, z3.Not(dv(x.tps[i], alignment)))
                        for i in range(n)])
 
     fallback = z3.Or(inactive, mamba_fallback)
@@ -303,7 +305,7 @@ def layout_values(layout: Layout, x: Inputs) -> list[tuple]:
         pairs += [(x.mamba[i], z3.BoolVal(mamba)), (x.bs[i], z3.IntVal(g.block_size)),
                   (x.pc[i], z3.BoolVal(g.prefix_cacheable is not False)),
                   (x.sharded[i], z3.BoolVal(g.sharded)),
-                  (x.tps[i], z3.IntVal(g.tokens_per_state if (mamba and g.tokens_per_state) else 0))]
+                  (x.tps[i], z3.IntVal(g.tokens_per_state or 0))]
     c = layout.cache
     pairs += [(x.cache_bs, z3.IntVal(c.block_size)), (x.caching, z3.BoolVal(c.enable_prefix_caching)),
               (x.connector, z3.BoolVal(layout.kv_connector is not None)),

@@ -33,7 +33,7 @@ DCPS = (1, 1, 1, 2, 3, 4, 8)  # dcp 3 too (the model's DCP_VALUES), 1 most often
 # (prefix_cacheable, dcp_sharded, tokens_per_state), so the 0.27/0.28 models
 # see as many layouts as the newer ones.
 _NO_FLAGS = {"ring_buffer": False, "dcp_sharded_attention": False, "dcp_sharded_mamba": False,
-             "tokens_per_state_mamba": False}
+             "tokens_per_state_kinds": (), "compressed_kinds": ()}
 
 
 class HypothesisSource:

@@ -207,7 +207,7 @@ def _smaller(n: int) -> list[int]:
 
 
 def _candidates(lay) -> Iterable:
-    from kvproof.fuzz.decode import engine_cache_block_size
+    from kvproof.spec.facts import engine_cache_block_size_of as engine_cache_block_size
     gs, c = list(lay.groups), lay.cache
     for i in range(len(gs)):  # fewer groups (cache block size kept, or re-derived as an engine would)
         if len(gs) > 1:

@@ -106,7 +106,8 @@ CATALOGUE: tuple[Contract, ...] = (
     Contract("resolver.accepts_the_configuration", SAFETY,
              "the resolver returns for every configuration it has no documented reason to refuse (a "
              "prefix_match_unit that does not divide a group, or one other than a single group's block "
-             "size, or one misaligned with a Mamba group's tokens_per_state)",
+             "size, or one misaligned with a prefix-cacheable spec's tokens_per_state; with no prefix-cacheable group "
+             "the resolver hashes over every group)",
              "vllm/v1/core/kv_cache_utils.py:resolve_kv_cache_block_sizes",
              "always (availability)", Tier.FUNCTION),
     Contract("resolver.rejects_bad_prefix_match_unit", SAFETY,
@@ -232,7 +233,8 @@ def _check_resolved(layout: Layout, out: Outcome) -> list[Violation]:
             v.append(Violation(_c("connector.block_multiple_of_hash"), detail))
     pmu = layout.cache.prefix_match_unit
     used = pmu is not None and len(sizes) > 1 and layout.hashing_active and h == pmu
-    if used and any(b % pmu for b, c in zip(sizes, cacheable) if c):
+    hashed = [b for b, c in zip(sizes, cacheable) if c] or sizes  # 0.29+: all groups when none is cacheable
+    if used and any(b % pmu for b in hashed):
         v.append(Violation(_c("resolver.rejects_bad_prefix_match_unit"),
                            f"prefix_match_unit={pmu} accepted for block_sizes={sizes}"))
     return v

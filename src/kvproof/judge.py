@@ -139,17 +139,21 @@ class Judgement:
 def resolver_rejects_user_error(layout: Layout, err: StageError) -> bool:
     """The release's own clear validation of a user error: a ValueError about the
     ``prefix_match_unit`` the user set, where the setting is wrong for one of the
-    documented reasons: it does not divide a prefix-cacheable group (dcp applied),
-    one group runs at another block size, or a Mamba group compresses states
-    (tokens_per_state > 1) whose alignment it may break. A refusal of a unit that
-    divides every group of a plain layout is an availability failure."""
+    documented reasons (0.32 ``resolve_kv_cache_block_sizes``): with one group and
+    block hashing active, a unit other than the block size; with several, a unit that
+    does not divide every size the resolver hashes over (the prefix-cacheable groups,
+    dcp applied, or ALL groups when none is prefix-cacheable: ``hashing_sizes = [...]
+    or group_block_sizes``); or a prefix-cacheable spec compresses states
+    (tokens_per_state > 1) whose alignment the unit may break. A refusal of a unit
+    that divides every hashed group of a plain layout is an availability failure."""
     pmu = layout.cache.prefix_match_unit
     if err.type != "ValueError" or pmu is None or "prefix_match_unit" not in err.message:
         return False
     sizes = contracts.effective_block_sizes(layout)
     cacheable = contracts.prefix_cacheable(layout)
-    return (any(s % pmu for s, c in zip(sizes, cacheable) if c) or (len(sizes) == 1 and sizes[0] != pmu)
-            or any((g.tokens_per_state or 0) > 1 for g in layout.groups))
+    hashed = [s for s, c in zip(sizes, cacheable) if c] or sizes
+    return (any(s % pmu for s in hashed) or (len(sizes) == 1 and sizes[0] != pmu)
+            or any((g.tokens_per_state or 0) > 1 for g, c in zip(layout.groups, cacheable) if c))
 
 
 def _tier_of(out: Outcome, tier: Tier | None) -> Tier:

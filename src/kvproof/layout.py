@@ -219,8 +219,8 @@ def _parse_group(raw: Any, i: int) -> tuple[list[Group], str | None]:
         raise LayoutError(f"{where}.sliding_window is only valid on a sliding_window group")
     if g.attention_chunk_size is not None and kind != "chunked_local":
         raise LayoutError(f"{where}.attention_chunk_size is only valid on a chunked_local group")
-    if g.tokens_per_state is not None and kind != "mamba":
-        raise LayoutError(f"{where}.tokens_per_state is only valid on a mamba group")
+    if g.tokens_per_state is not None and g.prefix_cacheable is False:  # CircularBufferSpec rings hold raw keys
+        raise LayoutError(f"{where}.tokens_per_state is not valid on a ring buffer (prefix_cacheable=false)")
     count = _int(obj.get("count", 1), f"{where}.count", hi=64)
     return [g] * count, mode
 

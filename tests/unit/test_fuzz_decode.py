@@ -7,8 +7,8 @@ import random
 import pytest
 
 from kvproof.fuzz import seeds
-from kvproof.fuzz.decode import (CONNECTOR, DCP_SIZES, FULL, MAX_GROUPS, Caps, NotEncodable, decode,
-                                 encode, engine_cache_block_size)
+from kvproof.fuzz.decode import CONNECTOR, DCP_SIZES, FULL, MAX_GROUPS, Caps, NotEncodable, decode, encode
+from kvproof.spec.facts import engine_cache_block_size_of as engine_cache_block_size
 from kvproof.fuzz.provider import Encoder, PyFDP, int_chunk
 from kvproof.layout import KINDS, Layout
 
@@ -143,12 +143,12 @@ def test_engine_cache_block_size_skips_ring_buffers():
 def test_restricted_caps_read_the_same_bytes():
     """A release without a field reads the same input as the nearest layout it can express."""
     old = Caps(modes=("all", "align", "none"), ring_buffer=False, dcp_sharded_attention=False,
-               dcp_sharded_mamba=False, tokens_per_state_mamba=False, prefix_match_unit=False)
+               dcp_sharded_mamba=False, tokens_per_state_kinds=(), compressed_kinds=(), prefix_match_unit=False)
     new = Caps(modes=("align", "none"))
-    for data in _random_inputs(3000, seed=7):
-        full = decode(PyFDP(data), FULL)
-        a = decode(PyFDP(data), old)
-        b = decode(PyFDP(data), new)
+    for data in _random_inputs(3000, seed=7):  # free premise: no engine facts reshape the groups
+        full = decode(PyFDP(data), FULL, "free")
+        a = decode(PyFDP(data), old, "free")
+        b = decode(PyFDP(data), new, "free")
         assert [g.block_size for g in a.groups] == [g.block_size for g in full.groups]
         assert all(g.prefix_cacheable is None and g.dcp_sharded is None and g.tokens_per_state is None
                    for g in a.groups)

@@ -61,7 +61,10 @@ class Builder:
                     raise NotExpressible("dcp_sharded=false on an attention group (no dcp_sharded field)")
             else:
                 kw["dcp_sharded"] = g.dcp_sharded
-        # tokens_per_state is a Mamba-group flag in the Layout (validated there).
+        if g.tokens_per_state is not None:  # AttentionSpec.tokens_per_state (0.29+); MLA compression
+            if "tokens_per_state" not in self.attn_fields:
+                raise NotExpressible(f"tokens_per_state on a {g.kind} group (no AttentionSpec.tokens_per_state)")
+            kw["tokens_per_state"] = g.tokens_per_state
         return kw
 
     def spec(self, g: Group, mamba_mode: str) -> Any:
