@@ -32,6 +32,7 @@ DELEGATED = {
     "replay": ("kvproof.replay.cli", "replay counterexamples: function, manager and engine tiers"),
     "bisect": ("kvproof.replay.bisect", "first managed release where a counterexample stops failing"),
     "selftest": ("kvproof.selftest.run", "seeded vLLM mutants: which layer catches each (kill matrix)"),
+    "findings": ("kvproof.findings.cli", "the ledger of known finding classes (list, show, add, report)"),
 }
 
 

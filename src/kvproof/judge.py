@@ -1,8 +1,8 @@
 """The one judge: (Layout, Outcome, tier) -> ``Judgement``.
 
 Used by ``kvproof check``, ``verify`` (replaying a counterexample), the
-fuzzer's oracle, ``replay`` and ``explain``. Nothing else turns an Outcome
-into a verdict.
+fuzzer's oracle, ``replay`` and ``explain``. A finding's identity (its class)
+is ``kvproof.findings.key.class_key`` of a Judgement.
 
 API (small on purpose)::
 
@@ -30,13 +30,12 @@ Rules, in order:
    exception for a configuration whose user set no ``prefix_match_unit`` (an
    availability regression, contract ``resolver.accepts_the_configuration``)
    is FAIL at the function tier.
-4. The manager (coordinator, block pool) raised: FAIL at the manager tier,
-   never waived; the contracts that predicted it are ``explained`` (else
-   ``manager.constructs`` names it). A refusal of a configuration vLLM does
-   not support by design (``contracts.UNSUPPORTED_BY_DESIGN``) stays FAIL
-   with ``by_design`` set: no earlier engine config validation refuses those
-   configurations (none in ``vllm/config/`` up to 0.32), so a user meets the
-   bare AssertionError at startup.
+4. The manager (coordinator, block pool) raised: a refusal of a configuration
+   vLLM does not support by design (``contracts.UNSUPPORTED_BY_DESIGN``) is
+   UNSUPPORTED (``by_design`` set, shown with its message, never fails a run);
+   any other exception is FAIL at the manager tier, never waived; the
+   contracts that predicted it are ``explained`` (else ``manager.constructs``
+   names it).
 5. Otherwise contract violations are LATENT (never FAIL): predicted unsafe,
    nothing real showed it. Efficiency hazards make WARN, else OK.
 
@@ -53,8 +52,10 @@ C4. any other ``exception``, or any ``prefix_hit``, ``hash_chain``, ``connector`
     one (an exception keeps its type, message and frame; an oracle observation has
     type ``oracle:<id>``); with a layout, the SAFETY contracts its resolved block
     sizes violate are ``explained``; ``by_design`` as rule 4.
-    An assertion in a frame that checks the fake worker's transfer report
-    (``HARNESS_FED_FRAMES``) is ERROR with that cause, not FAIL.
+    An exception raised in kvproof's own frames (``harness_error`` set, or a
+    ``kvproof/`` frame) or an assertion in a frame that checks the fake
+    worker's transfer report (``HARNESS_FED_FRAMES``) is ERROR with that
+    cause, not FAIL; a by-design refusal is UNSUPPORTED as in rule 4.
 C5. ``stalled`` (the stream did not finish in the step budget): ERROR with cause.
 C6. the measured share of reusable shared-prefix tokens recomputed exceeds the share the
     finest granularity this release's consumers support (its ``hash_block_size``: hits
@@ -88,6 +89,13 @@ CONSUMER_WARN_UNMEASURED = 0.5  # a result without per-admission hits (no ideal 
 # Scheduler frames that only check what the consumer harness's fake worker reported
 # (finished_recving/finished_sending): an assertion there is about the harness first.
 HARNESS_FED_FRAMES = ("in _update_from_kv_xfer_finished",)
+
+
+def harness_frame(frame: str) -> bool:
+    """A raising frame in kvproof's own code (spies, fake worker, setup), with no vLLM
+    frame under it (``outcome.vllm_frame`` prefers vLLM's): the harness broke, not vLLM."""
+    path = frame.split(":", 1)[0]
+    return "kvproof/" in path and "vllm/" not in path
 
 
 @dataclass(frozen=True)
@@ -186,9 +194,10 @@ def judge(layout: Layout, out: Outcome, tier: Tier | None = None) -> Judgement:
         if not explained:
             explained = (Violation(contracts.BY_ID["manager.constructs"], merr.line()),)
         latent = tuple(v for v in predicted if v.contract.tier > Tier.MANAGER)
-        by_design = contracts.unsupported_by_design(out)
-        note = "unsupported by design; no earlier engine validation refuses it" if by_design else ""
-        return Judgement(Verdict.FAIL, late or Tier.MANAGER, merr, explained, latent, warns, by_design, note)
+        if contracts.unsupported_by_design(out):
+            return Judgement(Verdict.UNSUPPORTED, late or Tier.MANAGER, merr, explained, latent, warns, True,
+                             "vLLM does not support this configuration, by design")
+        return Judgement(Verdict.FAIL, late or Tier.MANAGER, merr, explained, latent, warns)
     run_error = out.run_error
     if run_error is not None:
         return Judgement(Verdict.ERROR, ran, run_error, latent=tuple(predicted), warnings=warns,
@@ -259,6 +268,11 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
                     (layout is None and err.type == "ValueError" and "prefix_match_unit" in err.message):
                 return Judgement(Verdict.REJECTED, T, err, note="the user's prefix_match_unit")
             return Judgement(Verdict.FAIL, T, err, note="the resolver raised: " + note)
+        harness = getattr(r, "harness_error", "") or ""
+        if first.oracle == "exception" and (harness or harness_frame(err.frame)):
+            return Judgement(Verdict.ERROR, T, err, warnings=warns,
+                             note="kvproof's own harness broke (an exception in its frames), not vLLM: "
+                                  + (harness or note))
         if first.oracle == "exception" and any(f in err.frame for f in HARNESS_FED_FRAMES):
             return Judgement(Verdict.ERROR, T, err, warnings=warns,
                              note="raised on the fake worker's transfer report (harness protocol, not "
@@ -270,11 +284,11 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
         else:  # a misbehaviour the consumer-tier contracts predicted
             explained = tuple(v for v in predicted if v.contract.tier == Tier.CONSUMER)
         latent = tuple(v for v in predicted if v not in explained)
-        by_design = first.oracle == "exception" and err.type == "AssertionError" and any(
-            p in err.message for p in contracts.UNSUPPORTED_BY_DESIGN)
-        if by_design:
-            note += "; unsupported by design, no earlier engine validation refuses it"
-        return Judgement(Verdict.FAIL, T, err, explained, latent, warns, by_design, note)
+        if first.oracle == "exception" and err.type == "AssertionError" and any(
+                p in err.message for p in contracts.UNSUPPORTED_BY_DESIGN):
+            return Judgement(Verdict.UNSUPPORTED, T, err, explained, latent, warns, True,
+                             "vLLM does not support this configuration, by design: " + note)
+        return Judgement(Verdict.FAIL, T, err, explained, latent, warns, False, note)
     stalled = r.by("stalled")
     if stalled:
         return Judgement(Verdict.ERROR, T, StageError("oracle:stalled", stalled[0].detail), warnings=warns,

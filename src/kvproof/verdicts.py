@@ -15,9 +15,10 @@ class Verdict(enum.IntEnum):
     WARN = 1  # efficiency hazard, measured or predicted
     NOT_EXPRESSIBLE = 2  # the release has no such setting
     REJECTED = 3  # the release's own validation refused a user error, clearly
-    LATENT = 4  # a contract says unsafe; nothing real has shown it yet
-    ERROR = 5  # the run failed for a reason unrelated to block sizes
-    FAIL = 6  # real vLLM raised, asserted or misbehaved (at a named tier)
+    UNSUPPORTED = 4  # vLLM refuses the configuration by design (contracts.UNSUPPORTED_BY_DESIGN)
+    LATENT = 5  # a contract says unsafe; nothing real has shown it yet
+    ERROR = 6  # the run failed for a reason unrelated to block sizes, or kvproof's own harness broke
+    FAIL = 7  # real vLLM raised, asserted or misbehaved (at a named tier) on an input it means to accept
 
     def __str__(self) -> str:
         return self.name

@@ -31,13 +31,18 @@ def test_unpredicted_manager_exception_is_fail_named_manager_constructs():
     assert (j.verdict, j.tier, j.contract) == (Verdict.FAIL, Tier.MANAGER, "manager.constructs")
 
 
-def test_by_design_refusal_stays_visible_as_fail():
+def test_by_design_refusal_is_unsupported_with_its_message():
     lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16},
                                        {"kind": "sliding_window", "block_size": 16}], "dcp": 2})
     err = StageError("AssertionError", "DCP with hybrid KV cache layouts only supports full-attention and Mamba "
                                        "groups, got: SlidingWindowSpec.")
     j = judge(lay, out(lay, 32, 32, sizes=[32, 32], manager_attempted=True, manager_error=err))
-    assert j.verdict == Verdict.FAIL and j.by_design and j.contract == "hybrid.dcp_full_attention_or_mamba"
+    assert j.verdict == Verdict.UNSUPPORTED and j.by_design and j.contract == "hybrid.dcp_full_attention_or_mamba"
+    assert "DCP with hybrid KV cache layouts" in j.line() and Verdict.REJECTED < j.verdict < Verdict.LATENT
+    # the same assertion with another message is a real failure
+    other = StageError("AssertionError", "Each KV cache group's real block_size must be divisible by hash_block_size.")
+    j = judge(lay, out(lay, 32, 32, sizes=[32, 32], manager_attempted=True, manager_error=other))
+    assert j.verdict == Verdict.FAIL and not j.by_design
 
 
 def test_contract_violation_nothing_real_observed_is_latent_never_fail():
@@ -151,9 +156,14 @@ def test_consumer_by_design_and_harness_fed_frames():
     cl = ("AssertionError: KV cache groups with different block sizes are not compatible with chunked local "
           "attention now @ vllm/v1/core/single_type_kv_cache_manager.py:1325 in find_longest_cache_hit")
     j = judge_consumer(cres([("exception", 0, cl)]))
-    assert j.verdict == Verdict.FAIL and j.by_design
+    assert j.verdict == Verdict.UNSUPPORTED and j.by_design
     fed = "AssertionError:  @ vllm/v1/core/sched/scheduler.py:3230 in _update_from_kv_xfer_finished"
     assert judge_consumer(cres([("exception", 5, fed)])).verdict == Verdict.ERROR
+    ours = ("TypeError: lookup() takes 1 positional argument but 2 were given @ "
+            "/root/.cache/kvproof/import-roots/ab/kvproof/consumer/harness.py:400 in lookup")
+    assert judge_consumer(cres([("exception", 5, ours)])).verdict == Verdict.ERROR
+    theirs = ours.replace("/root/.cache/kvproof/import-roots/ab/kvproof/consumer/harness.py", "vllm/v1/core/x.py")
+    assert judge_consumer(cres([("exception", 5, theirs)])).verdict == Verdict.FAIL
 
 
 def test_consumer_stalled_is_error_and_efficiency_warns_with_numbers():

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from kvproof.derivation import Derived
 from kvproof.settings import settings
 
-MAPPED = ("spec", "verify", "fuzz")  # top-level folders pyproject maps into the package
+MAPPED = ("spec", "verify", "fuzz", "findings")  # top-level folders pyproject maps into the package
 
 
 def _location(name: str) -> Path:

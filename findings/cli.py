@@ -1,0 +1,119 @@
+"""``kvproof findings``: the ledger of known finding classes.
+
+    kvproof findings [list]                    one line a class, bugs first
+    kvproof findings show ID                   one entry (an id prefix will do)
+    kvproof findings add LAYOUT --tier T --status S --title ... --why ... [--vllm R ...]
+                                               measure a layout on real releases and record its class
+    kvproof findings key LAYOUT --tier T [--vllm R]   print the class a layout shows, record nothing
+
+Exit codes: 0 done, 1 ``add``/``key`` found nothing to record (no release shows a
+FAIL, UNSUPPORTED or ERROR), 2 usage or input error.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from kvproof.cliutil import Parser, guarded
+from kvproof.errors import UsageError
+from kvproof.findings.ledger import Entry, Ledger, Status
+
+PROG = "kvproof findings"
+
+
+def _parser() -> Parser:
+    ap = Parser(prog=PROG, description="The ledger of known finding classes (findings/ledger/).")
+    ap.add_argument("--ledger", help="ledger folder (default: the checked-in findings/ledger)")
+    sub = ap.add_subparsers(dest="cmd", parser_class=Parser)
+    ls = sub.add_parser("list", help="one line a class")
+    ls.add_argument("--json", action="store_true")
+    show = sub.add_parser("show", help="one entry")
+    show.add_argument("id")
+    for name in ("add", "key"):
+        p = sub.add_parser(name, help="measure a layout on real releases" + (" and record its class" if name == "add" else ""))
+        p.add_argument("layout", help="a Layout JSON file (a consumer finding carries its stream in meta.stream)")
+        p.add_argument("--tier", choices=("function", "manager", "consumer"), default="manager")
+        p.add_argument("--vllm", action="append", metavar="RELEASE", help="release (repeatable; default: installed)")
+        if name == "add":
+            p.add_argument("--status", required=True, choices=[s.value for s in Status])
+            p.add_argument("--title", required=True)
+            p.add_argument("--why", required=True)
+            p.add_argument("--upstream", default="unreported")
+            p.add_argument("--fixed-in")
+            p.add_argument("--reachability", choices=("reachable", "free", "unreachable"), default="")
+            p.add_argument("--witness-config", help="the Config (JSON) that reaches it")
+            p.add_argument("--premise-fact", default="")
+    return ap
+
+
+def _releases(args) -> list[str]:
+    from kvproof import envs
+
+    if args.vllm:
+        return list(args.vllm)
+    have = [e["release"] for e in envs.installed(disk=False) if e.get("release")]
+    if not have:
+        raise UsageError("no vLLM environment installed (kvproof env create)")
+    return have
+
+
+def _load(args):
+    from kvproof import inputs
+    from kvproof.consumer.stream import Stream
+    from kvproof.layout import Layout
+
+    layout = Layout.from_json(inputs.read_text(args.layout), args.layout)
+    raw = layout.meta.get("stream")
+    stream = Stream.from_dict(raw) if raw else None
+    return layout, stream
+
+
+def _measure(args):
+    from kvproof.findings.measure import measure
+
+    layout, stream = _load(args)
+    return layout, stream, measure(layout, _releases(args), args.tier, stream)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    ledger = Ledger.load(args.ledger)
+    if args.cmd in (None, "list"):
+        if getattr(args, "json", False):
+            print(json.dumps([e.to_dict() for e in ledger.entries()], indent=1))
+            return 0
+        print(f"{len(ledger)} known classes in {ledger.folder}")
+        for e in ledger.entries():
+            print("  " + e.line())
+        return 0
+    if args.cmd == "show":
+        print(json.dumps(ledger.find(args.id).to_dict(), indent=1, sort_keys=True))
+        return 0
+    layout, stream, m = _measure(args)
+    for r, v in m.releases.items():
+        print(f"  vLLM {r}: {v}")
+    if m.key is None:
+        print(f"{PROG}: no release shows a FAIL, UNSUPPORTED or ERROR at the {args.tier} tier")
+        return 1
+    print(f"class {m.key.id}: {m.key}" + ("  (known)" if m.key in ledger else "  (new)"))
+    if args.cmd == "key":
+        return 0
+    if args.status == "fixed" and not args.fixed_in:
+        raise UsageError("--status fixed needs --fixed-in RELEASE")
+    witness = json.loads(args.witness_config) if args.witness_config else None
+    lay = layout.to_dict()
+    lay.pop("kvproof", None)
+    entry = Entry(m.key, Status(args.status), args.title, args.why, args.upstream, args.fixed_in, m.releases,
+                  args.reachability, witness, args.premise_fact, lay, None if stream is None else stream.to_dict())
+    print(f"recorded {ledger.add(entry)}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return guarded(PROG, _main, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,114 @@
+"""A finding's class: one identity per root cause, whatever numbers its message carries.
+
+ClusterFuzz keys a crash by its type and top frames; here a class is
+``(tier, check, exception type, frame)``:
+
+- ``tier``: the evidence tier that observed it (function, manager, consumer, engine; model for verify);
+- ``check``: the contract that explains the exception (its id, qualified ``[align]`` /
+  ``[not-align]`` when the layout has Mamba groups: the Mamba mode picks the resolver's
+  hash fallback, so the seed bug and 0.28's ``mamba_cache_mode=all`` crash are two causes
+  behind one assertion), an oracle (``oracle:kv_event``), or for an exception no contract
+  explains, the words its message starts with (``raise:<stem>``, names and numbers cut);
+- ``exc_type``: the exception's type ("" for an oracle observation);
+- ``frame``: the vLLM ``file:function`` that raised, without the line number.
+
+Pure Python, no vLLM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from kvproof.judge import Judgement
+from kvproof.layout import Layout
+from kvproof.verdicts import Verdict
+
+STEM_WORDS = 6
+_STOP = re.compile(r"[\d\[\](){}=:'\"<>@,;]")
+_WORD = re.compile(r"^[A-Za-z_][A-Za-z_.\-]*$")
+_FRAME = re.compile(r"^(?P<file>.*?):(?P<line>\d+) in (?P<fn>.+)$")
+
+
+@dataclass(frozen=True, order=True)
+class ClassKey:
+    tier: str
+    check: str
+    exc_type: str = ""
+    frame: str = ""
+
+    def __str__(self) -> str:
+        return "|".join((self.tier, self.check, self.exc_type, self.frame))
+
+    @property
+    def id(self) -> str:
+        """12 hex characters, stable across runs, releases and machines."""
+        return hashlib.sha256(str(self).encode()).hexdigest()[:12]
+
+    def to_dict(self) -> dict:
+        return {"tier": self.tier, "check": self.check, "exc_type": self.exc_type, "frame": self.frame}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ClassKey":
+        return cls(str(d["tier"]), str(d["check"]), str(d.get("exc_type", "")), str(d.get("frame", "")))
+
+    @classmethod
+    def parse(cls, text: str) -> "ClassKey":
+        parts = text.split("|")
+        if len(parts) != 4:
+            raise ValueError(f"{text!r} is not a class key (tier|check|exc_type|frame)")
+        return cls(*parts)
+
+
+def frame_key(frame: str) -> str:
+    """``vllm/v1/x.py:123 in fn`` -> ``vllm/v1/x.py:fn``: a frame without its line number
+    (line numbers move between releases; the function does not)."""
+    m = _FRAME.match(frame.strip())
+    if not m:
+        return frame.strip()
+    path = m.group("file")
+    cut = path.rfind("vllm/")
+    if cut > 0 and "kvproof/" not in path[cut:]:
+        path = path[cut:]
+    return f"{path}:{m.group('fn')}"
+
+
+def stem(message: str) -> str:
+    """The words an exception's message starts with, up to the first number, bracket,
+    quote or separator and at most ``STEM_WORDS``: the assertion, not its values."""
+    head = _STOP.split(message, maxsplit=1)[0]
+    words = []
+    for w in head.split():
+        if not _WORD.match(w) or len(words) == STEM_WORDS:
+            break
+        words.append(w.lower().rstrip("."))
+    return " ".join(words)
+
+
+def _mode(layout: Layout | None) -> str:
+    if layout is None or not layout.has_mamba:
+        return ""
+    return "[align]" if layout.cache.mamba_cache_mode == "align" else "[not-align]"
+
+
+def class_key(j: Judgement, layout: Layout | None = None) -> ClassKey:
+    """The class of a FAIL / UNSUPPORTED / ERROR / REJECTED judgement (of any, really:
+    a judgement with nothing observed is keyed by its naming contract)."""
+    err = j.observed
+    tier = str(j.tier)
+    if err is None:
+        return ClassKey(tier, (j.contract or str(j.verdict)) + _mode(layout))
+    if err.type.startswith("oracle:"):
+        return ClassKey(tier, err.type)
+    frame = frame_key(err.frame)
+    if j.explained and j.verdict in (Verdict.FAIL, Verdict.UNSUPPORTED):
+        check = j.explained[0].contract.id + _mode(layout)
+    else:
+        check = "raise:" + stem(err.message)
+    return ClassKey(tier, check, err.type, frame)
+
+
+def model_key(prop: str) -> ClassKey:
+    """The class of a proof run's counterexample: the property (its id names the mode)."""
+    return ClassKey("model", prop)
