@@ -11,14 +11,16 @@ contracts
     resolver) -> ``oracle.judge`` (a thin use of ``kvproof.judge``); where a
     manager-tier contract predicts a violation the real ``KVCacheManager`` (coordinator,
     block pool) is built too and decides FAIL or LATENT
-    (``KVPROOF_FUZZ_MANAGER=always``: on every input). A FAIL (real vLLM raised) of a *new*
-    (contract, exception signature, shape) class is stored as a corpus Layout
-    and raised, so libFuzzer stops (or, in fork mode with
-    ``-ignore_crashes=1``, records it and goes on); a known class is counted
-    and not raised, so a campaign keeps exploring instead of re-finding it.
-    LATENT findings (a contract predicts a violation, the real code accepted)
-    are counted (``latent`` in the stats) and stored under
-    ``<workdir>/latent/``, never raised.
+    (``KVPROOF_FUZZ_MANAGER=always``: on every input). Every FAIL, UNSUPPORTED
+    and ERROR judgement is keyed by ``kvproof.findings.key.class_key``, looked
+    up in the ledger (``kvproof.findings.ledger``) and counted per class
+    (``classes`` in the stats); the first input of a class the ledger does not
+    know is stored in the campaign's findings folder. Nothing is raised into
+    libFuzzer: the campaign goes on in-process (no crash, no worker restart).
+    An exception in kvproof's own code (decoder, judge, stores) is counted as
+    ERROR with its cause (``errors``), never a crash. LATENT findings (a
+    contract predicts a violation, the real code accepted) are counted
+    (``latent``) and stored under ``<workdir>/latent/``.
 conformance
     the real resolver's (scheduler, hash) or rejection versus the Z3 model's
     prediction for the installed revision (``kvproof.spec``); a disagreement
@@ -49,8 +51,6 @@ from kvproof.cliutil import guarded
 from kvproof.errors import UsageError
 from kvproof.settings import HarnessSettings
 
-_real_stdout_fd = None
-
 COVERED = (
     "vllm.v1.core.kv_cache_utils",
     "vllm.v1.core.kv_cache_coordinator",
@@ -59,10 +59,6 @@ COVERED = (
     "vllm.v1.core.single_type_kv_cache_manager",
     "vllm.v1.kv_cache_interface",
 )
-
-
-class ContractViolation(AssertionError):
-    """A contract of the catalogue broke on the real vLLM (the fuzzer's crash)."""
 
 
 class ModelDisagreement(AssertionError):
@@ -156,33 +152,112 @@ def release_caps(builder) -> "Caps":  # noqa: F821
                 engine_block_size_over=rule)
 
 
-class Stats:
-    """Counters flushed to ``<workdir>/stats/<target>-<pid>.json`` every second and on a crash."""
+def premise_label(layout, vllm: str, premise: str) -> str:
+    """"reachable" when the engine premise (spec/premise.py) of the release's revision admits
+    the layout; otherwise "unreachable: <why>" (an engine-premise campaign) or "free: <why>"
+    (a ``--premise free`` campaign: only a direct caller of the resolver builds it)."""
+    from kvproof.spec.premise import derivable
+    from kvproof.spec.revisions import revision_for
+    try:
+        outside = derivable(layout, revision_for(vllm))
+    except KeyError:
+        outside = "release not modelled"
+    if not outside:
+        return "reachable"
+    return f"{'free' if premise == 'free' else 'unreachable'}: {outside}"
 
-    def __init__(self, workdir: Path | None, target: str, vllm: str, bridge=None) -> None:
+
+def harness_cause(err: BaseException) -> str:
+    """``Type at file:function`` of the innermost frame: where kvproof's own code broke."""
+    import traceback
+
+    from kvproof.findings.key import frame_key
+
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return type(err).__name__
+    f = frames[-1]
+    path = f.filename
+    for marker in ("/kvproof/", "/vllm/", "/fuzz/"):
+        if marker in path:
+            path = path[path.rindex(marker) + 1:]
+            break
+    return f"{type(err).__name__} at {frame_key(f'{path}:{f.lineno} in {f.name}')}"
+
+
+class Stats:
+    """Counters flushed to ``<workdir>/stats/<target>-<pid>.json`` every second and at exit.
+
+    ``classes``: class id -> {key, verdict, status (the ledger's, or "new"), count,
+    first_s, layout, detail, premise, path (the stored input of a class the ledger
+    does not know)}; ``new``: FAIL classes the ledger does not know (stored);
+    ``known``: hits of FAIL classes the ledger knows; ``errors``: kvproof's own
+    exceptions by cause (counted as ERROR)."""
+
+    def __init__(self, workdir: Path | None, target: str, vllm: str, bridge=None, premise: str = "engine") -> None:
         self.bridge = bridge
+        self.premise = premise
         self.path = workdir / "stats" / f"{target}-{os.getpid()}.json" if workdir else None
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.data: dict = {"target": target, "vllm": vllm, "pid": os.getpid(), "started": time.time(),
-                           "execs": 0, "verdicts": {}, "waived": {}, "latent": {}, "latent_classes": 0,
-                           "fail_classes_seen": {}, "crashes": 0, "known": 0,
-                           "first_crash_s": None, "bridge_errors": 0}
+                           "execs": 0, "verdicts": {}, "latent": {}, "latent_classes": 0, "classes": {},
+                           "new": 0, "known": 0, "errors": {}, "first_crash_s": None, "bridge_errors": 0}
+        self.t0 = time.monotonic()
         self._next = time.monotonic() + 1
+        self._ledger = None
+        self.store = None  # fuzz.store.FindingStore, set by the target
 
-    def add_class(self, tier: str, contract: str, signature: str, layout, path, detail: str, seconds: float,
-                  **extra: str) -> None:
-        """A new FAIL class, labelled by the engine premise (spec/premise.py) of the release's revision."""
-        from kvproof.spec.premise import derivable
-        from kvproof.spec.revisions import revision_for
-        try:
-            outside = derivable(layout, revision_for(self.data["vllm"]))
-        except KeyError:
-            outside = "release not modelled"
-        self.data.setdefault("classes", []).append(
-            {"tier": tier, "contract": contract, "signature": signature, "layout": layout.summary(),
-             "path": str(path), "detail": detail[:300], "seconds": round(seconds, 2), "outside_premise": outside,
-             **extra})
+    @property
+    def ledger(self):
+        if self._ledger is None:
+            from kvproof.findings.ledger import Ledger
+
+            self._ledger = Ledger.load()
+        return self._ledger
+
+    def meet(self, j, key, layout, data: bytes, detail: str, **meta) -> bool:
+        """Count one FAIL / UNSUPPORTED / ERROR judgement of class ``key``; store the first
+        input of a class the ledger does not know. True when it is a new FAIL class."""
+        classes = self.data["classes"]
+        rec = classes.get(key.id)
+        if rec is not None:
+            rec["count"] += 1
+            if rec["status"] != "new" and rec["verdict"] == "FAIL":
+                self.data["known"] += 1
+            return False
+        entry = self.ledger.get(key)
+        status = entry.status.value if entry is not None else "new"
+        rec = classes[key.id] = {
+            "id": key.id, "key": str(key), "tier": key.tier, "check": key.check, "exc_type": key.exc_type,
+            "frame": key.frame, "verdict": str(j.verdict), "status": status, "count": 1,
+            "first_s": round(time.monotonic() - self.t0, 2), "layout": layout.summary(), "detail": detail[:300],
+            "premise": premise_label(layout, self.data["vllm"], self.premise), **{k: v for k, v in meta.items()
+                                                                                  if k == "stream_summary"}}
+        if entry is not None:
+            if rec["verdict"] == "FAIL":
+                self.data["known"] += 1
+            return False
+        if self.store is not None:
+            extra = {k: v for k, v in meta.items() if k != "stream_summary"}
+            path, _ = self.store.record(layout, key.id, key.check, detail, data, verdict=str(j.verdict),
+                                               tier=str(j.tier), signature=signature(j), **{"class": str(key)},
+                                               **extra)
+            rec["path"] = str(path) if path else ""
+        if rec["verdict"] != "FAIL":
+            return False
+        self.data["new"] += 1
+        if self.data["first_crash_s"] is None:
+            self.data["first_crash_s"] = rec["first_s"]
+        self.flush()
+        return True
+
+    def harness_error(self, err: BaseException) -> None:
+        """An exception in kvproof's own code: ERROR with its cause, the campaign goes on."""
+        self.bump("verdicts", "ERROR")
+        cause = harness_cause(err)
+        self.bump("errors", cause)
+        self.data.setdefault("error_examples", {}).setdefault(cause, f"{type(err).__name__}: {str(err)[:200]}")
 
     def bump(self, section: str, key: str) -> None:
         d = self.data[section]
@@ -203,6 +278,12 @@ class Stats:
         atomic_write(self.path, json.dumps(self.data))
 
 
+def signature(j) -> str:
+    from kvproof.fuzz.oracle import signature as sig
+
+    return sig(j)
+
+
 def build(target: str):
     """Import vLLM through the bridge, instrument, and return TestOneInput."""
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -210,7 +291,7 @@ def build(target: str):
     from kvproof.fuzz.decode import decode
     from kvproof.fuzz.oracle import judge
     from kvproof.fuzz.provider import PyFDP  # atheris' byte semantics, twice as fast per call
-    from kvproof.fuzz.store import CrashStore
+    from kvproof.fuzz.store import FindingStore
     from kvproof.verdicts import Tier
 
     opts = HarnessSettings.from_environ()
@@ -221,14 +302,14 @@ def build(target: str):
     always_manager = opts.manager == "always"
     workdir = opts.workdir
     version = bridge.version
-    stats = Stats(workdir, target, version, bridge)
+    stats = Stats(workdir, target, version, bridge, premise)
     stats.data["caps"] = caps.to_dict()
     stats.data["instrumented"] = instrumented
     stats.data["manager"] = opts.manager
     scratch = workdir or Path(os.environ.get("TMPDIR", "/tmp")) / f"kvproof-fuzz-{os.getpid()}"
-    store = CrashStore(opts.corpus_out, scratch / "seen", version)
-    latent_store = CrashStore(scratch / "latent", scratch / "seen-latent", version)
-    t0 = time.monotonic()
+    stats.store = FindingStore(opts.corpus_out, scratch / "seen", version)
+    latent_store = FindingStore(scratch / "latent", scratch / "seen-latent", version)
+    _ = stats.ledger  # loaded before the first input (a broken ledger: one line, exit 2)
     evaluate, with_manager = bridge.evaluate, bridge.with_manager
     print(f"kvproof.fuzz: {target} on vLLM {version} ({premise} premise, manager {opts.manager}), "
           f"caps={caps.to_dict()}, instrumented={sum(instrumented.values())} functions in "
@@ -238,50 +319,44 @@ def build(target: str):
         layout = decode(PyFDP(data), caps, premise)
         try:
             out = evaluate(layout, manager=always_manager)
-            f = judge(layout, out)
-            # Escalation: the function tier's verdict is final unless a manager-tier contract
-            # predicts a violation; then the real manager decides FAIL (it raised) or LATENT.
-            # A manager raising where no manager-tier contract predicts it is what
-            # tests/integration/test_contract_agreement.py forbids and what the consumers
-            # target (a real manager per input) would find; later-tier predictions stay LATENT
-            # here for the consumers target to observe.
-            if not always_manager and f.latent and any(v.contract.tier == Tier.MANAGER for v in f.judgement.latent):
-                out = with_manager(layout, out)
-                f = judge(layout, out)
         except Exception as err:  # the bridge could not build a config vLLM accepts: a rejection
             stats.bump("verdicts", "BRIDGE_REJECTED")
             stats.data["bridge_errors"] += 1
             stats.data.setdefault("last_bridge_error", f"{type(err).__name__}: {str(err)[:200]}")
-            stats.tick()
             return
+        f = judge(layout, out)
+        # Escalation: the function tier's verdict is final unless a manager-tier contract
+        # predicts a violation; then the real manager decides FAIL (it raised) or LATENT.
+        # A manager raising where no manager-tier contract predicts it is what
+        # tests/integration/test_contract_agreement.py forbids and what the consumers
+        # target (a real manager per input) would find; later-tier predictions stay LATENT
+        # here for the consumers target to observe.
+        if not always_manager and f.latent and any(v.contract.tier == Tier.MANAGER for v in f.judgement.latent):
+            try:
+                out = with_manager(layout, out)
+            except Exception as err:
+                stats.bump("verdicts", "BRIDGE_REJECTED")
+                stats.data["bridge_errors"] += 1
+                stats.data.setdefault("last_bridge_error", f"{type(err).__name__}: {str(err)[:200]}")
+                return
+            f = judge(layout, out)
         j = f.judgement
         stats.bump("verdicts", str(j.verdict))
-        if f.latent:  # a prediction nothing real showed: counted and stored apart, never a crash
+        if f.latent:  # a prediction nothing real showed: counted and stored apart
             stats.bump("latent", f.contract)
-            _, new_latent = latent_store.record(layout, f.contract, f.detail, data, f.signature, verdict="LATENT")
+            _, new_latent = latent_store.record(layout, _latent_id(f.contract), f.contract, f.detail, data,
+                                                verdict="LATENT")
             if new_latent:
                 stats.data["latent_classes"] += 1
-            stats.tick()
-            return
-        if not f.crash:
-            stats.tick()
-            return
-        stats.bump("fail_classes_seen", f"{j.tier}:{f.contract}:{j.observed.type if j.observed else ''}")
-        detail = f.detail
-        path, new = store.record(layout, f.contract, detail, data, f.signature, verdict="FAIL", tier=str(j.tier))
+        elif f.classed:
+            stats.meet(j, f.key, layout, data, f.detail)
+
+    def contracts_guarded(data: bytes) -> None:
+        try:
+            contracts_one(data)
+        except Exception as err:  # kvproof's own code broke: ERROR with its cause, never a crash
+            stats.harness_error(err)
         stats.tick()
-        if not new and not opts.raise_known:
-            stats.data["known"] += 1
-            return
-        stats.data["crashes"] += 1
-        if stats.data["first_crash_s"] is None:
-            stats.data["first_crash_s"] = time.monotonic() - t0
-        stats.add_class(str(j.tier), f.contract, f.signature, layout, path, detail, time.monotonic() - t0)
-        stats.flush()
-        if opts.collect and new:
-            return
-        raise ContractViolation(f"{detail}\n  layout: {layout.summary()}\n  stored: {path}\n"
-                                f"  replay: kvproof check {path} --vllm {version}")
 
     def conformance_one(data: bytes) -> None:
         layout = decode(PyFDP(data), caps, premise)
@@ -300,7 +375,7 @@ def build(target: str):
             stats.bump("verdicts", "AGREE")
             return
         stats.bump("verdicts", "DISAGREE")
-        stats.data["crashes"] += 1
+        stats.data["new"] += 1
         folder = (workdir or Path("/tmp")) / "conformance"
         from kvproof.corpus import publish
 
@@ -311,14 +386,20 @@ def build(target: str):
                                 f"  stored: {path}")
 
     if target == "contracts":
-        contracts_one.stats = stats  # the campaign's counters, for the bench and the tests
-        return contracts_one
+        contracts_guarded.stats = stats  # the campaign's counters, for the bench and the tests
+        return contracts_guarded
     if target != "conformance":
         raise SystemExit(f"unknown target {target!r} (contracts, conformance)")
     model_evaluate, revision_for = _model_api()
     revision = revision_for(version)
     stats.data["revision"] = revision
     return conformance_one
+
+
+def _latent_id(contract: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(f"latent|{contract}".encode()).hexdigest()[:12]
 
 
 def _model_api():

@@ -1,96 +1,62 @@
-"""Crash -> corpus Layout JSON, safely. Pure Python (no vLLM).
+"""A campaign's findings: one Layout JSON per new class, in the campaign folder. Pure Python (no vLLM).
 
-- canonical JSON, named ``<content_hash>.json`` (the hash ignores meta);
-- written to a temporary file in the same folder, fsync'ed, then published
-  with ``os.link`` (atomic like ``os.replace`` but it never overwrites: a
-  concurrent writer of the same content simply loses the race), so a reader
-  never sees half a file and a file, once there, never changes;
-- de-duplicated by (vLLM version, contract, shape): across fork-mode workers
-  through ``O_EXCL`` marker files in the campaign's ``seen/`` folder, and
-  against what ``corpus/`` already holds (any file whose meta names the same
-  vLLM and contract, whoever wrote it);
-- meta: ``{"vllm", "contract", "found_by": "atheris", "detail", "input_sha1"}``
-  plus ``verdict``, ``tier`` and ``signature`` (the class's real exception,
-  numbers erased) when the oracle gives them (``input_sha1`` names
-  libFuzzer's own ``crash-<sha1>`` artefact).
-- a campaign keeps FAIL classes (crashes) in the corpus folder and LATENT
-  classes (contract predictions nothing real showed) in a separate store
-  (``<workdir>/latent/``): two ``CrashStore`` instances, never mixed.
+- keyed by ``kvproof.findings.key.ClassKey`` (tier, contract or oracle, exception
+  type, the raising vLLM frame): one root cause is one class, whatever the numbers;
+- written under the campaign's ``findings/`` folder (``<workdir>/findings``,
+  ``--crash-dir``), never into ``corpus/`` or the ledger: the runner copies them
+  there only with ``--record``;
+- canonical JSON named ``<content_hash>.json`` through ``kvproof.corpus.publish``
+  (atomic, never overwritten: a reader never sees half a file);
+- de-duplicated across the processes of one campaign (continuous workers) through
+  ``O_EXCL`` marker files named by the class id in the campaign's ``seen/`` folder;
+- meta: ``{"vllm", "contract", "class", "class_id", "found_by": "atheris",
+  "detail", "input_sha1", "verdict", "tier"}`` (+ ``stream`` for consumer
+  findings); ``input_sha1`` names the fuzzer input's SHA-1.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 from kvproof import corpus
-from kvproof.fuzz.oracle import dedup_key
 from kvproof.layout import Layout
 
 FOUND_BY = "atheris"
 
 
-def corpus_index(folder: Path) -> dict[str, Path]:
-    """dedup key -> file for every readable corpus Layout that names a vLLM and a contract."""
-    index: dict[str, Path] = {}
-    if not folder.is_dir():
-        return index
-    for path in sorted(folder.glob("*.json")):
-        try:
-            layout = Layout.from_json(path.read_text(), str(path))
-        except Exception:  # a foreign or broken file is not ours to judge here
-            continue
-        vllm, contract = layout.meta.get("vllm"), layout.meta.get("contract")
-        if vllm and contract:
-            index.setdefault(dedup_key(str(vllm), str(contract), layout, str(layout.meta.get("signature", ""))), path)
-    return index
+class FindingStore:
+    """Where one campaign puts the first input of each class it meets."""
 
-
-class CrashStore:
-    """Where one campaign puts its findings."""
-
-    def __init__(self, corpus_dir: Path, seen_dir: Path, vllm_version: str) -> None:
-        self.corpus_dir = Path(corpus_dir)
+    def __init__(self, folder: Path, seen_dir: Path, vllm_version: str) -> None:
+        self.folder = Path(folder)
         self.seen_dir = Path(seen_dir)
         self.seen_dir.mkdir(parents=True, exist_ok=True)
         self.vllm = vllm_version
-        self._index: dict[str, Path] | None = None
-        self._local: dict[str, Path | None] = {}  # classes this process already saw: no syscalls
+        self._local: dict[str, Path | None] = {}  # classes this process already met: no syscalls
 
-    def _known(self) -> dict[str, Path]:
-        if self._index is None:
-            self._index = corpus_index(self.corpus_dir)
-        return self._index
-
-    def record(self, layout: Layout, contract: str, detail: str, data: bytes, signature: str = "",
-               **meta_extra: str) -> tuple[Path | None, bool]:
-        """Store a finding. Returns (corpus file or None, new class for this campaign)."""
-        import hashlib
-
-        key = dedup_key(self.vllm, contract, layout, signature)
-        if key in self._local:
-            return self._local[key], False
-        marker = self.seen_dir / key
+    def record(self, layout: Layout, class_id: str, contract: str, detail: str, data: bytes,
+               **meta_extra) -> tuple[Path | None, bool]:
+        """Store the first input of a class. Returns (its file, new for this campaign)."""
+        if class_id in self._local:
+            return self._local[class_id], False
+        marker = self.seen_dir / class_id
         try:
             fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
+        except FileExistsError:  # another worker of this campaign met it first
             try:
                 seen = marker.read_text().strip()
             except OSError:
                 seen = ""
-            self._local[key] = Path(seen) if seen else None
-            return self._local[key], False
+            self._local[class_id] = Path(seen) if seen else None
+            return self._local[class_id], False
         try:
-            path = self._known().get(key)
-            if path is None:
-                meta = {"vllm": self.vllm, "contract": contract, "found_by": FOUND_BY,
-                        "detail": detail, "input_sha1": hashlib.sha1(data).hexdigest(), **meta_extra}
-                if signature:
-                    meta["signature"] = signature
-                path, _ = corpus.publish(layout.with_meta(**meta), self.corpus_dir)
-                self._known()[key] = path
+            meta = {"vllm": self.vllm, "contract": contract, "class_id": class_id, "found_by": FOUND_BY,
+                    "detail": detail, "input_sha1": hashlib.sha1(data).hexdigest(), **meta_extra}
+            path, _ = corpus.publish(layout.with_meta(**meta), self.folder)
             os.write(fd, str(path).encode())
         finally:
             os.close(fd)
-        self._local[key] = path
+        self._local[class_id] = path
         return path, True

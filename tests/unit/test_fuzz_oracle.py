@@ -1,4 +1,4 @@
-"""The fuzzer's oracle (waivers), crash store and runner plumbing (no vLLM)."""
+"""The fuzzer's oracle, its per-class counters and store, and the runner's report (no vLLM)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,15 @@ import threading
 from pathlib import Path
 
 from kvproof.fuzz import run as fuzz_run
-from kvproof.fuzz.oracle import dedup_key, judge, shape
+import pytest
+
 from kvproof.corpus import publish
-from kvproof.fuzz.store import CrashStore, corpus_index
+from kvproof.fuzz.harness import Stats
+from kvproof.fuzz.oracle import judge
+from kvproof.fuzz.store import FindingStore
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome, StageError
+from kvproof.verdicts import Verdict
 
 HYBRID_MSG = ("Each KV cache group's real block_size must be divisible by hash_block_size. "
               "block_sizes=[544, 544, 544, 544, 181], hash_block_size=98464")
@@ -36,8 +40,7 @@ SEED = L({"groups": [{"kind": "mamba", "block_size": 544, "count": 4}, {"kind": 
 def test_seed_bug_is_a_crash():
     o = out(SEED, 98464, 98464, manager_error=StageError("AssertionError", HYBRID_MSG))
     f = judge(SEED, o)
-    assert f.crash and f.contract == "hybrid.group_multiple_of_hash"
-    assert f.signature.startswith("FAIL:manager:AssertionError:Each KV cache group") and "98464" not in f.signature
+    assert f.crash and f.contract == "hybrid.group_multiple_of_hash" and f.classed
 
 
 def test_real_exception_in_non_align_mamba_fallback_is_never_waived():
@@ -46,16 +49,16 @@ def test_real_exception_in_non_align_mamba_fallback_is_never_waived():
            "cache": {"block_size": 16, "mamba_cache_mode": "all"}, "kv_connector": "OffloadingConnector"})
     o = out(x, 544, 544, manager_error=StageError("AssertionError", HYBRID_MSG))
     f = judge(x, o)
-    assert f.crash and judge(x, o, strict=True).crash
+    assert f.crash
 
 
-def test_unsupported_by_design_is_a_crash_marked_by_design():
+def test_unsupported_by_design_is_not_a_crash():
     x = L({"groups": [{"kind": "full_attention", "block_size": 16}, {"kind": "sliding_window", "block_size": 48}],
            "dcp": 2})
     o = out(x, 96, 96, sizes=[32, 96],
             manager_error=StageError("AssertionError", "DCP with hybrid KV cache layouts only supports ..."))
     f = judge(x, o)
-    assert f.crash and f.judgement.by_design
+    assert not f.crash and f.judgement.by_design and f.judgement.verdict == Verdict.UNSUPPORTED
 
 
 def test_ring_buffer_groups_are_outside_the_hash_contracts():
@@ -93,16 +96,6 @@ def test_divisibility_violation_without_a_real_exception_is_latent():
     assert f.latent and not f.crash and f.contract == "hybrid.group_multiple_of_hash"
 
 
-def test_shape_is_coarse():
-    a = SEED
-    b = L({"groups": [{"kind": "mamba", "block_size": 128, "count": 3}, {"kind": "hidden_state", "block_size": 42}],
-           "cache": {"mamba_cache_mode": "align"}})
-    assert shape(a) == shape(b)
-    assert dedup_key("0.27.0", "hybrid.group_multiple_of_hash", a) == dedup_key("0.27.0", "hybrid.group_multiple_of_hash", b)
-    assert dedup_key("0.27.0", "hybrid.group_multiple_of_hash", a) != dedup_key("0.28.0", "hybrid.group_multiple_of_hash", a)
-    assert dedup_key("0.27.0", "m", a, "FAIL:manager:AssertionError:x") != dedup_key("0.27.0", "m", a, "FAIL:manager:KeyError:x")
-
-
 def test_write_layout_is_canonical_atomic_and_never_overwrites(tmp_path):
     x = SEED.with_meta(vllm="0.27.0", contract="hybrid.group_multiple_of_hash", found_by="atheris")
     path, written = publish(x, tmp_path)
@@ -130,44 +123,134 @@ def test_concurrent_writers_publish_one_file(tmp_path):
     assert not list(tmp_path.glob(".*"))
 
 
-def test_crash_store_dedups_by_contract_and_shape(tmp_path):
-    corpus, seen = tmp_path / "corpus", tmp_path / "seen"
-    store = CrashStore(corpus, seen, "0.27.0")
-    p1, new1 = store.record(SEED, "hybrid.group_multiple_of_hash", "detail", b"abc")
-    assert new1 and p1.exists()
-    meta = json.loads(p1.read_text())["kvproof"]
-    assert meta["vllm"] == "0.27.0" and meta["found_by"] == "atheris" and meta["contract"] == "hybrid.group_multiple_of_hash"
-    assert len(meta["input_sha1"]) == 40
-    same_shape = L({"groups": [{"kind": "mamba", "block_size": 128, "count": 3}, {"kind": "hidden_state", "block_size": 42}],
-                    "cache": {"mamba_cache_mode": "align"}})
-    p2, new2 = store.record(same_shape, "hybrid.group_multiple_of_hash", "detail", b"def")
-    assert not new2 and p2 == p1 and len(list(corpus.glob("*.json"))) == 1
-    # A second process (another fork-mode worker) shares the seen/ markers.
-    other = CrashStore(corpus, seen, "0.27.0")
-    assert other.record(same_shape, "hybrid.group_multiple_of_hash", "d", b"x")[1] is False
-    # A new campaign against the same corpus: new for the campaign, but no second file.
-    fresh = CrashStore(corpus, tmp_path / "seen2", "0.27.0")
-    p3, new3 = fresh.record(same_shape, "hybrid.group_multiple_of_hash", "d", b"x")
-    assert new3 and p3 == p1 and len(list(corpus.glob("*.json"))) == 1
-    assert list(corpus_index(corpus).values()) == [p1]
-    # A signature (the real exception's class) is part of the key and of the meta.
-    p4, new4 = fresh.record(same_shape, "hybrid.group_multiple_of_hash", "d", b"y", "FAIL:manager:AssertionError:m",
-                            verdict="FAIL", tier="manager")
-    assert new4 and p4 != p1
-    meta4 = json.loads(p4.read_text())["kvproof"]
-    assert meta4["signature"] == "FAIL:manager:AssertionError:m" and meta4["tier"] == "manager"
-    assert p4 in corpus_index(corpus).values()
+def test_the_class_ignores_the_numbers_in_the_message():
+    """One root cause, one class: the seed's assertion with other numbers is the same class."""
+    other = L({"groups": [{"kind": "mamba", "block_size": 128, "count": 3}, {"kind": "hidden_state", "block_size": 42}],
+               "cache": {"block_size": 42, "mamba_cache_mode": "align"}})
+    msg = HYBRID_MSG.replace("544", "128").replace("181", "42").replace("98464", "2688")
+    a = judge(SEED, out(SEED, 98464, 98464, manager_error=StageError("AssertionError", HYBRID_MSG)))
+    b = judge(other, out(other, 2688, 2688, manager_error=StageError("AssertionError", msg)))
+    assert a.key == b.key and a.key.id == b.key.id
 
 
-def test_read_stats_sums_processes(tmp_path):
-    (tmp_path / "stats").mkdir()
-    for i, (execs, crashes) in enumerate([(100, 0), (250, 1)]):
-        (tmp_path / "stats" / f"contracts-{i}.json").write_text(json.dumps(
-            {"execs": execs, "crashes": crashes, "known": 2, "waived": {"a:b": 3}, "verdicts": {"OK": execs}}))
+class FakeLedger:
+    def __init__(self, entries=None):
+        self.entries = entries or {}
+
+    def get(self, key):
+        return self.entries.get(key.id)
+
+
+class FakeEntry:
+    def __init__(self, status, title="t", reachability="reachable", upstream="unreported"):
+        from kvproof.findings.ledger import Status
+
+        self.status, self.title, self.reachability, self.upstream = Status(status), title, reachability, upstream
+
+
+def _seed_fail():
+    return judge(SEED, out(SEED, 98464, 98464, manager_error=StageError("AssertionError", HYBRID_MSG)))
+
+
+def test_stats_count_every_hit_and_store_only_a_new_class_once(tmp_path):
+    f = _seed_fail()
+    stats = Stats(tmp_path, "contracts", "0.27.0")
+    stats._ledger = FakeLedger()
+    stats.store = FindingStore(tmp_path / "findings", tmp_path / "seen", "0.27.0")
+    assert stats.meet(f.judgement, f.key, SEED, b"a", f.detail) is True
+    assert stats.meet(f.judgement, f.key, SEED, b"b", f.detail) is False
+    rec = stats.data["classes"][f.key.id]
+    assert rec["count"] == 2 and rec["status"] == "new" and rec["verdict"] == "FAIL"
+    assert stats.data["new"] == 1 and stats.data["known"] == 0
+    stored = list((tmp_path / "findings").glob("*.json"))
+    assert [Path(rec["path"])] == stored
+    meta = json.loads(stored[0].read_text())["kvproof"]
+    assert meta["class_id"] == f.key.id and meta["class"] == str(f.key) and meta["vllm"] == "0.27.0"
+    assert meta["input_sha1"] == __import__("hashlib").sha1(b"a").hexdigest()
+    # A second worker of the same campaign meets it: counted, not stored again, not new.
+    other = Stats(tmp_path, "contracts", "0.27.0")
+    other._ledger = FakeLedger()
+    other.store = FindingStore(tmp_path / "findings", tmp_path / "seen", "0.27.0")
+    other.meet(f.judgement, f.key, SEED, b"c", f.detail)
+    assert len(list((tmp_path / "findings").glob("*.json"))) == 1
+
+
+def test_a_class_the_ledger_knows_is_counted_and_never_stored(tmp_path):
+    f = _seed_fail()
+    stats = Stats(tmp_path, "contracts", "0.27.0")
+    stats._ledger = FakeLedger({f.key.id: FakeEntry("fixed")})
+    stats.store = FindingStore(tmp_path / "findings", tmp_path / "seen", "0.27.0")
+    for _ in range(3):
+        assert stats.meet(f.judgement, f.key, SEED, b"a", f.detail) is False
+    assert stats.data["known"] == 3 and stats.data["new"] == 0
+    assert stats.data["classes"][f.key.id]["status"] == "fixed"
+    assert not (tmp_path / "findings").exists() or not list((tmp_path / "findings").iterdir())
+
+
+def test_a_harness_error_is_error_with_its_cause():
+    stats = Stats(None, "contracts", "0.27.0")
+    try:
+        {}["missing"]
+    except KeyError as err:
+        stats.harness_error(err)
+    assert stats.data["verdicts"] == {"ERROR": 1}
+    (cause, n), = stats.data["errors"].items()
+    assert n == 1 and cause.startswith("KeyError at ") and "test_a_harness_error_is_error_with_its_cause" in cause
+
+
+def _write_stats(folder: Path, i: int, d: dict) -> None:
+    (folder / "stats").mkdir(exist_ok=True)
+    (folder / "stats" / f"contracts-{i}.json").write_text(json.dumps(d))
+
+
+def _rec(key, verdict, status, count, first_s, path=""):
+    return {"id": key.id, "key": str(key), "tier": key.tier, "check": key.check, "exc_type": key.exc_type,
+            "frame": key.frame, "verdict": verdict, "status": status, "count": count, "first_s": first_s,
+            "layout": "x", "detail": "d", "premise": "reachable", "path": path}
+
+
+def test_read_stats_and_classes_sum_the_processes(tmp_path):
+    f = _seed_fail()
+    _write_stats(tmp_path, 0, {"execs": 100, "new": 1, "known": 0, "verdicts": {"OK": 99, "FAIL": 1},
+                               "errors": {"KeyError at kvproof/x.py:f": 2},
+                               "classes": {f.key.id: _rec(f.key, "FAIL", "new", 1, 3.0, "/p")}})
+    _write_stats(tmp_path, 1, {"execs": 250, "new": 0, "known": 0, "verdicts": {"OK": 245, "FAIL": 5},
+                               "classes": {f.key.id: _rec(f.key, "FAIL", "new", 5, 1.5)}})
     (tmp_path / "stats" / "broken.json").write_text("{")
     s = fuzz_run.read_stats(tmp_path)
-    assert s["execs"] == 350 and s["crashes"] == 1 and s["known"] == 4 and s["waived"] == 6
-    assert s["verdicts"] == {"OK": 350} and s["processes"] == 2
+    assert s["execs"] == 350 and s["new"] == 1 and s["processes"] == 2
+    assert s["verdicts"] == {"OK": 344, "FAIL": 6} and s["errors"] == {"KeyError at kvproof/x.py:f": 2}
+    merged = fuzz_run.merged_classes(tmp_path)[f.key.id]
+    assert merged["count"] == 6 and merged["first_s"] == 1.5 and merged["path"] == "/p"
+    (c,) = fuzz_run.read_classes(tmp_path)
+    assert c["contract"] == f.key.check and c["seconds"] == 1.5
+
+
+def test_report_lists_new_classes_first_then_known_bugs_then_counts(tmp_path):
+    from kvproof.findings.key import ClassKey
+
+    new = _seed_fail().key
+    bug = ClassKey("consumer", "oracle:kv_event", "", "vllm/x.py:f")
+    by_design = ClassKey("manager", "hybrid.dcp_full_attention_or_mamba", "AssertionError", "vllm/y.py:g")
+    _write_stats(tmp_path, 0, {"execs": 10, "verdicts": {"FAIL": 8, "UNSUPPORTED": 2},
+                               "classes": {new.id: _rec(new, "FAIL", "new", 1, 2.0, "/p"),
+                                           bug.id: _rec(bug, "FAIL", "bug", 7, 0.5),
+                                           by_design.id: _rec(by_design, "UNSUPPORTED", "new", 2, 0.1)}})
+    ledger = FakeLedger({bug.id: FakeEntry("bug", title="SimpleCPU KV events"),
+                         by_design.id: FakeEntry("by-design")})
+    text, n_new = fuzz_run.report(tmp_path, ledger)
+    lines = text.splitlines()
+    assert n_new == 1 and lines[0] == "NEW classes: 1" and lines[1].startswith("NEW (manager)")
+    assert "[reachable]" in lines[1] and new.id in lines[1]
+    i_bug = next(i for i, ln in enumerate(lines) if ln.startswith("Known bugs seen"))
+    assert "SimpleCPU KV events" in lines[i_bug + 1] and "7 hits" in lines[i_bug + 1]
+    assert any(ln.startswith("Classes by ledger status:") and "by-design 1 (2 hits)" in ln and "bug 1 (7 hits)" in ln
+               and "new 1 (1 hits)" in ln for ln in lines)
+    assert lines[-1] == "Verdicts: UNSUPPORTED 2, FAIL 8"
+    # Once the ledger holds the class, the same campaign folder reports nothing new.
+    ledger.entries[new.id] = FakeEntry("bug")
+    text, n_new = fuzz_run.report(tmp_path, ledger)
+    assert n_new == 0 and text.splitlines()[0].startswith("No new class")
 
 
 def test_runner_builds_a_wrapper_and_command(tmp_path):
@@ -185,6 +268,18 @@ def test_runner_builds_a_wrapper_and_command(tmp_path):
     assert env["KVPROOF_FUZZ_CORPUS_OUT"] == str(tmp_path / "c") and env["KVPROOF_FUZZ_PREMISE"] == "engine"
 
 
+def test_runner_paths_are_absolute_and_findings_stay_in_the_campaign_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KVPROOF_OUT", raising=False)
+    monkeypatch.delenv("KVPROOF_CORPUS", raising=False)
+    args = fuzz_run.parse(["--python", sys.executable, "--workdir", "rel/w"])
+    assert args.workdir == str(tmp_path / "rel" / "w")
+    c = fuzz_run.Campaign(args)
+    assert c.workdir == tmp_path / "rel" / "w" and c.crash_dir == c.workdir / "findings"
+    plain = fuzz_run.Campaign(fuzz_run.parse(["--python", sys.executable]))
+    assert plain.workdir.is_absolute() and plain.crash_dir.is_relative_to(plain.workdir)
+
+
 def test_runner_recovers_an_interrupted_merge(tmp_path):
     args = fuzz_run.parse(["--python", sys.executable, "--continuous", "--workdir", str(tmp_path)])
     c = fuzz_run.Campaign(args)
@@ -197,8 +292,6 @@ def test_runner_recovers_an_interrupted_merge(tmp_path):
 
 
 def test_runner_rejects_zero_seconds_outside_continuous():
-    import pytest
-
     from kvproof.errors import UsageError
 
     with pytest.raises(UsageError):

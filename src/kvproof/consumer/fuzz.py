@@ -11,15 +11,15 @@ release's capabilities by introspection), an optional connector from
 at a scale fitted to the layout's block sizes). ``kvproof.judge.judge_consumer``
 gives the verdict. Same conventions as the contracts target (``fuzz/harness.py``):
 
-- stats in ``$KVPROOF_FUZZ_WORKDIR/stats/consumers-<pid>.json`` ("execs", "crashes",
-  "known", "verdicts", "classes": [{tier, contract, signature, layout, path, detail,
-  seconds}]), flushed every second;
-- a FAIL of a new class (vLLM, contract, layout shape, signature: the observation with
-  numbers erased) is stored by ``CrashStore`` in ``$KVPROOF_FUZZ_CORPUS_OUT`` as a corpus
-  Layout whose meta carries the stream (``meta.stream``) and the tier, so
-  ``python -m kvproof.consumer FILE --stream <meta.stream> --vllm R`` replays it;
-  then raised (libFuzzer stops) unless ``KVPROOF_FUZZ_COLLECT=1`` (store and go on);
-- a known class is counted (``known``); ``KVPROOF_FUZZ_RAISE_KNOWN=1`` raises anyway.
+- stats in ``$KVPROOF_FUZZ_WORKDIR/stats/consumers-<pid>.json`` (``fuzz.harness.Stats``:
+  "execs", "verdicts", "classes" by ``kvproof.findings.key.class_key`` with the
+  ledger's status and a count, "new", "known", "errors"), flushed every second;
+- every FAIL / UNSUPPORTED / ERROR is counted per class; the first input of a class
+  the ledger does not know is stored in ``$KVPROOF_FUZZ_CORPUS_OUT`` (the campaign's
+  findings folder) as a corpus Layout whose meta carries the stream (``meta.stream``),
+  so ``python -m kvproof.consumer FILE --vllm R`` replays it;
+- nothing is raised into libFuzzer: the campaign goes on in-process; an exception in
+  kvproof's own code is ERROR with its cause.
 """
 
 from __future__ import annotations
@@ -27,16 +27,11 @@ from __future__ import annotations
 import os
 import random
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from kvproof.spec import facts
-
-
-class ConsumerViolation(AssertionError):
-    """A consumer oracle saw real vLLM misbehave (the fuzzer's crash)."""
 
 
 TARGET = "consumers"
@@ -68,7 +63,7 @@ class Target:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         from kvproof.consumer.harness import Harness  # imports vLLM
         from kvproof.fuzz.harness import Stats, instrument_covered, release_caps
-        from kvproof.fuzz.store import CrashStore
+        from kvproof.fuzz.store import FindingStore
         from kvproof.settings import HarnessSettings
 
         import vllm
@@ -81,14 +76,12 @@ class Target:
         wd = workdir or opts.workdir
         self.workdir = wd
         scratch = wd or Path(os.environ.get("TMPDIR", "/tmp")) / f"kvproof-fuzz-{os.getpid()}"
-        self.store = CrashStore(opts.corpus_out, scratch / "seen-consumers", self.version)
-        self.stats = Stats(wd, TARGET, self.version)
+        self.stats = Stats(wd, TARGET, self.version, premise=self.premise)
+        self.stats.store = FindingStore(opts.corpus_out, scratch / "seen-consumers", self.version)
+        _ = self.stats.ledger  # loaded before the first input
         self.stats.data.update(steps=0, run_seconds=0.0, caps=self.caps.to_dict())
         self.instrumented = instrument_covered(opts.instrument)
         self.stats.data["instrumented"] = self.instrumented
-        self.collect = opts.collect
-        self.raise_known = opts.raise_known
-        self.t0 = time.monotonic()
 
     def decode(self, data: bytes) -> tuple[Any, Any]:
         return decode_input(data, self.caps, self.premise)
@@ -97,9 +90,9 @@ class Target:
         return self.harness.run(layout, stream)
 
     def one(self, layout: Any, stream: Any, data: bytes = b"") -> Any:
-        from kvproof.fuzz.oracle import signature
+        from kvproof.findings.key import class_key
+        from kvproof.fuzz.oracle import CLASSED
         from kvproof.judge import judge_consumer
-        from kvproof.verdicts import Verdict
 
         res = self.run(layout, stream)
         s = self.stats
@@ -107,34 +100,18 @@ class Target:
         s.data["run_seconds"] = round(s.data["run_seconds"] + res.seconds, 3)
         j = judge_consumer(res, layout)
         s.bump("verdicts", str(j.verdict))
-        if j.verdict != Verdict.FAIL:
-            s.tick()
-            return res
-        obs = j.observed
-        contract = j.contract if j.explained else f"consumer.{(obs.type if obs else 'fail').split(':')[-1]}"
-        sig = signature(j)
-        detail = f"[{j.tier}] {j.line()}"
-        s.bump("fail_classes_seen", f"{j.tier}:{contract}:{obs.type if obs else ''}")
-        path, new = self.store.record(layout, contract, detail, data, sig, verdict="FAIL", tier=str(j.tier),
-                                      stream=stream.to_dict())
-        s.tick()
-        if not new and not self.raise_known:
-            s.data["known"] += 1
-            return res
-        s.data["crashes"] += 1
-        if s.data["first_crash_s"] is None:
-            s.data["first_crash_s"] = time.monotonic() - self.t0
-        s.add_class(str(j.tier), contract, sig, layout, path, detail, time.monotonic() - self.t0,
-                    stream=stream.summary())
-        s.flush()
-        if self.collect and new:
-            return res
-        raise ConsumerViolation(f"{detail}\n  layout: {layout.summary()}\n  stream: {stream.summary()}\n"
-                                f"  stored: {path}\n  replay: python -m kvproof.consumer {path} --vllm {self.version}")
+        if j.verdict in CLASSED:
+            s.meet(j, class_key(j, layout), layout, data, f"[{j.tier}] {j.line()}", stream=stream.to_dict(),
+                   stream_summary=stream.summary())
+        return res
 
     def test_one_input(self, data: bytes) -> None:
-        layout, stream = self.decode(data)
-        self.one(layout, stream, data)
+        try:
+            layout, stream = self.decode(data)
+            self.one(layout, stream, data)
+        except Exception as err:  # kvproof's own code broke: ERROR with its cause, never a crash
+            self.stats.harness_error(err)
+        self.stats.tick()
 
 
 def main(argv: list[str] | None = None) -> None:
