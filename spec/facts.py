@@ -245,6 +245,10 @@ RING_BUFFER_KINDS = ("full_attention", "sliding_window")
 # QSACompressedKeyCache). No in-tree model sets MambaSpec.tokens_per_state (always -1);
 # SlidingWindowMLASpec keeps 1; Whisper's Fraction(1, n) < 1 is not a compression.
 COMPRESSED_KINDS = ("mla",)
+# Which kinds a compressed MLA group shares a model with: full attention / sliding-window MLA
+# and ring buffers (DeepSeek-V4: SlidingWindowMLASpec + CircularBufferSpec compressor state),
+# and Mamba: Qwen4-exp mixes GDN layers (MambaSpec) with QSA layers (compressed
+# MLAAttentionSpec + CircularBufferSpec ring) in one model (vllm/models/qwen4_exp/nvidia/model.py).
 # DeepSeek-V4's compress ratios (vllm/models/deepseek_v4/compressor.py: assert compress_ratio in [4, 128]).
 COMPRESS_RATIOS = (4, 128)
 # Every in-tree builder sizes a compressed group's block as a multiple of its ratio: DeepSeek-V4
