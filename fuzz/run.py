@@ -58,6 +58,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -113,7 +114,8 @@ def merged_classes(workdir: Path) -> dict[str, dict]:
     the earliest record kept (its layout, detail and stored file)."""
     out: dict[str, dict] = {}
     for d in _stats_files(workdir):
-        for cid, rec in d.get("classes", {}).items():
+        classes = d.get("classes")
+        for cid, rec in (classes.items() if isinstance(classes, dict) else ()):  # an older harness's list: skipped
             have = out.get(cid)
             if have is None:
                 out[cid] = dict(rec)
@@ -231,10 +233,11 @@ class Campaign:
     # --- plumbing ------------------------------------------------------------
     def prepare(self) -> None:
         self._recover_merge()
+        if not self.args.continuous:  # each time-boxed run is its own campaign: its own counters and classes
+            for d in ("seen", "stats"):
+                shutil.rmtree(self.workdir / d, ignore_errors=True)
         for d in (self.workdir, self.corpus, self.artifacts, self.log_dir, self.workdir / "stats"):
             d.mkdir(parents=True, exist_ok=True)
-        if not self.args.continuous:
-            shutil.rmtree(self.workdir / "seen", ignore_errors=True)  # each time-boxed run is its own campaign
         self.base_execs = read_stats(self.workdir)["execs"]
 
     def _recover_merge(self) -> None:
@@ -393,6 +396,10 @@ class Campaign:
               f"(campaign: {self.workdir})", flush=True)
         rc = self.run_process(cmd, self.args.seconds, "timeboxed")
         print(self.status(final=True), flush=True)
+        done = re.search(r"^Done (\d+) runs in (\d+) second", self.last_log.read_text(errors="replace"), re.M)
+        if done:  # libFuzzer's own count (the stats files are flushed once a second)
+            runs, secs = int(done.group(1)), int(done.group(2))
+            print(f"libFuzzer: {runs:,} runs in {secs} s ({runs / max(secs, 1):,.0f}/s)", flush=True)
         self.write_campaign({"mode": "timeboxed", "rc": rc})
         if self.args.target == "conformance":  # a model disagreement stops the run (a bug in the model)
             text = self.violation_text()

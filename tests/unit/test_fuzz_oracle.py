@@ -296,3 +296,15 @@ def test_runner_rejects_zero_seconds_outside_continuous():
 
     with pytest.raises(UsageError):
         fuzz_run.parse(["--seconds", "0"])
+
+
+def test_a_time_boxed_run_starts_its_own_counters_and_a_continuous_one_resumes(tmp_path):
+    _write_stats(tmp_path, 0, {"execs": 7, "new": 1, "classes": {}})
+    (tmp_path / "seen").mkdir()
+    (tmp_path / "seen" / "abc").write_text("")
+    c = fuzz_run.Campaign(fuzz_run.parse(["--python", sys.executable, "--continuous", "--workdir", str(tmp_path)]))
+    c.prepare()
+    assert c.base_execs == 7 and fuzz_run.read_stats(tmp_path)["new"] == 1 and (tmp_path / "seen" / "abc").exists()
+    c = fuzz_run.Campaign(fuzz_run.parse(["--python", sys.executable, "--workdir", str(tmp_path)]))
+    c.prepare()
+    assert c.base_execs == 0 and fuzz_run.read_stats(tmp_path)["new"] == 0 and not (tmp_path / "seen").exists()
