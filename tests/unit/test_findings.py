@@ -96,3 +96,6 @@ def test_the_checked_in_ledger_loads_and_every_file_is_named_by_its_key():
         assert e.status != Status.FIXED or e.fixed_in, e.title
         assert e.status != Status.UNREACHABLE or e.premise_fact, e.title
         assert Layout.from_dict(e.layout)
+        if e.witness_config is not None:
+            from kvproof.config import Config
+            assert Config.from_dict(e.witness_config), e.title
