@@ -224,6 +224,9 @@ def engine_verdict(boot: BootResult) -> EngineVerdict:
         return EngineVerdict(Verdict.FAIL, cls, f"{where}: {cause}{note}", layout, j.tier, ids, j)
     if j.verdict == Verdict.REJECTED:
         return EngineVerdict(Verdict.REJECTED, cls, f"resolver: {cause}", layout, j.tier, (), j)
+    if j.verdict == Verdict.UNSUPPORTED:  # vLLM refuses the configuration by design
+        return EngineVerdict(Verdict.UNSUPPORTED, cls, f"startup: {cause} ({j.note})", layout, j.tier,
+                             _ids(j.explained), j)
     if j.verdict == Verdict.ERROR:
         stage = "booted, generation failed" if boot.stage == "generate" else boot.stage
         return EngineVerdict(Verdict.ERROR, cls, f"unrelated to block sizes: {stage}: {cause}", layout, j.tier,
