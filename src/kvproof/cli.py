@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
                         "(spec/derived/RELEASE.json, what `verify` searches for witness Configs)")
     d.add_argument("--vllm", action="append", metavar="RELEASE",
                    help=f"vLLM release to derive with (repeatable; default {envs.DEFAULT_RELEASE})")
+    d.add_argument("--models", action="store_true",
+                   help="with --enumerate: derive the reference models (spec/models) under common flag sets "
+                        "into spec/derived/models/RELEASE.json instead")
     d.add_argument("--flags", default="", metavar="'VLLM SERVE FLAGS'",
                    help="vllm serve flags for a model config.json, parsed by each release's own EngineArgs")
     d.add_argument("--json", action="store_true", help="machine-readable output")
@@ -322,15 +325,20 @@ def cmd_contracts(args: argparse.Namespace) -> int:
 
 def cmd_derive(args: argparse.Namespace) -> int:
     """Config -> real vLLM derivation, per release: the Layout and resolver result, or vLLM's error."""
-    from kvproof.checking import derive_all, write_table
+    from kvproof.checking import derive_all, write_model_table, write_table
     from kvproof.spec.revisions import revision_for
     if args.enumerate:
         if args.config:
             raise UsageError("derive: give a Config or --enumerate, not both")
         for release in args.vllm or list(envs.SUPPORTED):
             envs.find(release)
-            print(f"derivation table for vLLM {release}: {write_table(release)}")
+            if args.models:
+                print(f"reference-model derivations for vLLM {release}: {write_model_table(release)}")
+            else:
+                print(f"derivation table for vLLM {release}: {write_table(release)}")
         return 0
+    if args.models:
+        raise UsageError("derive: --models goes with --enumerate")
     if not args.config:
         raise UsageError("derive: give a Config (JSON file or inline object), a model config.json, "
                          "a reference model or --enumerate")

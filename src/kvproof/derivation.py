@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -197,6 +198,29 @@ def table_entry(d: Derived) -> dict[str, Any]:
                                                    "message": d.error.message[:600], "frame": d.error.frame}}
 
 
+# The reference models (spec/models/) under common vllm serve flag sets, derived per release into
+# spec/derived/models/<release>.json (kvproof derive --enumerate --models): what explain and the
+# witness search can cite as "a real architecture with these flags reaches it".
+HIDDEN_STATES_STORAGE = "/tmp/kvproof-hidden-states"
+MODEL_FLAG_SETS: tuple[tuple[str, ...], ...] = (
+    (),
+    ("--enable-prefix-caching",),
+    ("--no-enable-prefix-caching",),
+    ("--enable-prefix-caching", "--speculative-config",
+     json.dumps({"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                 "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}}}),
+     "--kv-transfer-config",
+     json.dumps({"kv_connector": facts.HIDDEN_STATES_CONNECTOR, "kv_role": "kv_producer",
+                 "kv_connector_extra_config": {"shared_storage_path": HIDDEN_STATES_STORAGE}})),
+)
+
+
+def model_configs() -> list[Config]:
+    """Every reference model under every flag set of :data:`MODEL_FLAG_SETS`."""
+    from kvproof.config import reference_models
+    return [Config(model=m, flags=f) for m in reference_models() for f in MODEL_FLAG_SETS]
+
+
 @dataclass(frozen=True)
 class TableRow:
     release: str
@@ -212,6 +236,20 @@ def load_table(release: str) -> tuple[TableRow, ...]:
     """The checked-in derivation table of ``release`` (empty when there is none)."""
     from kvproof.inputs import parse_json, read_text
     path = table_dir() / f"{release}.json"
+    if not path.exists():
+        return ()
+    data = parse_json(read_text(path), str(path))
+    return tuple(TableRow(release, Config.from_dict(e["config"]),
+                          Layout.from_dict(e["layout"]) if e["layout"] else None,
+                          e["scheduler_block_size"], e["hash_block_size"], e["error"])
+                 for e in data["entries"])
+
+
+@functools.lru_cache(maxsize=None)
+def load_model_table(release: str) -> tuple[TableRow, ...]:
+    """The checked-in reference-model derivations of ``release`` (spec/derived/models/; empty if none)."""
+    from kvproof.inputs import parse_json, read_text
+    path = table_dir() / "models" / f"{release}.json"
     if not path.exists():
         return ()
     data = parse_json(read_text(path), str(path))

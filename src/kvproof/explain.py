@@ -120,10 +120,11 @@ def printed(outcome, sizes: Sequence[int], hash_size: int) -> bool:
 
 def derived_example(choice: Choice, release: str):
     """A measured Config (spec/derived/) with the choice's settings whose real derivation and
-    resolver give a group the hash does not divide: the same failure class reached by a real model."""
+    resolver give a group the hash does not divide: the same failure class reached by a real model.
+    Reference architectures under vllm serve flags (spec/derived/models/) first, then tiny families."""
     from kvproof import derivation
 
-    for row in derivation.load_table(release):
+    for row in derivation.load_model_table(release) + derivation.load_table(release):
         lay, h = row.layout, row.hash_block_size
         if lay is None or not h:
             continue
