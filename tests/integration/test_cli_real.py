@@ -63,3 +63,17 @@ def test_user_interpreter_via_python_flag():
     assert proc.returncode == 0, proc.stderr
     [row] = json.loads(proc.stdout)["results"]
     assert row["vllm"] == "0.32.0" and row["verdict"] == "OK" and row["hash_block_size"] == 16
+
+
+def test_check_on_a_by_design_refusal_is_unsupported_and_exits_0():
+    """DCP with a sliding-window group beside full attention: the hybrid coordinator refuses it by
+    design on every release (a bare assert at startup, shown with its message), never a FAIL."""
+    from conftest import require_env
+    release = RELEASES[-1]
+    require_env(release)
+    proc = kvproof("check", "--groups", "full_attention:64,sliding_window:64", "--dcp", "2", "--prefix-caching",
+                   "--json", "--vllm", release)
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)["results"][0]
+    assert row["verdict"] == "UNSUPPORTED" and row["by_design"], row
+    assert "DCP" in row["outcome"]["manager_error"]["message"]
