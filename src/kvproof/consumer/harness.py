@@ -43,17 +43,17 @@ from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 from kvproof.bridge.build import Builder  # noqa: E402
-from kvproof.consumer.oracles import HashIndex, Recorder, Truth, iter_hashes, lcp  # noqa: E402
+from kvproof.consumer import spies  # noqa: E402
+from kvproof.consumer.oracles import Oracles, Recorder, local_chunks  # noqa: E402
 from kvproof.consumer.result import ConsumerResult  # noqa: E402
 from kvproof.consumer.stream import Req, Stream  # noqa: E402
+from kvproof.consumer.truth import HashIndex  # noqa: E402
 from kvproof.errors import NotExpressible  # noqa: E402
 from kvproof.layout import Layout  # noqa: E402
 from kvproof.outcome import vllm_frame  # noqa: E402
 from kvproof.spec import facts  # noqa: E402
 
 MAX_MODEL_LEN_CEILING = 1 << 20
-# Methods of a connector's inner pieces whose arguments carry block hashes / offload keys.
-HASH_METHODS = facts.CONNECTOR_HASH_METHODS
 
 
 def _exc(err: BaseException) -> str:
@@ -64,56 +64,6 @@ def _exc(err: BaseException) -> str:
 def _kwargs_for(fn: Any, **candidates: Any) -> dict[str, Any]:
     params = inspect.signature(fn).parameters
     return {k: v for k, v in candidates.items() if k in params}
-
-
-_CONTAINERS = (list, tuple, set, frozenset, dict)
-
-
-def _arg_hashes(vals: tuple[Any, ...]) -> Any:
-    """``iter_hashes(list(vals))`` without a generator per argument: a lookup spy runs once per
-    key in some connectors (offloading ``_maximal_prefix_lookup``: millions of calls a run)."""
-    for a in vals:
-        if isinstance(a, (bytes, bytearray)):
-            if len(a) >= 8:
-                yield a
-        elif isinstance(a, _CONTAINERS):
-            yield from iter_hashes(a, 1)
-
-
-class _KeyMemo:
-    """Per-run memo of the connector-key oracle (``Harness._check_connector_hash``).
-
-    Connectors hand every cached key of a request to their store/lookup methods again each
-    step (offloading ``_build_store_jobs``), so the same checks repeat; and comparing a
-    request's tokens with a hash's token prefix slice by slice cost O(prefix) per key,
-    O(tokens^2) per step. Both are memoized without weakening the check:
-
-    - ``passed``: (hash, store, owner) keys that passed. A pass cannot turn into a failure:
-      a hash names a fixed token prefix (``HashIndex`` keeps the first registration),
-      requests only append tokens, the live set only grows, the alignment is fixed.
-    - ``common(req, seq)``: the longest common prefix of ``req.all_token_ids`` and a token
-      list ``HashIndex`` holds (never mutated), recomputed only when the request grew
-      while the prefix still reached the end of the shorter one (append-only tokens).
-    """
-
-    def __init__(self) -> None:
-        self.passed: set[tuple[bytes, bool, str | None]] = set()
-        self._lcp: dict[tuple[str, int], tuple[int, int]] = {}
-
-    def common(self, req: Any, seq: list[int]) -> int:
-        toks = req.all_token_ids
-        n = len(toks)
-        key = (req.request_id, id(seq))
-        got = self._lcp.get(key)
-        if got is not None and (got[1] == n or got[0] < min(got[1], len(seq))):
-            return got[0]
-        m = lcp(toks, seq)
-        self._lcp[key] = (m, n)
-        return m
-
-    def same_prefix(self, req: Any, seq: list[int], end: int) -> bool:
-        """``list(req.all_token_ids[:end]) == list(seq[:end])`` for ``end <= len(seq)``."""
-        return len(req.all_token_ids) >= end and self.common(req, seq) >= end
 
 
 @dataclass
@@ -344,63 +294,19 @@ class Harness:
     def _drive(self, layout: Layout, stream: Stream, scheduler: Any, block_hasher: Any, hash_fn: Any,
                st: RunState, max_steps: int | None) -> None:
         rec = st.rec
-        hash_bs = st.res.hash_block_size
         mgr = scheduler.kv_cache_manager
-        coord = mgr.coordinator
-        st.res.alignment = self._alignment(coord, st.res.scheduler_block_size)
-        self._chunks = self._local_chunks(scheduler.kv_cache_config)
-        group_sizes = self.builder.group_block_sizes(scheduler.kv_cache_config, layout.dcp)
-        index = HashIndex(hash_bs, lambda parent, toks: kv_cache_utils.hash_block_tokens(hash_fn, parent, toks))
-        truth = Truth()
-        live: dict[str, Request] = {}
-        prompts: dict[str, list[int]] = {}
-        first_seen: set[str] = set()
-        pending_hit: dict[str, tuple[int, int]] = {}  # req id -> (local, truth) from get_computed_blocks
-        ext_hit: dict[str, int] = {}
-
-        # (b) wrap the real prefix-cache lookups (plain, and the connector variant where it exists)
-        def spy_lookup(real: Any) -> Any:
-            def lookup(request: Any) -> Any:
-                got = real(request)
-                n = got[1]  # (blocks, num_computed_tokens, ...) in every release seen
-                self._check_hit(request, n, truth, index, st, live)
-                pending_hit[request.request_id] = (n, truth.longest(request.all_token_ids))
-                return got
-            return lookup
-        for name in facts.PREFIX_LOOKUP_METHODS:
-            if hasattr(mgr, name):
-                setattr(mgr, name, spy_lookup(getattr(mgr, name)))
-
-        # truth: KV of scheduled tokens counts as computed from the moment its slots are allocated
-        # (a request later in the same step may share it: vLLM computes the batch in one pass)
-        real_alloc = mgr.allocate_slots
-        alloc_sig = inspect.signature(real_alloc)
-
-        def allocate_slots(request: Any, *args: Any, **kw: Any) -> Any:
-            got = real_alloc(request, *args, **kw)
-            if got is not None:
-                bound = alloc_sig.bind(request, *args, **kw).arguments
-                extra = sum(v for k, v in bound.items() if k in facts.ALLOC_TOKEN_PARAMS and isinstance(v, int))
-                toks = request.all_token_ids
-                truth.record(request.request_id, toks, min(request.num_computed_tokens + extra, len(toks)))
-            return got
-        mgr.allocate_slots = allocate_slots
-
-        # (d) capture KV event batches
-        pub = scheduler.kv_event_publisher
-        real_publish = pub.publish
-
-        def publish(batch: Any) -> None:
-            for ev in getattr(batch, "events", ()) or ():
-                self._check_event(ev, index, group_sizes, st)
-            return real_publish(batch)
-        pub.publish = publish
-
-        # (c) the connector's scheduler side
+        st.res.alignment = self._alignment(mgr.coordinator, st.res.scheduler_block_size)
+        index = HashIndex(st.res.hash_block_size,
+                          lambda parent, toks: kv_cache_utils.hash_block_tokens(hash_fn, parent, toks))
+        oracles = Oracles(st.res, rec, index, self.builder.group_block_sizes(scheduler.kv_cache_config, layout.dcp),
+                          local_chunks(scheduler.kv_cache_config))
+        spies.spy_lookups(mgr, oracles)
+        spies.spy_allocations(mgr, oracles)
+        spies.spy_events(scheduler.kv_event_publisher, oracles)
         conn = scheduler.connector
         if conn is not None:
             st.res.connector_class = type(conn).__name__
-            self._wrap_connector(conn, scheduler, index, group_sizes, st, live, truth, ext_hit)
+            spies.spy_connector(conn, scheduler, oracles)
 
         events: dict[int, list[tuple[str, int]]] = {}
         for i, r in enumerate(stream.requests):
@@ -430,9 +336,7 @@ class Harness:
                 rid = f"r{i}" if kind == "add" else f"r{i}.re{len(sent_ids.get(i, ()))}"
                 sent_ids.setdefault(i, []).append(rid)
                 req = self._request(rid, stream.prompt(i), stream.requests[i].max_tokens, block_hasher)
-                prompts[rid] = stream.prompt(i)
-                live[rid] = req
-                index.extend(rid, prompts[rid])
+                oracles.admit(rid, req, stream.prompt(i))
                 scheduler.add_request(req)
             if step > last_event and not scheduler.requests and not finished_sending and worker_meta is None \
                     and not finished_recving:
@@ -444,26 +348,7 @@ class Harness:
             out = scheduler.schedule()
             st.res.preemptions += len(getattr(out, "preempted_req_ids", None) or ())
             scheduled = dict(out.num_scheduled_tokens)
-            for rid in scheduled:
-                if rid in pending_hit:
-                    local, true_len = pending_hit.pop(rid)
-                    ext = ext_hit.pop(rid, 0)
-                    loaded = ext_hit.pop(rid + "#async", 0)
-                    if loaded and local >= loaded:  # the loaded tokens came back as a local hit
-                        local, ext = local - loaded, ext + loaded
-                    req = live[rid]
-                    cap = max(0, req.num_prompt_tokens - 1)
-                    if rid not in first_seen:
-                        first_seen.add(rid)
-                        st.res.efficiency.admissions += 1
-                        st.res.efficiency.prompt_tokens += req.num_prompt_tokens
-                        st.res.efficiency.reusable_tokens += min(true_len, cap)
-                        st.res.efficiency.hit_tokens += local
-                        st.res.efficiency.external_tokens += ext
-                        st.res.hits.append({"step": step, "req": int(rid[1:].split(".")[0]), "hit": local,
-                                        "external": ext, "truth": min(true_len, cap)})
-                    else:
-                        st.res.efficiency.readmissions += 1
+            oracles.scheduled(step, scheduled)
             # a real worker reports each load once, when it completes; the scheduler asserts the
             # request is then still waiting for it or finished (scheduler.py:3230
             # _update_from_kv_xfer_finished). Checked at delivery, i.e. after this step's schedule().
@@ -483,13 +368,7 @@ class Harness:
                 job_driven |= driven
                 finished_recving |= recv
             scheduler.update_from_output(out, mro)
-            for rid in scheduled:
-                req = live.get(rid)
-                if req is not None:
-                    toks = list(req.all_token_ids)
-                    index.extend(rid, toks)
-                    truth.record(rid, toks, min(req.num_computed_tokens, len(toks)))
-                    self._check_chain(req, index, st)
+            oracles.stepped(scheduled)
             if conn is not None:
                 for rid, req in list(scheduler.requests.items()):
                     if self._finished(req):
@@ -581,247 +460,3 @@ class Harness:
                                                           finished_recving=recving or None,
                                                           kv_connector_worker_meta=worker_meta)
         return ModelRunnerOutput(**{k: v for k, v in kw.items() if k in self.mro_fields})
-
-    # --- oracles --------------------------------------------------------------------
-    @staticmethod
-    def _local_chunks(kv_cache_config: Any) -> list[int]:
-        """Attention chunk sizes when EVERY group is chunked local attention, else []."""
-        chunks = [getattr(g.kv_cache_spec, "attention_chunk_size", None) for g in kv_cache_config.kv_cache_groups]
-        ok = chunks and all(type(g.kv_cache_spec).__name__ == "ChunkedLocalAttentionSpec" and isinstance(c, int)
-                            and c > 0 for g, c in zip(kv_cache_config.kv_cache_groups, chunks))
-        return chunks if ok else []
-
-    def _out_of_window(self, request: Any) -> int:
-        """Tokens a lookup may count as computed without any cached block: with only chunked
-        local attention groups, ChunkedLocalAttentionManager.find_longest_cache_hit
-        (single_type_kv_cache_manager.py:1263, 0.32) returns null blocks for every chunk left of
-        the one holding token ``max_length`` (= num_tokens - 1): no later token attends to them,
-        at any layer, so skipping their KV is exact, not a reuse. With any other group beside
-        (Llama 4's global layers) the coordinator's hit is bounded by that group's real hit."""
-        chunks = getattr(self, "_chunks", None)
-        if not chunks:
-            return 0
-        m = max(request.num_tokens - 1, 0)
-        return min(m // c * c for c in chunks)
-
-    def _check_hit(self, request: Any, n: int, truth: Truth, index: HashIndex, st: RunState,
-                   live: dict[str, Any]) -> None:
-        if n <= 0:
-            return
-        toks = request.all_token_ids
-        true_len = truth.longest(toks)
-        if n > true_len and n == self._out_of_window(request):
-            true_len = n  # only null blocks left of the local chunk: exact by design (see _out_of_window)
-        if n > true_len:
-            st.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens but the longest common prefix with "
-                                     f"computed KV is {true_len} (prompt {request.num_prompt_tokens})")
-        if n > request.num_tokens - 1:
-            st.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens covers the whole request "
-                                     f"({request.num_tokens} tokens; the last must be computed)")
-        if st.res.alignment and n % st.res.alignment and n != request.num_tokens - 1:
-            st.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens is not a multiple of the "
-                                     f"coordinator's alignment {st.res.alignment}")
-
-    def _check_chain(self, req: Any, index: HashIndex, st: RunState) -> None:
-        real = list(req.block_hashes)
-        mine = index.chains.get(req.request_id, [])
-        for k, (a, b) in enumerate(zip(real, mine)):
-            if bytes(a) != bytes(b):
-                st.rec.add("hash_chain", f"{req.request_id}: block_hashes[{k}] is not the hash of tokens "
-                                         f"[{k * index.h}, {(k + 1) * index.h})")
-                break
-
-    def _check_event(self, ev: Any, index: HashIndex, group_sizes: list[int], st: RunState) -> None:
-        """BlockStored rules, read from ``BlockPool`` (identical in 0.27, 0.28 and 0.32):
-
-        - ``cache_full_blocks`` (block_pool.py:226): ``token_ids`` span every newly full block
-          ``[num_cached, num_full) * block_size``, but ``block_hashes`` list only the blocks that
-          are not null or masked out (Mamba align mode keeps one state block per request, sliding
-          window drops blocks outside the window), so an event may carry fewer hashes than
-          blocks, zero included; ``parent_block_hash`` is the hash of block ``num_cached - 1``.
-          Each hash must name the tokens of a block inside that span, in order.
-        - ``cache_partial_block`` (fine-grained hits): one hash for a prompt tail that ends
-          inside a cache block; ``block_size`` is the tail's length, not the group's.
-        - ``emit_cached_block_events``: a contiguous run from block 0, parent None.
-        - ``cache_partial_block`` events cover the last hash unit of the tail:
-          ``[(n // h - 1) * h, n)``, parent ``block_hashes[n // h - 2]`` (block_pool.py:578).
-        - connector-sourced events (CPU/storage medium) may be opaque: no token ids, no parent,
-          ``block_size`` 0 or the group's (OffloadingConnector without
-          ``self_describing_kv_events``, offloading/events.py; SimpleCPUOffloadConnector when
-          its snapshot is missing or sized differently, manager.py:1120, "until #49962").
-          Only their hashes are checked: each must name a real token prefix.
-        """
-        if type(ev).__name__ != "BlockStored":
-            return
-        st.res.events_stored += 1
-        hashes = list(ev.block_hashes or ())
-        toks = list(ev.token_ids)
-        bs = ev.block_size
-        gidx = getattr(ev, "group_idx", None)
-        gsize = group_sizes[gidx] if gidx is not None and 0 <= gidx < len(group_sizes) else None
-        where = f"BlockStored(group={gidx}, block_size={bs}, {len(hashes)} hashes, {len(toks)} tokens)"
-        if not hashes:
-            st.res.events_without_hashes += 1
-        if not toks and hashes:
-            st.res.events_opaque += 1
-            for k, hv in enumerate(hashes):
-                if index.locate(hv) is None:
-                    st.rec.add("kv_event", f"{where}: hash #{k} names no token prefix at granularity {index.h}")
-            return
-        start = 0
-        if ev.parent_block_hash is not None:
-            p = index.locate(ev.parent_block_hash)
-            if p is None:
-                st.rec.add("kv_event", f"{where}: parent hash names no token prefix")
-                return
-            start = p[1]
-        partial = gsize is not None and bs != gsize and len(hashes) == 1 and len(toks) == bs
-        if gsize is not None and not partial and bs != gsize:
-            st.rec.add("kv_event", f"{where}: block_size disagrees with group block size {gsize}")
-            return
-        if bs <= 0 or len(toks) % bs or len(hashes) > len(toks) // bs:
-            st.rec.add("kv_event", f"{where}: {len(toks)} token ids cannot hold {len(hashes)} blocks of {bs}")
-            return
-        prev_end = start
-        for k, hv in enumerate(hashes):
-            loc = index.locate(hv)
-            if loc is None:
-                st.rec.add("kv_event", f"{where}: hash #{k} names no token prefix at granularity {index.h}")
-                return
-            _, end, seq, _ = loc
-            if partial:
-                if end % index.h:
-                    st.rec.add("kv_event", f"{where}: partial tail ends at {end}, off the hash granularity {index.h}")
-                if end != start + bs:
-                    st.rec.add("kv_event", f"{where}: partial tail hash ends at {end}, event covers [{start}, "
-                                           f"{start + bs})")
-                    return
-            elif (end - start) % bs or end <= prev_end or end > start + len(toks):
-                st.rec.add("kv_event", f"{where}: hash #{k} ends at token {end}, not a block boundary of {bs} "
-                                       f"after {prev_end} within [{start}, {start + len(toks)})")
-                return
-            off = end - start
-            if list(seq[end - bs:end]) != toks[off - bs:off]:
-                st.rec.add("kv_event", f"{where}: hash #{k} names tokens [{end - bs}, {end}) but the event "
-                                       f"carries other token ids there")
-            prev_end = end
-
-    def _wrap_connector(self, conn: Any, scheduler: Any, index: HashIndex, group_sizes: list[int],
-                        st: RunState, live: dict[str, Any], truth: Truth, ext_hit: dict[str, int]) -> None:
-        real_match = conn.get_num_new_matched_tokens
-
-        def get_num_new_matched_tokens(request: Any, num_computed_tokens: int) -> Any:
-            got = real_match(request, num_computed_tokens)
-            st.res.connector_calls += 1
-            n = got[0] if isinstance(got, tuple) else got
-            if isinstance(n, int) and n > 0:
-                if isinstance(got, tuple) and len(got) > 1 and got[1]:
-                    # async load: once loaded, the next local lookup already counts these tokens
-                    ext_hit[request.request_id + "#async"] = n
-                else:
-                    ext_hit[request.request_id] = n
-                true_len = max(truth.longest(request.all_token_ids), self._out_of_window(request))
-                if num_computed_tokens + n > true_len:
-                    st.rec.add("connector", f"{type(conn).__name__} claims {n} external tokens after "
-                                            f"{num_computed_tokens} local for {request.request_id}, beyond the "
-                                            f"true common prefix {true_len}")
-            return got
-        conn.get_num_new_matched_tokens = get_num_new_matched_tokens
-
-        gpu_pool = scheduler.kv_cache_manager.block_pool
-        seen: set[int] = {id(gpu_pool), id(scheduler), id(scheduler.kv_cache_manager)}
-        memo = _KeyMemo()
-
-        def walk(obj: Any, depth: int) -> None:
-            if depth > 4 or id(obj) in seen or obj is None:
-                return
-            seen.add(id(obj))
-            mod = type(obj).__module__ or ""
-            if not mod.startswith("vllm"):
-                return
-            for name in HASH_METHODS:
-                fn = getattr(obj, name, None)
-                if callable(fn) and not getattr(fn, "_kvproof", False):
-                    try:
-                        setattr(obj, name, self._hash_spy(fn, f"{type(obj).__name__}.{name}", index,
-                                                          group_sizes, st, live, memo))
-                    except (AttributeError, TypeError):
-                        pass
-            for attr in list(getattr(obj, "__dict__", {}).values()):
-                if isinstance(attr, (list, tuple)):
-                    for x in attr[:8]:
-                        walk(x, depth + 1)
-                elif isinstance(attr, dict):
-                    continue
-                else:
-                    walk(attr, depth + 1)
-        walk(conn, 0)
-
-    def _hash_spy(self, fn: Any, label: str, index: HashIndex, group_sizes: list[int], st: RunState,
-                  live: dict[str, Any], memo: _KeyMemo) -> Any:
-        store = label.rsplit(".", 1)[-1] in facts.CONNECTOR_STORE_METHODS
-
-        def spy(*args: Any, **kw: Any) -> Any:
-            st.res.connector_calls += 1
-            owner = None
-            vals = args + tuple(kw.values()) if kw else args
-            for a in vals:
-                rid = getattr(a, "req_id", None) or getattr(a, "request_id", None)
-                if isinstance(rid, str) and rid in live:
-                    owner = live[rid]
-            who = None if owner is None else owner.request_id
-            for hv in _arg_hashes(vals):
-                key = (bytes(hv), store, who)
-                if key not in memo.passed and self._check_connector_hash(hv, label, owner, index, group_sizes,
-                                                                         st, store, live, memo):
-                    memo.passed.add(key)
-            return fn(*args, **kw)
-        spy._kvproof = True  # type: ignore[attr-defined]
-        return spy
-
-    def _check_connector_hash(self, hv: Any, label: str, owner: Any, index: HashIndex, group_sizes: list[int],
-                              st: RunState, store: bool, live: dict[str, Any], memo: _KeyMemo) -> bool:
-        """A (hash, group) key a connector's inner block pool stores or looks up.
-
-        Pairing rule (single_type_kv_cache_manager.py, 0.27-0.32): a key ends on a block
-        boundary of its group, except in fine-grained mode (the coordinator's hit alignment
-        ``a`` < the group's block size ``G`` and ``G % a == 0``): then ``find_longest_cache_hit``
-        probes every interior hash boundary (FullAttentionManager phase 2, MambaManager
-        right-to-left), so a lookup may end at any multiple of ``a``; and a store off a block
-        boundary must be a partial prompt tail (``_cache_partial_tail_block``: the last hash
-        boundary of a request's prompt, ``(prompt-1)//h*h``, or ``prompt//h*h`` with EAGLE).
-        True when the key passed (nothing recorded).
-        """
-        loc = index.locate(hv)
-        if loc is None:
-            st.rec.add("connector", f"{label}: a {len(bytes(hv))}-byte hash names no token prefix at "
-                                    f"granularity {index.h}")
-            return False
-        passed = True
-        start, end, seq, group = loc
-        if group is not None and 0 <= group < len(group_sizes) and end % group_sizes[group]:
-            g = group_sizes[group]
-            a = st.res.alignment or g
-            fine = a < g and g % a == 0 and end % a == 0
-            # stores: FullAttentionManager.cache_blocks registers the partial tail whenever
-            # block_size != hash_block_size, whatever the alignment (GPU and CPU pools alike)
-            ok = self._partial_tail(end, seq, index.h, live, memo) if store else fine
-            if not ok:
-                what = "a stored key that is no request's prompt tail" if fine else f"{end} is not a block boundary"
-                st.rec.add("connector", f"{label}: hash of tokens [0, {end}) paired with group {group} whose "
-                                        f"blocks are {g} tokens ({what})")
-                passed = False
-        if owner is not None:
-            if not memo.same_prefix(owner, seq, end):
-                st.rec.add("connector", f"{label}: hash of tokens [0, {end}) used for {owner.request_id}, "
-                                        f"whose tokens differ there")
-                passed = False
-        return passed
-
-    @staticmethod
-    def _partial_tail(end: int, seq: list[int], h: int, live: dict[str, Any], memo: _KeyMemo) -> bool:
-        for req in live.values():
-            n = req.num_prompt_tokens
-            if end in ((n - 1) // h * h, n // h * h) and memo.same_prefix(req, seq, end):
-                return True
-        return False

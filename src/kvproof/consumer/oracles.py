@@ -17,18 +17,21 @@ efficiency  (e) measurement only: tokens reusable in principle vs hit.
 stalled     the stream could not finish in the step budget (harness limit,
             not a vLLM verdict).
 
-``HashIndex`` is the ground truth for hashes: it rebuilds every request's hash
-chain independently (vLLM's own ``hash_block_tokens`` primitive, chained here)
-and maps each hash to the token prefix it fingerprints.
+The harness (``kvproof.consumer.harness``) drives the real scheduler and
+reports what it saw to one ``Oracles`` per run (lookups, allocations, steps,
+KV events, connector calls); ``Oracles`` judges each against the ground truth
+(``kvproof.consumer.truth``: computed token sequences, the hash index) and
+records an ``Observation`` where vLLM disagrees. Which oracle ids make a
+verdict is the judge's business (``kvproof.judge``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable
 
-HARD = ("exception", "prefix_hit", "hash_chain", "connector", "kv_event")
-SOFT = ("efficiency", "stalled")
+from kvproof.consumer.truth import HashIndex, KeyMemo, Truth, iter_hashes
+
 MAX_OBS_PER_ORACLE = 20
 
 
@@ -75,100 +78,6 @@ class Efficiency:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
-def lcp(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    # chunked comparison first: long equal prefixes are the common case
-    step = 256
-    while i + step <= n and a[i:i + step] == b[i:i + step]:
-        i += step
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-class Truth:
-    """Token sequences whose KV has been computed (the only source a hit may reuse)."""
-
-    def __init__(self) -> None:
-        self.computed: dict[str, tuple[list[int], int]] = {}  # key -> (tokens, computed length)
-
-    def record(self, key: str, tokens: Sequence[int], n: int) -> None:
-        old = self.computed.get(key)
-        if old is None or n > old[1]:
-            self.computed[key] = (list(tokens[:n]), n)
-
-    def longest(self, tokens: Sequence[int]) -> int:
-        best = 0
-        for seq, n in self.computed.values():
-            if n > best:
-                best = max(best, lcp(tokens, seq[:n]))
-        return best
-
-
-class HashIndex:
-    """hash (bytes, or its 64-bit int form used by KV events) -> (end token, tokens)."""
-
-    def __init__(self, hash_size: int, hash_block: Callable[[Any, Sequence[int]], Any]) -> None:
-        self.h = hash_size
-        self.hash_block = hash_block  # (parent, tokens) -> hash
-        self.where: dict[Any, tuple[int, list[int]]] = {}
-        self.chains: dict[str, list[Any]] = {}
-        self.width = 0  # bytes of one hash
-
-    def extend(self, key: str, tokens: list[int]) -> list[Any]:
-        chain = self.chains.setdefault(key, [])
-        h = self.h
-        while (len(chain) + 1) * h <= len(tokens):
-            i = len(chain)
-            parent = chain[-1] if chain else None
-            hv = self.hash_block(parent, tokens[i * h:(i + 1) * h])
-            chain.append(hv)
-            raw = bytes(hv)
-            self.width = len(raw)
-            entry = (i * h + h, tokens)
-            self.where.setdefault(raw, entry)
-            self.where.setdefault(int.from_bytes(raw, "big") & ((1 << 64) - 1), entry)
-        return chain
-
-    def locate(self, value: Any) -> tuple[int, int, list[int], int | None] | None:
-        """(start, end, tokens, group) of the prefix range a hash (or hash+group key) names."""
-        if isinstance(value, int):
-            got = self.where.get(value)
-            return None if got is None else (got[0] - self.h, got[0], got[1], None)
-        raw = bytes(value)
-        w = self.width or 32
-        group = None
-        if len(raw) % w == 4:  # hash(es) + 4-byte group id (BlockHashWithGroupId, OffloadKey)
-            group = int.from_bytes(raw[-4:], "big")
-            raw = raw[:-4]
-        if not raw or len(raw) % w:
-            return None
-        pieces = [raw[k:k + w] for k in range(0, len(raw), w)]
-        spots = [self.where.get(p) for p in pieces]
-        if any(s is None for s in spots):
-            return None
-        ends = [s[0] for s in spots]
-        if any(b - a != self.h for a, b in zip(ends, ends[1:])):
-            return None
-        return ends[0] - self.h, ends[-1], spots[-1][1], group
-
-
-def iter_hashes(obj: Any, depth: int = 0) -> Iterable[Any]:
-    """Every bytes-like hash inside call arguments (lists, tuples, sets, dict keys)."""
-    if depth > 3:
-        return
-    if isinstance(obj, (bytes, bytearray)):
-        if len(obj) >= 8:
-            yield obj
-    elif isinstance(obj, (list, tuple, set, frozenset)):
-        for x in obj:
-            yield from iter_hashes(x, depth + 1)
-    elif isinstance(obj, dict):
-        for x in obj:
-            yield from iter_hashes(x, depth + 1)
-
-
 @dataclass
 class Recorder:
     """Collects observations, capped per oracle so a broken run stays readable."""
@@ -182,3 +91,296 @@ class Recorder:
         self.counts[oracle] = n + 1
         if n < MAX_OBS_PER_ORACLE:
             self.observations.append(Observation(oracle, self.step if step is None else step, detail))
+
+
+def local_chunks(kv_cache_config: Any) -> list[int]:
+    """Attention chunk sizes when EVERY group is chunked local attention, else []."""
+    chunks = [getattr(g.kv_cache_spec, "attention_chunk_size", None) for g in kv_cache_config.kv_cache_groups]
+    ok = chunks and all(type(g.kv_cache_spec).__name__ == "ChunkedLocalAttentionSpec" and isinstance(c, int)
+                        and c > 0 for g, c in zip(kv_cache_config.kv_cache_groups, chunks))
+    return chunks if ok else []
+
+
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+
+
+def _arg_hashes(vals: tuple[Any, ...]) -> Iterable[Any]:
+    """``iter_hashes(list(vals))`` without a generator per argument: a lookup spy runs once per
+    key in some connectors (offloading ``_maximal_prefix_lookup``: millions of calls a run)."""
+    for a in vals:
+        if isinstance(a, (bytes, bytearray)):
+            if len(a) >= 8:
+                yield a
+        elif isinstance(a, _CONTAINERS):
+            yield from iter_hashes(a, 1)
+
+
+class Oracles:
+    """The judging half of one consumer run.
+
+    The harness reports what the real scheduler did (``admit``, ``lookup``, ``allocated``,
+    ``scheduled``, ``stepped``, ``event``, ``connector_claim``, ``connector_args``); each call
+    compares it with the ground truth (``truth``, ``index``) and records an observation in
+    ``rec`` where vLLM disagrees, or fills the result's measurements (efficiency, hits,
+    event counts). ``res`` is the ``ConsumerResult`` being filled; ``res.alignment`` is the
+    hit alignment the coordinator promises (read by the harness before the first step).
+    """
+
+    def __init__(self, res: Any, rec: Recorder, index: HashIndex, group_sizes: list[int],
+                 chunks: list[int]) -> None:
+        self.res = res
+        self.rec = rec
+        self.index = index
+        self.group_sizes = group_sizes
+        self.chunks = chunks
+        self.truth = Truth()
+        self.live: dict[str, Any] = {}  # request id -> the real Request, for every request sent
+        self.memo = KeyMemo()
+        self.pending_hit: dict[str, tuple[int, int]] = {}  # req id -> (local, truth) from get_computed_blocks
+        self.ext_hit: dict[str, int] = {}
+        self.first_seen: set[str] = set()
+
+    # --- what the stream and the scheduler did ----------------------------------------
+    def admit(self, rid: str, req: Any, prompt: list[int]) -> None:
+        """A request is handed to the scheduler."""
+        self.live[rid] = req
+        self.index.extend(rid, prompt)
+
+    def allocated(self, request: Any, extra: int) -> None:
+        """KV of scheduled tokens counts as computed from the moment its slots are allocated
+        (a request later in the same step may share it: vLLM computes the batch in one pass)."""
+        toks = request.all_token_ids
+        self.truth.record(request.request_id, toks, min(request.num_computed_tokens + extra, len(toks)))
+
+    def lookup(self, request: Any, n: int) -> None:
+        """A prefix-cache lookup returned a hit of ``n`` tokens."""
+        self.hit(request, n)
+        self.pending_hit[request.request_id] = (n, self.truth.longest(request.all_token_ids))
+
+    def scheduled(self, step: int, rids: Iterable[str]) -> None:
+        """Efficiency (e): the hit each request got at its first admission vs what was reusable."""
+        res = self.res
+        for rid in rids:
+            if rid in self.pending_hit:
+                local, true_len = self.pending_hit.pop(rid)
+                ext = self.ext_hit.pop(rid, 0)
+                loaded = self.ext_hit.pop(rid + "#async", 0)
+                if loaded and local >= loaded:  # the loaded tokens came back as a local hit
+                    local, ext = local - loaded, ext + loaded
+                req = self.live[rid]
+                cap = max(0, req.num_prompt_tokens - 1)
+                if rid not in self.first_seen:
+                    self.first_seen.add(rid)
+                    res.efficiency.admissions += 1
+                    res.efficiency.prompt_tokens += req.num_prompt_tokens
+                    res.efficiency.reusable_tokens += min(true_len, cap)
+                    res.efficiency.hit_tokens += local
+                    res.efficiency.external_tokens += ext
+                    res.hits.append({"step": step, "req": int(rid[1:].split(".")[0]), "hit": local,
+                                     "external": ext, "truth": min(true_len, cap)})
+                else:
+                    res.efficiency.readmissions += 1
+
+    def stepped(self, rids: Iterable[str]) -> None:
+        """The model runner's output was applied: the scheduled requests' tokens are computed."""
+        for rid in rids:
+            req = self.live.get(rid)
+            if req is not None:
+                toks = list(req.all_token_ids)
+                self.index.extend(rid, toks)
+                self.truth.record(rid, toks, min(req.num_computed_tokens, len(toks)))
+                self.chain(req)
+
+    # --- (b) prefix hits and hash chains ------------------------------------------------
+    def out_of_window(self, request: Any) -> int:
+        """Tokens a lookup may count as computed without any cached block: with only chunked
+        local attention groups, ChunkedLocalAttentionManager.find_longest_cache_hit
+        (single_type_kv_cache_manager.py:1263, 0.32) returns null blocks for every chunk left of
+        the one holding token ``max_length`` (= num_tokens - 1): no later token attends to them,
+        at any layer, so skipping their KV is exact, not a reuse. With any other group beside
+        (Llama 4's global layers) the coordinator's hit is bounded by that group's real hit."""
+        if not self.chunks:
+            return 0
+        m = max(request.num_tokens - 1, 0)
+        return min(m // c * c for c in self.chunks)
+
+    def hit(self, request: Any, n: int) -> None:
+        if n <= 0:
+            return
+        toks = request.all_token_ids
+        true_len = self.truth.longest(toks)
+        if n > true_len and n == self.out_of_window(request):
+            true_len = n  # only null blocks left of the local chunk: exact by design (see out_of_window)
+        if n > true_len:
+            self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens but the longest common prefix with "
+                         f"computed KV is {true_len} (prompt {request.num_prompt_tokens})")
+        if n > request.num_tokens - 1:
+            self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens covers the whole request "
+                         f"({request.num_tokens} tokens; the last must be computed)")
+        if self.res.alignment and n % self.res.alignment and n != request.num_tokens - 1:
+            self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens is not a multiple of the "
+                         f"coordinator's alignment {self.res.alignment}")
+
+    def chain(self, req: Any) -> None:
+        index = self.index
+        real = list(req.block_hashes)
+        mine = index.chains.get(req.request_id, [])
+        for k, (a, b) in enumerate(zip(real, mine)):
+            if bytes(a) != bytes(b):
+                self.rec.add("hash_chain", f"{req.request_id}: block_hashes[{k}] is not the hash of tokens "
+                             f"[{k * index.h}, {(k + 1) * index.h})")
+                break
+
+    # --- (d) KV events ----------------------------------------------------------------------
+    def event(self, ev: Any) -> None:
+        """BlockStored rules, read from ``BlockPool`` (identical in 0.27, 0.28 and 0.32):
+
+        - ``cache_full_blocks`` (block_pool.py:226): ``token_ids`` span every newly full block
+          ``[num_cached, num_full) * block_size``, but ``block_hashes`` list only the blocks that
+          are not null or masked out (Mamba align mode keeps one state block per request, sliding
+          window drops blocks outside the window), so an event may carry fewer hashes than
+          blocks, zero included; ``parent_block_hash`` is the hash of block ``num_cached - 1``.
+          Each hash must name the tokens of a block inside that span, in order.
+        - ``cache_partial_block`` (fine-grained hits): one hash for a prompt tail that ends
+          inside a cache block; ``block_size`` is the tail's length, not the group's.
+        - ``emit_cached_block_events``: a contiguous run from block 0, parent None.
+        - ``cache_partial_block`` events cover the last hash unit of the tail:
+          ``[(n // h - 1) * h, n)``, parent ``block_hashes[n // h - 2]`` (block_pool.py:578).
+        - connector-sourced events (CPU/storage medium) may be opaque: no token ids, no parent,
+          ``block_size`` 0 or the group's (OffloadingConnector without
+          ``self_describing_kv_events``, offloading/events.py; SimpleCPUOffloadConnector when
+          its snapshot is missing or sized differently, manager.py:1120, "until #49962").
+          Only their hashes are checked: each must name a real token prefix.
+        """
+        if type(ev).__name__ != "BlockStored":
+            return
+        index, group_sizes = self.index, self.group_sizes
+        self.res.events_stored += 1
+        hashes = list(ev.block_hashes or ())
+        toks = list(ev.token_ids)
+        bs = ev.block_size
+        gidx = getattr(ev, "group_idx", None)
+        gsize = group_sizes[gidx] if gidx is not None and 0 <= gidx < len(group_sizes) else None
+        where = f"BlockStored(group={gidx}, block_size={bs}, {len(hashes)} hashes, {len(toks)} tokens)"
+        if not hashes:
+            self.res.events_without_hashes += 1
+        if not toks and hashes:
+            self.res.events_opaque += 1
+            for k, hv in enumerate(hashes):
+                if index.locate(hv) is None:
+                    self.rec.add("kv_event", f"{where}: hash #{k} names no token prefix at granularity {index.h}")
+            return
+        start = 0
+        if ev.parent_block_hash is not None:
+            p = index.locate(ev.parent_block_hash)
+            if p is None:
+                self.rec.add("kv_event", f"{where}: parent hash names no token prefix")
+                return
+            start = p[1]
+        partial = gsize is not None and bs != gsize and len(hashes) == 1 and len(toks) == bs
+        if gsize is not None and not partial and bs != gsize:
+            self.rec.add("kv_event", f"{where}: block_size disagrees with group block size {gsize}")
+            return
+        if bs <= 0 or len(toks) % bs or len(hashes) > len(toks) // bs:
+            self.rec.add("kv_event", f"{where}: {len(toks)} token ids cannot hold {len(hashes)} blocks of {bs}")
+            return
+        prev_end = start
+        for k, hv in enumerate(hashes):
+            loc = index.locate(hv)
+            if loc is None:
+                self.rec.add("kv_event", f"{where}: hash #{k} names no token prefix at granularity {index.h}")
+                return
+            _, end, seq, _ = loc
+            if partial:
+                if end % index.h:
+                    self.rec.add("kv_event", f"{where}: partial tail ends at {end}, off the hash granularity {index.h}")
+                if end != start + bs:
+                    self.rec.add("kv_event", f"{where}: partial tail hash ends at {end}, event covers [{start}, "
+                                 f"{start + bs})")
+                    return
+            elif (end - start) % bs or end <= prev_end or end > start + len(toks):
+                self.rec.add("kv_event", f"{where}: hash #{k} ends at token {end}, not a block boundary of {bs} "
+                             f"after {prev_end} within [{start}, {start + len(toks)})")
+                return
+            off = end - start
+            if list(seq[end - bs:end]) != toks[off - bs:off]:
+                self.rec.add("kv_event", f"{where}: hash #{k} names tokens [{end - bs}, {end}) but the event "
+                             f"carries other token ids there")
+            prev_end = end
+
+    # --- (c) the connector's scheduler side ---------------------------------------------
+    def connector_claim(self, conn_name: str, request: Any, num_computed_tokens: int, got: Any) -> None:
+        """``get_num_new_matched_tokens`` answered ``got`` ((tokens, async) or tokens)."""
+        n = got[0] if isinstance(got, tuple) else got
+        if isinstance(n, int) and n > 0:
+            if isinstance(got, tuple) and len(got) > 1 and got[1]:
+                # async load: once loaded, the next local lookup already counts these tokens
+                self.ext_hit[request.request_id + "#async"] = n
+            else:
+                self.ext_hit[request.request_id] = n
+            true_len = max(self.truth.longest(request.all_token_ids), self.out_of_window(request))
+            if num_computed_tokens + n > true_len:
+                self.rec.add("connector", f"{conn_name} claims {n} external tokens after "
+                             f"{num_computed_tokens} local for {request.request_id}, beyond the "
+                             f"true common prefix {true_len}")
+
+    def connector_args(self, label: str, store: bool, vals: tuple[Any, ...]) -> None:
+        """A method of a connector's inner pieces (``label``) was called with ``vals``: check every
+        block hash among them (and the request it was used for, when an argument names one)."""
+        owner = None
+        for a in vals:
+            rid = getattr(a, "req_id", None) or getattr(a, "request_id", None)
+            if isinstance(rid, str) and rid in self.live:
+                owner = self.live[rid]
+        who = None if owner is None else owner.request_id
+        for hv in _arg_hashes(vals):
+            key = (bytes(hv), store, who)
+            if key not in self.memo.passed and self.connector_key(hv, label, owner, store):
+                self.memo.passed.add(key)
+
+    def connector_key(self, hv: Any, label: str, owner: Any, store: bool) -> bool:
+        """A (hash, group) key a connector's inner block pool stores or looks up.
+
+        Pairing rule (single_type_kv_cache_manager.py, 0.27-0.32): a key ends on a block
+        boundary of its group, except in fine-grained mode (the coordinator's hit alignment
+        ``a`` < the group's block size ``G`` and ``G % a == 0``): then ``find_longest_cache_hit``
+        probes every interior hash boundary (FullAttentionManager phase 2, MambaManager
+        right-to-left), so a lookup may end at any multiple of ``a``; and a store off a block
+        boundary must be a partial prompt tail (``_cache_partial_tail_block``: the last hash
+        boundary of a request's prompt, ``(prompt-1)//h*h``, or ``prompt//h*h`` with EAGLE).
+        True when the key passed (nothing recorded).
+        """
+        index, group_sizes, live, memo = self.index, self.group_sizes, self.live, self.memo
+        loc = index.locate(hv)
+        if loc is None:
+            self.rec.add("connector", f"{label}: a {len(bytes(hv))}-byte hash names no token prefix at "
+                         f"granularity {index.h}")
+            return False
+        passed = True
+        start, end, seq, group = loc
+        if group is not None and 0 <= group < len(group_sizes) and end % group_sizes[group]:
+            g = group_sizes[group]
+            a = self.res.alignment or g
+            fine = a < g and g % a == 0 and end % a == 0
+            # stores: FullAttentionManager.cache_blocks registers the partial tail whenever
+            # block_size != hash_block_size, whatever the alignment (GPU and CPU pools alike)
+            ok = self._partial_tail(end, seq, index.h, live, memo) if store else fine
+            if not ok:
+                what = "a stored key that is no request's prompt tail" if fine else f"{end} is not a block boundary"
+                self.rec.add("connector", f"{label}: hash of tokens [0, {end}) paired with group {group} whose "
+                             f"blocks are {g} tokens ({what})")
+                passed = False
+        if owner is not None:
+            if not memo.same_prefix(owner, seq, end):
+                self.rec.add("connector", f"{label}: hash of tokens [0, {end}) used for {owner.request_id}, "
+                             f"whose tokens differ there")
+                passed = False
+        return passed
+
+    @staticmethod
+    def _partial_tail(end: int, seq: list[int], h: int, live: dict[str, Any], memo: KeyMemo) -> bool:
+        for req in live.values():
+            n = req.num_prompt_tokens
+            if end in ((n - 1) // h * h, n // h * h) and memo.same_prefix(req, seq, end):
+                return True
+        return False
