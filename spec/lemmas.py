@@ -236,7 +236,67 @@ LEMMAS = (
     ("G2", "if member x_j divides every member then G == x_j", "exhaustive, every membership mask"),
     ("LG", "G | L (gcd of a non-empty subset divides the lcm)", "exhaustive + Z3: a|b, b|c -> a|c"),
     ("P", "point instances x == v -> L == lcm(v), G == gcd(v)", "true by computation (math.gcd/lcm)"),
+    ("B1", "gcd(a, b) >= 1 divides a and b, gcd(a, b) <= a, b", "exhaustive a, b in 1..48"),
+    ("B2", "a common divisor of a and b divides gcd(a, b)", "exhaustive a, b, d in 1..48 (Bezout)"),
+    ("B3", "lcm(a, b) is a common multiple of a and b, >= both", "exhaustive a, b in 1..48"),
+    ("B4", "lcm(a, b) divides every common multiple of a and b", "exhaustive a, b, m in 1..48"),
+    ("F", "gcd/lcm of a list is the binary fold (associativity)", "exhaustive a, b in 1..48, c in 1..12"),
 )
+
+
+# --- binary gcd/lcm (the fold of kvproof.spec.fold and its induction) --------------------------
+
+GCD2 = z3.Function("gcd2", z3.IntSort(), z3.IntSort(), z3.IntSort())
+"""``gcd(a, b)`` of two integers, uninterpreted while proving (facts: ``gcd2_facts``)."""
+LCM2 = z3.Function("lcm2", z3.IntSort(), z3.IntSort(), z3.IntSort())
+"""``lcm(a, b)`` of two integers, uninterpreted while proving (facts: ``lcm2_facts``)."""
+
+
+def gcd2_facts(t, a, b, divisors: Sequence = ()) -> list:
+    """B1 (t = gcd(a, b), a, b >= 1): t >= 1, t | a, t | b, t <= a, t <= b;
+    B2: every common divisor d of a and b divides t (instantiated on ``divisors``)."""
+    pos = z3.And(a >= 1, b >= 1)
+    out = [z3.Implies(pos, z3.And(t >= 1, t <= a, t <= b, D(t, a), D(t, b)))]
+    for d in divisors:
+        if d is t:
+            continue
+        out.append(z3.Implies(z3.And(pos, d >= 1, D(d, a), D(d, b)), D(d, t)))
+    return out
+
+
+def lcm2_facts(t, a, b, multiples: Sequence = ()) -> list:
+    """B3 (t = lcm(a, b), a, b >= 1): t >= 1, a | t, b | t, a <= t, b <= t;
+    B4: t divides every common multiple m of a and b (instantiated on ``multiples``)."""
+    pos = z3.And(a >= 1, b >= 1)
+    out = [z3.Implies(pos, z3.And(t >= 1, t >= a, t >= b, D(a, t), D(b, t)))]
+    for m in multiples:
+        if m is t:
+            continue
+        out.append(z3.Implies(z3.And(pos, m >= 1, D(a, m), D(b, m)), D(t, m)))
+    return out
+
+
+def check_binary(max_value: int = 48) -> int:
+    """B1-B4 and the fold identities F1/F2 on every a, b, c/d/m in 1..max_value; raises on failure."""
+    cases = 0
+    r = range(1, max_value + 1)
+    for a in r:
+        for b in r:
+            g, lc = math.gcd(a, b), math.lcm(a, b)
+            if not (g >= 1 and a % g == 0 and b % g == 0 and g <= min(a, b)):
+                raise AssertionError(f"B1 fails at {a}, {b}")
+            if not (lc >= max(a, b) and lc % a == 0 and lc % b == 0):
+                raise AssertionError(f"B3 fails at {a}, {b}")
+            for d in r:
+                cases += 1
+                if a % d == 0 and b % d == 0 and g % d:
+                    raise AssertionError(f"B2 fails at {a}, {b}, {d}")
+                if d % a == 0 and d % b == 0 and d % lc:
+                    raise AssertionError(f"B4 fails at {a}, {b}, {d}")
+            for c in range(1, 13):  # F1/F2: the n-ary gcd/lcm is the binary fold
+                if math.gcd(a, b, c) != math.gcd(math.gcd(a, b), c) or math.lcm(a, b, c) != math.lcm(lc, c):
+                    raise AssertionError(f"fold identity fails at {a}, {b}, {c}")
+    return cases
 
 
 def check_all() -> dict:
@@ -244,5 +304,6 @@ def check_all() -> dict:
     trans = check_transitivity()
     if trans != "proved":
         raise AssertionError(f"divisibility facts D2-D4: {trans}")
-    return {"exhaustive_cases": cases, "transitivity": trans,
+    binary = check_binary()
+    return {"exhaustive_cases": cases, "transitivity": trans, "binary_cases": binary,
             "lemmas": [{"id": i, "statement": s, "checked": how} for i, s, how in LEMMAS]}

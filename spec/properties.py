@@ -137,3 +137,49 @@ PROPERTIES: tuple[Property, ...] = (
 )
 
 BY_KEY = {p.key: p for p in PROPERTIES}
+
+
+# --- the same properties over the fold's summary (kvproof.spec.fold) -------------------------------
+# "Every group" becomes the summary: "some prefix-cacheable group's size is not a multiple of h"
+# is "h does not divide Gp" (Gp: gcd of those sizes), "some group's size does not divide s" is
+# "L does not divide s" (L: their lcm). kvproof.spec.induction proves each form implied by the
+# bounded form above (transfer) and tests/unit/test_induction.py proves them equal for N <= 8.
+
+def _s_returned(A, d):
+    return d.err == ERR_NONE
+
+
+def _s_not_multiple(A, s, h):
+    return A.And(s.anyp, A.Not(A.divides(h, s.Gp)))
+
+
+_SUMMARY_FORMS: dict = {
+    _sched_hash: lambda A, s, c, d: (_s_returned(A, d), A.Not(A.divides(d.H, d.S))),
+    _sched_group: lambda A, s, c, d: (_s_returned(A, d), A.Not(A.divides(s.L, d.S))),
+    _hybrid: lambda A, s, c, d: (A.And(c.caching, _s_returned(A, d)), _s_not_multiple(A, s, d.H)),
+    _unitary: lambda A, s, c, d: (A.And(c.caching, _s_returned(A, d)), d.H != d.unit),
+    _block_pool: lambda A, s, c, d: (A.And(A.Or(c.caching, c.connector), _s_returned(A, d)),
+                                     _s_not_multiple(A, s, d.H)),
+    _connector: lambda A, s, c, d: (A.And(c.connector, _s_returned(A, d)),
+                                    A.Or(A.Not(A.divides(d.H, d.S)), _s_not_multiple(A, s, d.H))),
+    _pmu: lambda A, s, c, d: (A.And(c.pmu_set, _s_returned(A, d), A.Or(c.caching, c.connector), A.Not(d.fallback)),
+                              _s_not_multiple(A, s, c.pmu)),
+    _hash_1: lambda A, s, c, d: (A.And(A.Or(c.caching, c.connector), _s_returned(A, d)), d.H == 1),
+    _within_len: lambda A, s, c, d: (_s_returned(A, d), d.S > c.max_model_len),
+}
+
+
+def summary_formulas(prop: Property, A, s, c, d, core: bool = False) -> tuple:
+    """(premise, violation) of ``prop`` over a fold summary ``s``, config ``c`` and decision ``d``
+    (kvproof.spec.fold), in algebra ``A`` (Z3 terms or Python values). The group-count bounds
+    and the scenario are read off the summary (``s.one``; ``s.anym``); ``core`` leaves them out."""
+    premise, violation = _SUMMARY_FORMS[prop.build](A, s, c, d)
+    if core:
+        return premise, violation
+    if prop.min_groups >= 2:
+        premise = A.And(premise, A.Not(s.one))
+    if prop.max_groups == 1:
+        premise = A.And(premise, s.one)
+    if prop.scenario == ALIGN_SCENARIO:
+        premise = A.And(premise, A.Or(A.Not(s.anym), c.mode == ALIGN))
+    return premise, violation

@@ -1,0 +1,163 @@
+"""The fold abstraction (kvproof.spec.fold) and its inductive proof (kvproof.spec.induction).
+
+The fold is checked against the bounded model (kvproof.spec.model) on generated layouts
+of 1..8 groups, its invariants are proved for every N, and four wrong models are refuted:
+the 0.27 seed property, a fold whose lcm is a gcd, one without the prefix-cacheable filter,
+one without the dcp scaling.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("z3")
+pytest.importorskip("hypothesis")
+
+from hypothesis import HealthCheck, Phase, given, settings
+
+from kvproof.layout import Layout
+from kvproof.spec import fold as FD
+from kvproof.spec import induction as I
+from kvproof.spec import model as M
+from kvproof.spec import revisions as R
+from kvproof.spec.properties import BY_KEY, PROPERTIES, summary_formulas
+from kvproof.spec.query import Query, concrete_holds
+from kvproof.spec.strategies import layouts
+from kvproof.verdicts import ProofStatus
+
+SEED = {"groups": [{"kind": "mamba", "block_size": 544, "count": 4}, {"kind": "hidden_state", "block_size": 181}]}
+
+
+def _layouts(n=300, max_groups=8):
+    out = []
+
+    @settings(max_examples=n, deadline=None, derandomize=True, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(layouts(max_groups=max_groups))
+    def collect(lay):
+        out.append(lay)
+
+    collect()
+    return out
+
+
+LAYOUTS = _layouts()
+
+
+def _fold_answer(lay, rev, fold_cls=FD.Fold):
+    got = FD.run(lay, rev, fold_cls)
+    return got["S"], got["H"], got["err"]
+
+
+def _model_answer(lay, rev):
+    enc = M.encoding(rev, len(lay.groups), M.dcp_values_for(lay.dcp))
+    vals, _ = M.concrete(enc, M.layout_values(lay, enc.x))
+    return vals["S"], vals["H"], vals["err"]
+
+
+@pytest.mark.parametrize("rev", list(R.REVISIONS))
+def test_fold_equals_the_bounded_model_on_generated_layouts(rev):
+    checked = 0
+    for lay in LAYOUTS:
+        if R.not_expressible(lay, rev):
+            continue
+        assert _fold_answer(lay, rev) == _model_answer(lay, rev), (rev, lay.summary())
+        checked += 1
+    assert checked > len(LAYOUTS) // 3
+
+
+@pytest.mark.parametrize("rev", ["0.27", "0.32"])
+def test_summary_forms_agree_with_the_bounded_properties(rev):
+    """Every property's premise and violation over the summary equal the bounded model's over
+    every group (``h | Gp`` for "every prefix-cacheable size is a multiple of h", ...)."""
+    import z3
+    seen = 0
+    for lay in LAYOUTS[:150]:
+        if R.not_expressible(lay, rev):
+            continue
+        gs, c = FD.layout_inputs(lay)
+        f = FD.Fold(rev, FD.PyAlg())
+        s = f.fold(gs, c)
+        d = f.decide(s, c)
+        enc = M.encoding(rev, len(lay.groups), M.dcp_values_for(lay.dcp))
+        subs = M.layout_values(lay, enc.x)
+        for p in PROPERTIES:
+            if not p.applies(len(lay.groups)):
+                continue
+            pre, viol = summary_formulas(p, FD.PyAlg, s, c, d)
+            want = M.holds(enc, "fold-test:" + p.key, z3.And(*p.formulas(enc.x, enc.r)), subs)
+            assert bool(pre and viol) == want, (rev, p.key, lay.summary())
+            seen += want
+    assert seen > 0
+
+
+def test_fold_runs_past_the_bounded_model():
+    lay = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 544, "count": 30},
+                                       {"kind": "full_attention", "block_size": 136, "count": 2}]})
+    assert _fold_answer(lay, "0.32") == (544, 136, M.ERR_NONE)
+
+
+@pytest.mark.parametrize("rev", ["0.28", "0.32"])
+def test_base_and_step_are_proved(rev):
+    ctx = I.Context(rev)
+    ids = [o for o in I.obligation_ids(rev) if o.split(":")[0] in ("base", "step")]
+    bad = {o: r["detail"] for o in ids if (r := I.prove(ctx, o, 30))["status"] != ProofStatus.PROVED}
+    assert not bad, bad
+
+
+def test_032_hybrid_align_is_proved_for_every_n():
+    res = I.prove_all("0.32", timeout=30, ids=[o for o in I.obligation_ids("0.32")
+                                               if o.split(":")[0] in ("base", "step")
+                                               or "hybrid.group_multiple_of_hash[align]" in o])
+    assert I.unbounded(res, "hybrid.group_multiple_of_hash[align]", "free")[0] == ProofStatus.PROVED
+    assert I.unbounded(res, "hybrid.group_multiple_of_hash[align]", "engine")[0] == ProofStatus.PROVED
+
+
+# --- can fail -------------------------------------------------------------------------------------
+
+def test_027_seed_property_is_not_proved_and_fails_at_n2():
+    key = "hybrid.group_multiple_of_hash[align]"
+    res = I.prove_all("0.27", timeout=30, ids=[f"conclusion:{key}:free", f"conclusion:{key}:engine"])
+    assert all(r["status"] != ProofStatus.PROVED for r in res.values()), res
+    assert I.unbounded(res, key, "free")[0] != ProofStatus.PROVED
+    # the bounded search names the smallest N: 2
+    assert Query("0.27", BY_KEY[key], 2).run(20).status == ProofStatus.COUNTEREXAMPLE
+    assert concrete_holds(Layout.from_dict(SEED), "0.27", BY_KEY[key], "engine")
+
+
+class LcmIsGcd(FD.Fold):
+    def step(self, s, g, c):
+        out = super().step(s, g, c)
+        out.L = self.A.gcd(s.L, self.effective(g, c))
+        return out
+
+
+class NoPrefixCacheableFilter(FD.Fold):
+    def cacheable_in_gcd(self, g):
+        return self.A.val(True)
+
+
+class NoDcpScaling(FD.Fold):
+    def effective(self, g, c):
+        return g.bs
+
+
+@pytest.mark.parametrize("mutant, rev, must_fail", [
+    (LcmIsGcd, "0.32", "step:size_divides_l"),
+    (NoPrefixCacheableFilter, "0.32", "step:gp_greatest"),
+    (NoDcpScaling, "0.32", "step:size_divides_l"),
+])
+def test_mutated_fold_is_refuted(mutant, rev, must_fail):
+    res = I.prove_all(rev, timeout=30, fold_cls=mutant, ids=[must_fail], refute=True)
+    assert res[must_fail]["status"] == ProofStatus.COUNTEREXAMPLE, res
+    ok, bad = I.invariants_hold(res)
+    assert not ok and must_fail in bad
+    # and the concrete fold disagrees with the bounded model somewhere
+    assert any(_fold_answer(lay, rev, mutant) != _model_answer(lay, rev)
+               for lay in LAYOUTS if not R.not_expressible(lay, rev))
+
+
+def test_unproved_step_is_unknown_never_proved():
+    res = {"step:g_divides_l": {"status": ProofStatus.UNKNOWN},
+           "conclusion:x[any]:free": {"status": ProofStatus.PROVED}, "transfer:x[any]": {"status": ProofStatus.PROVED}}
+    assert I.unbounded(res, "x[any]", "free")[0] == ProofStatus.UNKNOWN
