@@ -142,10 +142,20 @@ def _key(rec: dict):
     return ClassKey(rec["tier"], rec["check"], rec["exc_type"], rec["frame"])
 
 
-def report(workdir: Path, ledger) -> tuple[str, int]:
+def _bug_on(entry, release: str | None) -> bool:
+    """A ledger bug a user of ``release`` hits: status bug, or fixed in a later release."""
+    if entry is None:
+        return False
+    if hasattr(entry, "bug_on"):
+        return entry.bug_on(release)
+    return entry.status.value == "bug"
+
+
+def report(workdir: Path, ledger, release: str | None = None) -> tuple[str, int]:
     """The campaign's report and its number of new FAIL classes. NEW classes first (with the
-    engine-premise label), then the ledger's known bugs seen, then counts per ledger status
-    and per verdict. Statuses are re-read from ``ledger`` (an entry added since counts)."""
+    engine-premise label), then the ledger's known bugs seen (status bug, or fixed after
+    ``release``), then counts per ledger status and per verdict. Statuses are re-read from
+    ``ledger`` (an entry added since counts)."""
     classes = list(merged_classes(workdir).values())
     for c in classes:
         entry = ledger.get(_key(c))
@@ -161,13 +171,14 @@ def report(workdir: Path, ledger) -> tuple[str, int]:
                   f"  {c['detail']}"]
         if c.get("path"):
             lines.append(f"  stored: {c['path']}")
-    bugs = sorted((c for c in classes if c["status"] == "bug"), key=lambda c: -c["count"])
+    bugs = sorted((c for c in classes if _bug_on(c["entry"], release)), key=lambda c: -c["count"])
     if bugs:
-        lines.append("Known bugs seen (ledger status bug):")
+        lines.append("Known bugs seen (ledger status bug, or fixed after this release):")
         for c in bugs:
             e = c["entry"]
-            lines.append(f"  {c['id']} {e.title}  [{e.reachability or c['premise']}] upstream {e.upstream}: "
-                         f"{c['count']} hits ({c['tier']}; first: {c['layout']})")
+            status = f"fixed in {e.fixed_in}" if c["status"] == "fixed" else f"upstream {e.upstream}"
+            lines.append(f"  {c['id']} {e.title}  [{e.reachability or c['premise']}] {status}: "
+                         f"{c['count']:,} hits ({c['tier']}; first: {c['layout']})")
     unlisted = [c for c in classes if c["status"] == "new" and c["verdict"] != "FAIL"]
     if unlisted:
         lines.append("Not in the ledger (counted, never a finding):")
@@ -352,7 +363,7 @@ class Campaign:
         from kvproof.findings.ledger import Ledger
 
         ledger = Ledger.load()
-        text, n_new = report(self.workdir, ledger)
+        text, n_new = report(self.workdir, ledger, self.release)
         print(text, flush=True)
         if self.args.record and n_new:
             self.record(ledger)

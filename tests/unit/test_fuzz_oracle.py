@@ -244,6 +244,7 @@ def test_report_lists_new_classes_first_then_known_bugs_then_counts(tmp_path):
     assert "[reachable]" in lines[1] and new.id in lines[1]
     i_bug = next(i for i, ln in enumerate(lines) if ln.startswith("Known bugs seen"))
     assert "SimpleCPU KV events" in lines[i_bug + 1] and "7 hits" in lines[i_bug + 1]
+    assert "by-design" not in "\n".join(lines[i_bug:i_bug + 2])
     assert any(ln.startswith("Classes by ledger status:") and "by-design 1 (2 hits)" in ln and "bug 1 (7 hits)" in ln
                and "new 1 (1 hits)" in ln for ln in lines)
     assert lines[-1] == "Verdicts: UNSUPPORTED 2, FAIL 8"
@@ -308,3 +309,17 @@ def test_a_time_boxed_run_starts_its_own_counters_and_a_continuous_one_resumes(t
     c = fuzz_run.Campaign(fuzz_run.parse(["--python", sys.executable, "--workdir", str(tmp_path)]))
     c.prepare()
     assert c.base_execs == 0 and fuzz_run.read_stats(tmp_path)["new"] == 0 and not (tmp_path / "seen").exists()
+
+
+def test_a_fixed_class_met_on_a_release_before_its_fix_is_a_known_bug_there(tmp_path):
+    from kvproof.findings.ledger import Entry, Ledger, Status
+
+    f = _seed_fail()
+    _write_stats(tmp_path, 0, {"execs": 5, "verdicts": {"FAIL": 5},
+                               "classes": {f.key.id: _rec(f.key, "FAIL", "fixed", 5, 1.0)}})
+    book = Ledger.load(tmp_path / "ledger")
+    book.add(Entry(key=f.key, status=Status.FIXED, title="the seed", why="w", fixed_in="0.28.0"))
+    for release, listed in (("0.27.0", True), ("0.28.0", False)):
+        text, n_new = fuzz_run.report(tmp_path, Ledger.load(tmp_path / "ledger"), release)
+        assert n_new == 0 and ("the seed" in text) == listed, (release, text)
+        assert "fixed 1 (5 hits)" in text
