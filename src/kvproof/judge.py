@@ -300,9 +300,13 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
         lost = e.reusable_tokens - e.hit_tokens - e.external_tokens - ideal
         line += (f"; ideal at the finest granularity ({r.hash_block_size} tokens) "
                  f"{ideal / e.reusable_tokens:.1%} recomputed, {lost / max(1, e.admissions):.0f} tokens lost per request")
-    over_ideal = e.recomputed_fraction - ideal / e.reusable_tokens > CONSUMER_WARN_FRACTION if ideal is not None \
-        else e.recomputed_fraction >= CONSUMER_WARN_UNMEASURED
-    if e.reusable_tokens and over_ideal:
+    if not e.reusable_tokens:  # nothing was reusable: no efficiency to judge
+        over_ideal = False
+    elif ideal is not None:
+        over_ideal = e.recomputed_fraction - ideal / e.reusable_tokens > CONSUMER_WARN_FRACTION
+    else:
+        over_ideal = e.recomputed_fraction >= CONSUMER_WARN_UNMEASURED
+    if over_ideal:
         w = Violation(contracts.BY_ID["efficiency.consumer_prefix_reuse"], line)
         return Judgement(Verdict.WARN, T, warnings=(w,) + warns, note=line)
     return Judgement(Verdict.WARN if warns else Verdict.OK, T, warnings=warns, note=line)

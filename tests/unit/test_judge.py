@@ -192,3 +192,8 @@ def test_refusing_a_dividing_prefix_match_unit_is_an_availability_fail():
                                        {"kind": "mamba", "block_size": 64}],
                             "cache": {"prefix_match_unit": 24, "mamba_cache_mode": "align"}})
     assert judge(bad, Outcome(bad.content_hash(), "0.32.0", resolver_error=err)).verdict == Verdict.REJECTED
+
+
+def test_consumer_run_with_nothing_reusable_is_judged_without_dividing_by_zero():
+    j = judge_consumer(cres(eff=Efficiency(64, 0, 0, 0, 2), h=16, s=16, hits=[{"truth": 0}]), FIXED)
+    assert j.verdict in (Verdict.OK, Verdict.WARN) and "0 of 0" in j.note
