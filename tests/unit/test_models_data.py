@@ -108,3 +108,35 @@ def test_c6_without_per_admission_hits_keeps_the_unmeasured_rule():
     r = ConsumerResult("x", "t", [Observation("efficiency", 0, "")][:0], {}, Efficiency(1000, 800, 700, 50, 4),
                        scheduler_block_size=16, hash_block_size=16)
     assert judge_consumer(r).verdict == Verdict.OK
+
+
+def test_cli_reads_reference_names_config_files_folders_and_serve_flags(tmp_path):
+    from kvproof.cli import load_configs
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "config.json").write_text(json.dumps({"architectures": ["JambaForCausalLM"]}))
+    (tmp_path / "mine.json").write_text(json.dumps({"architectures": ["GptOssForCausalLM"]}))
+    (tmp_path / "tiny.json").write_text(json.dumps([{"family": "qwen3_next"}, {"model": "gemma3"}]))
+    flags = "--enable-prefix-caching --speculative-config '{\"method\": \"extract_hidden_states\"}'"
+    named = load_configs(["jamba", str(tmp_path / "a"), str(tmp_path)], flags)
+    names = [n for n, _ in named]
+    assert names[:2] == ["jamba", "a"]
+    assert named[0][1].flags == ("--enable-prefix-caching", "--speculative-config",
+                                 '{"method": "extract_hidden_states"}')
+    folder = {c.model or c.family for _, c in named[2:]}
+    assert folder == {str((tmp_path / "mine.json").resolve()), "qwen3_next", "gemma3"}
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["check", "--config", "jamba", "--flags", "--speculative-config '{"], ["--flags", "quotation"]),
+    (["check", "--config", "/no/such/model"], ["no such file", "nemotron_h_8b"]),
+    (["check", "--groups", "mamba:64", "--flags", "--block-size 16"], ["--flags go with --config"]),
+    (["derive", "--models"], ["--models goes with --enumerate"]),
+    (["derive", '{"model": "jamba", "block_size": 16}'], ["block_size is a tiny-family knob"]),
+])
+def test_cli_config_input_errors_are_one_line_exit_2(argv, words, capsys):
+    from kvproof.cli import main
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    for w in words:
+        assert w in err, err
