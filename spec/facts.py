@@ -163,9 +163,11 @@ PREFIX_MATCH_UNIT_REVISIONS = ("0.27", "0.28", "0.29", "0.31", "0.32")
 # construct on a CPU machine per release is measured, not assumed.
 CONSUMER_CONNECTORS = ("SimpleCPUOffloadConnector", "OffloadingConnector", "ExampleConnector",
                        "ExampleHiddenStatesConnector")
-# kv_connector_extra_config the consumer tier passes (offload pool sizes; the
-# example connectors' storage path is added at run time).
-CONSUMER_CONNECTOR_EXTRA = {"cpu_bytes_to_use": 64 << 20, "num_cpu_blocks": 256}
+# kv_connector_extra_config the consumer tier passes (offload pool size; the
+# example connectors' storage path is added at run time). No "num_cpu_blocks":
+# no connector reads it in 0.27-0.32, and 0.33's SimpleCPUOffloadConnector
+# refuses one above its local capacity (cpu_bytes_to_use / bytes per block).
+CONSUMER_CONNECTOR_EXTRA = {"cpu_bytes_to_use": 64 << 20}
 # Methods of a connector's inner pieces whose arguments carry block hashes or
 # offload keys (OffloadingManager.lookup/prepare_store/touch/..., the CPU
 # BlockPool's BlockHashToBlockMap.insert/get_one_block in simple_kv_offload).

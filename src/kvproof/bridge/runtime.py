@@ -38,6 +38,17 @@ from kvproof.outcome import Outcome, StageError
 MEMO_SIZE = 1 << 16
 
 
+def needs() -> list:
+    """The vLLM APIs the bridge calls, as it calls them (checked at start-up: kvproof.consumer.compat)."""
+    from kvproof.consumer.compat import Need
+    here = "kvproof/bridge/runtime.py"
+    return [Need(f"{here}:Bridge.evaluate", kv_cache_utils.resolve_kv_cache_block_sizes,
+                 positional=("kv_cache_config", "vllm_config")),
+            Need(f"{here}:build_manager", KVCacheManager.__init__,
+                 positional=("kv_cache_config", "max_model_len", "scheduler_block_size", "hash_block_size"),
+                 accepts_all=("enable_caching", "dcp_world_size"))]
+
+
 def stage_error(err: BaseException) -> StageError:
     """The exception verbatim with its raising frame (``file:line in function``).
 
@@ -87,6 +98,8 @@ class Bridge:
         self.manager_hits = self.manager_misses = 0
         self._tokens = itertools.count()
         self._has_pmu = "prefix_match_unit" in self.builder.cache_fields
+        from kvproof.consumer.compat import first_problem
+        self.incompatible = first_problem(needs())  # a changed vLLM API: every Outcome is ERROR, never FAIL
 
     # --- configs -------------------------------------------------------------
     def _kv_entry(self, layout: Layout) -> list:
@@ -154,6 +167,8 @@ class Bridge:
         with_hash = not self.fast if content_hash is None else content_hash
         base = {"layout_hash": layout.content_hash() if with_hash else "", "vllm_version": self.version,
                 "fingerprint": self.fingerprint}
+        if self.incompatible:
+            return Outcome(**base, run_error=StageError("HarnessError", self.incompatible, "kvproof/bridge/runtime.py"))
         token = None
         try:
             if self.fast:
@@ -196,5 +211,6 @@ class Bridge:
         return dataclasses.replace(out, manager_attempted=True, **got)
 
     def info(self) -> dict[str, Any]:
-        return {"vllm": self.version, "fingerprint": self.fingerprint, "file": kv_cache_utils.__file__}
+        return {"vllm": self.version, "fingerprint": self.fingerprint, "file": kv_cache_utils.__file__,
+                "incompatible": self.incompatible}
 

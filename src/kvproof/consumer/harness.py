@@ -43,7 +43,8 @@ from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 from kvproof.bridge.build import Builder  # noqa: E402
-from kvproof.consumer import spies  # noqa: E402
+import kvproof  # noqa: E402
+from kvproof.consumer import compat, spies  # noqa: E402
 from kvproof.consumer.oracles import Oracles, Recorder, local_chunks  # noqa: E402
 from kvproof.consumer.result import ConsumerResult  # noqa: E402
 from kvproof.consumer.stream import Req, Stream  # noqa: E402
@@ -56,14 +57,80 @@ from kvproof.spec import facts  # noqa: E402
 MAX_MODEL_LEN_CEILING = 1 << 20
 
 
+_KVPROOF_DIR = os.path.dirname(os.path.abspath(kvproof.__file__)) + os.sep
+
+
 def _exc(err: BaseException) -> str:
     msg = " ".join(str(err).split())[:300]
     return f"{type(err).__name__}: {msg} @ {vllm_frame(err)}"
 
 
+def _own_error(err: BaseException) -> str | None:
+    """The harness error line when ``err`` was raised in kvproof's own code, else None."""
+    frame = compat.own_frame(err, _KVPROOF_DIR)
+    if frame is None:
+        return None
+    msg = " ".join(str(err).split())[:300]
+    return f"{type(err).__name__} raised in kvproof's harness at {frame}: {msg}"
+
+
 def _kwargs_for(fn: Any, **candidates: Any) -> dict[str, Any]:
     params = inspect.signature(fn).parameters
     return {k: v for k, v in candidates.items() if k in params}
+
+
+def needs() -> list[compat.Need]:
+    """The vLLM APIs this harness, its spies (``kvproof.consumer.spies``) and its fake worker and
+    model runner call, as the harness calls them (checked at start-up, ``compat``)."""
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    here = "kvproof/consumer/harness.py"
+    spy = "kvproof/consumer/spies.py"
+    n = compat.Need
+    rows = [
+        n(f"{here}:Harness._run", kv_cache_utils.resolve_kv_cache_block_sizes,
+          positional=("kv_cache_config", "vllm_config")),
+        n(f"{here}:Harness._run", kv_cache_utils.init_none_hash, positional=("hash_fn",)),
+        n(f"{here}:Harness._run", kv_cache_utils.get_request_block_hasher,
+          positional=("hash_block_size", "caching_hash_fn")),
+        n(f"{here}:Harness._hash_block", kv_cache_utils.hash_block_tokens,
+          positional=("hash_function", "parent_block_hash", "curr_block_token_ids")),
+        n(f"{here}:Harness._run", sched_mod.Scheduler.__init__,
+          provides=("vllm_config", "kv_cache_config", "structured_output_manager", "block_size",
+                    "hash_block_size", "log_stats")),
+        n(f"{here}:Harness._drive", sched_mod.Scheduler.schedule, positional=()),
+        n(f"{here}:Harness._drive", sched_mod.Scheduler.add_request, positional=("request",)),
+        n(f"{here}:Harness._drive", sched_mod.Scheduler.update_from_output,
+          positional=("scheduler_output", "model_runner_output")),
+        n(f"{here}:Harness._drive", sched_mod.Scheduler.finish_requests,
+          positional=("request_ids", "finished_status")),
+        n(f"{here}:Harness._request", Request.__init__,
+          provides=("request_id", "prompt_token_ids", "sampling_params", "pooling_params", "block_hasher",
+                    "eos_token_id", "arrival_time")),
+        n(f"{here}:Harness._model_output", ModelRunnerOutput,
+          provides=("req_ids", "req_id_to_index", "sampled_token_ids", "logprobs", "prompt_logprobs_dict",
+                    "pooler_output", "kv_connector_output")),
+        n(f"{here}:Harness._model_output", KVConnectorOutput,
+          accepts_all=("finished_sending", "finished_recving", "kv_connector_worker_meta"),
+          provides=("finished_sending", "finished_recving", "kv_connector_worker_meta")),
+        n(f"{here}:Harness.vllm_config", KVEventsConfig, accepts_all=("enable_kv_cache_events", "publisher")),
+        n(f"{here}:Harness.vllm_config", KVTransferConfig,
+          accepts_all=("kv_connector", "kv_role", "kv_connector_extra_config")),
+        n(f"{here}:Harness.vllm_config", ParallelConfig,
+          accepts_all=("tensor_parallel_size", "decode_context_parallel_size")),
+        n(f"{spy}:spy_allocations", KVCacheManager.allocate_slots, accepts_any=facts.ALLOC_TOKEN_PARAMS,
+          positional=("request",), forwards=True),
+    ]
+    rows += [n(f"{spy}:spy_lookups", getattr(KVCacheManager, name), positional=("request",),
+                    forwards=True)
+             for name in facts.PREFIX_LOOKUP_METHODS if hasattr(KVCacheManager, name)]
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+    except ImportError:
+        pass
+    else:
+        rows.append(n(f"{spy}:spy_connector", KVConnectorBase_V1.get_num_new_matched_tokens,
+                      positional=("request", "num_computed_tokens"), forwards=True))
+    return rows
 
 
 @dataclass
@@ -89,6 +156,8 @@ class Harness:
         self.sched_params = inspect.signature(sched_mod.Scheduler.__init__).parameters
         self.mro_fields = set(getattr(ModelRunnerOutput, "__dataclass_fields__", {}))
         self.storage = tempfile.mkdtemp(prefix="kvproof-consumer-storage-")
+        # the vLLM APIs this harness relies on, checked once against the installed release
+        self.incompatible = compat.first_problem(needs())
 
     def warm(self) -> float:
         """Pay the one-time costs before the first timed input; returns the seconds spent.
@@ -223,7 +292,10 @@ class Harness:
         """One run of ``layout`` under ``stream``; ``seconds`` is its wall time."""
         t0 = time.perf_counter()
         st = RunState(ConsumerResult(layout.content_hash(), vllm.__version__, connector=layout.kv_connector))
-        self._run(st, layout, stream, max_steps)
+        if self.incompatible:
+            st.res.harness_error = self.incompatible
+        else:
+            self._run(st, layout, stream, max_steps)
         st.res.seconds = time.perf_counter() - t0
         return st.res
 
@@ -248,18 +320,24 @@ class Harness:
             st.res.not_expressible = str(err)
             return
         except Exception as err:
-            st.res.setup_error = _exc(err)
+            st.res.harness_error = _own_error(err)
+            if st.res.harness_error is None:
+                st.res.setup_error = _exc(err)
             return
         rec.step = 0
         try:
             scheduler_bs, hash_bs = kv_cache_utils.resolve_kv_cache_block_sizes(kv_cfg, vcfg)
         except Exception as err:
-            rec.add("exception", "resolver: " + _exc(err))
+            self._raised(st, err, "resolver: ")
             return
         st.res.scheduler_block_size, st.res.hash_block_size = scheduler_bs, hash_bs
         hash_fn = self.hash_fn(vcfg)
         kv_cache_utils.init_none_hash(hash_fn)
-        block_hasher = kv_cache_utils.get_request_block_hasher(hash_bs, hash_fn)
+        # what the engine core builds: 0.33+ hashes num_hash_lookahead_tokens past each block
+        # (EAGLE without block drop); by signature, 0 where the release has no such parameter
+        lookahead = getattr(vcfg, "num_hash_lookahead_tokens", 0) or 0
+        block_hasher = kv_cache_utils.get_request_block_hasher(hash_bs, hash_fn, **_kwargs_for(
+            kv_cache_utils.get_request_block_hasher, num_hash_lookahead_tokens=lookahead))
         try:
             kw = _kwargs_for(sched_mod.Scheduler.__init__, vllm_config=vcfg, kv_cache_config=kv_cfg,
                              structured_output_manager=StructuredOutputManager(vcfg), block_size=scheduler_bs,
@@ -270,7 +348,7 @@ class Harness:
             if refusal is not None:
                 st.res.not_expressible = f"{layout.kv_connector}: {refusal} ({_exc(err)})"
             else:
-                rec.add("exception", "Scheduler(): " + _exc(err))
+                self._raised(st, err, "Scheduler(): ")
             return
         conn = scheduler.connector
         if conn is not None and len(layout.groups) > 1 and not self._supports_hma(conn):
@@ -281,7 +359,7 @@ class Harness:
         try:
             self._drive(layout, stream, scheduler, block_hasher, hash_fn, st, max_steps)
         except Exception as err:
-            rec.add("exception", _exc(err))
+            self._raised(st, err)
         finally:
             st.res.steps = max(st.res.steps, rec.step)
             try:
@@ -290,14 +368,23 @@ class Harness:
             except Exception:
                 pass
 
+    @staticmethod
+    def _raised(st: RunState, err: BaseException, where: str = "") -> None:
+        """An exception during a run: vLLM's (the ``exception`` oracle) or the harness's own."""
+        own = _own_error(err)
+        if own is not None:
+            st.res.harness_error = where + own
+        else:
+            st.rec.add("exception", where + _exc(err))
+
     # --- the loop -------------------------------------------------------------------
     def _drive(self, layout: Layout, stream: Stream, scheduler: Any, block_hasher: Any, hash_fn: Any,
                st: RunState, max_steps: int | None) -> None:
         rec = st.rec
         mgr = scheduler.kv_cache_manager
         st.res.alignment = self._alignment(mgr.coordinator, st.res.scheduler_block_size)
-        index = HashIndex(st.res.hash_block_size,
-                          lambda parent, toks: kv_cache_utils.hash_block_tokens(hash_fn, parent, toks))
+        index = HashIndex(st.res.hash_block_size, self._hash_block(hash_fn),
+                          lookahead=int(getattr(scheduler, "num_hash_lookahead_tokens", 0) or 0))
         oracles = Oracles(st.res, rec, index, self.builder.group_block_sizes(scheduler.kv_cache_config, layout.dcp),
                           local_chunks(scheduler.kv_cache_config))
         spies.spy_lookups(mgr, oracles)
@@ -378,6 +465,18 @@ class Harness:
                         finished_recving.add(rid)
             step += 1
         st.res.steps = step
+
+    @staticmethod
+    def _hash_block(hash_fn: Any) -> Any:
+        """(parent, block tokens, lookahead tokens) -> the block's hash, with vLLM's own primitive:
+        no lookahead, the legacy hash; L lookahead tokens (0.33 ``get_request_block_hasher`` with
+        ``num_hash_lookahead_tokens``), extra keys ``(None, *next L tokens)`` for a request without
+        multimodal inputs, LoRA or cache salt (``generate_lookahead_block_hash_extra_keys``)."""
+        def hash_block(parent: Any, toks: Any, ahead: Any = ()) -> Any:
+            if not ahead:
+                return kv_cache_utils.hash_block_tokens(hash_fn, parent, toks)
+            return kv_cache_utils.hash_block_tokens(hash_fn, parent, toks, (None, *ahead))
+        return hash_block
 
     # --- pieces -----------------------------------------------------------------------
     @staticmethod

@@ -214,9 +214,13 @@ class Oracles:
         if n > true_len:
             self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens but the longest common prefix with "
                          f"computed KV is {true_len} (prompt {request.num_prompt_tokens})")
-        if n > request.num_tokens - 1:
+        ahead = self.index.lookahead
+        if n > request.num_tokens - max(1, ahead):
+            # the last token must be computed; with hash lookahead L (0.33+) a block's hash needs the
+            # L tokens after it, so no hit reaches past num_tokens - L (the proof limit)
+            why = "the last must be computed" if ahead <= 1 else f"hash lookahead {ahead}: at most num_tokens - {ahead}"
             self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens covers the whole request "
-                         f"({request.num_tokens} tokens; the last must be computed)")
+                         f"({request.num_tokens} tokens; {why})")
         if self.res.alignment and n % self.res.alignment and n != request.num_tokens - 1:
             self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens is not a multiple of the "
                          f"coordinator's alignment {self.res.alignment}")

@@ -46,9 +46,12 @@ class Truth:
 class HashIndex:
     """hash (bytes, or its 64-bit int form used by KV events) -> (end token, tokens)."""
 
-    def __init__(self, hash_size: int, hash_block: Callable[[Any, Sequence[int]], Any]) -> None:
+    def __init__(self, hash_size: int, hash_block: Callable[..., Any], lookahead: int = 0) -> None:
         self.h = hash_size
-        self.hash_block = hash_block  # (parent, tokens) -> hash
+        self.hash_block = hash_block  # (parent, tokens[, lookahead tokens]) -> hash
+        # 0.33+ (EAGLE without block drop): a block's hash also covers the ``lookahead`` tokens
+        # after it, and exists only once they do (``get_request_block_hasher``)
+        self.lookahead = lookahead
         self.where: dict[Any, tuple[int, list[int]]] = {}
         self.chains: dict[str, list[Any]] = {}
         self.width = 0  # bytes of one hash
@@ -56,10 +59,14 @@ class HashIndex:
     def extend(self, key: str, tokens: list[int]) -> list[Any]:
         chain = self.chains.setdefault(key, [])
         h = self.h
-        while (len(chain) + 1) * h <= len(tokens):
+        ahead = self.lookahead
+        while (len(chain) + 1) * h + ahead <= len(tokens):
             i = len(chain)
             parent = chain[-1] if chain else None
-            hv = self.hash_block(parent, tokens[i * h:(i + 1) * h])
+            if ahead:
+                hv = self.hash_block(parent, tokens[i * h:(i + 1) * h], tokens[(i + 1) * h:(i + 1) * h + ahead])
+            else:
+                hv = self.hash_block(parent, tokens[i * h:(i + 1) * h])
             chain.append(hv)
             raw = bytes(hv)
             self.width = len(raw)
