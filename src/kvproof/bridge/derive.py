@@ -187,6 +187,33 @@ def _meta_weights(on: bool) -> Iterator[None]:
         base_loader.process_weights_after_loading = real
 
 
+@contextlib.contextmanager
+def _stand_in_amx(out: dict[str, Any]) -> Iterator[None]:
+    """The CPU platform builds MLA layers for its AMX MLA backend only on CPUs with AMX tiles;
+    elsewhere it forces prefix caching off (and a hybrid MLA model's own config hook then refuses
+    itself: "--mamba-block-size can only be set with --enable-prefix-caching"). A CPU without AMX
+    derives as the release does for that backend, and says so (``stand_in_backend``)."""
+    import torch
+    real = torch.cpu._is_amx_tile_supported
+    if real():
+        yield
+        return
+    def stand_in() -> bool:
+        out["stand_in_backend"] = "CPU AMX MLA (platforms/cpu.py; this CPU has no AMX tiles)"
+        return True
+    torch.cpu._is_amx_tile_supported = stand_in
+    try:
+        yield
+    finally:
+        torch.cpu._is_amx_tile_supported = real
+
+
+def _uses_mla(args: Any) -> bool:
+    """Whether the model's config.json describes MLA layers (a latent KV rank, or DeepSeek)."""
+    hf = json.loads((Path(args.model) / "config.json").read_text())
+    return bool(hf.get("kv_lora_rank")) or "deepseek" in str(hf.get("model_type", ""))
+
+
 def _spec_bytes(real: Any, vllm_config: Any) -> int:
     """KV memory for the derivation: several times one max_model_len request, from the specs themselves."""
     specs = real.get_kv_cache_specs()
@@ -321,7 +348,8 @@ def _derive(config: Config) -> dict[str, Any]:
             out["stage"] = "flags"
             args = serve_engine_args(config)
             out["stage"] = "config"
-            vllm_config = args.create_engine_config(UsageContext.OPENAI_API_SERVER)
+            with _stand_in_amx(out) if _uses_mla(args) else contextlib.nullcontext():
+                vllm_config = args.create_engine_config(UsageContext.OPENAI_API_SERVER)
             vllm_config.load_config.device = "meta"  # the release's own layers, no parameter storage
         else:
             vllm_config = engine_args(config).create_engine_config(UsageContext.LLM_CLASS)
