@@ -104,3 +104,38 @@ def test_older_releases_cannot_express_attention_compression(release):
     outs = worker_for(release).run(lays, manager=False)
     assert [judge(lay, out).verdict for lay, out in zip(lays, outs)] == [Verdict.NOT_EXPRESSIBLE] * len(lays)
     assert all("tokens_per_state" in out.not_expressible for out in outs), outs[0].not_expressible
+
+
+CAPS_PROBE = r"""
+import json, sys
+from kvproof.bridge.runtime import Bridge
+from kvproof.fuzz.harness import release_caps
+sys.__stdout__.write(json.dumps(release_caps(Bridge().builder).to_dict()) + "\n")
+"""
+
+
+@pytest.mark.parametrize("release, tps_kinds, compressed, rule", [
+    ("0.27.0", (), (), "all"),
+    ("0.28.0", (), (), "all"),
+    ("0.32.0", ("full_attention", "sliding_window", "chunked_local", "mla", "mamba", "hidden_state"), ("mla",),
+     "prefix_cacheable"),
+])
+def test_release_caps_read_the_spec_classes(release, tps_kinds, compressed, rule):
+    """The harness learns per-kind facts from the release's own classes (what the test above assumes for 0.32)."""
+    import json
+    import subprocess
+
+    from conftest import require_env
+    from kvproof.bridge.client import worker_env
+
+    if release not in RELEASES:
+        pytest.skip(f"{release} is not among KVPROOF_RELEASES")
+    env = require_env(release)
+    proc = subprocess.run([str(env.python), "-c", CAPS_PROBE], capture_output=True, text=True, timeout=600,
+                          env=worker_env())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    caps = Caps.from_dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert set(caps.tokens_per_state_kinds) == set(tps_kinds)
+    assert caps.compressed_kinds == compressed and caps.engine_block_size_over == rule
+    if release == "0.32.0":
+        assert caps == CAPS_032
