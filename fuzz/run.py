@@ -297,7 +297,7 @@ class Campaign:
         elapsed = int(now - self.started)
         return (f"[fuzz {self.args.target} vllm {self.release}] {elapsed // 60:02d}:{elapsed % 60:02d} "
                 f"execs={s['execs']:,} ({rate:,.0f}/s) corpus={count_files(self.corpus)} "
-                f"classes={len(merged_classes(self.workdir))} new={s['new']} known={s['known']} "
+                f"classes={len(merged_classes(self.workdir))} new={len(read_classes(self.workdir))} known={s['known']} "
                 f"errors={sum(s['errors'].values())}" + (" (final)" if final else ""))
 
     def run_process(self, cmd: list[str], seconds: float, label: str, stop_after: float | None = None) -> int:
