@@ -42,14 +42,14 @@ fuzz: envs
 fuzz-continuous: envs
 	$(VPY) -m kvproof fuzz --vllm $$($(VPY) -m kvproof env releases $(VLLM)) --continuous --jobs $(FUZZ_JOBS)
 
-# The seed class by default; MATRIX=corpus/ runs every file (engine synthesis: slow).
+# Every known finding (the ledger under findings/, plus MATRIX files) x every managed release.
 MATRIX ?= corpus/28ac3a5ad68a6bff.json
 
 replay: envs
 	$(VPY) -m kvproof replay corpus/ --tier all --no-synth
 
-matrix: envs
-	$(VPY) -m kvproof bisect $(MATRIX) --matrix
+matrix: envs-all
+	$(VPY) -m kvproof bisect --matrix $(MATRIX)
 
 # Every file in bench/results is written by one of these scripts (each reads the
 # machine's load itself). BENCH=short (default: ~15 min on 2 shared cores) or BENCH=full.

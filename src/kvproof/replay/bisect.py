@@ -20,6 +20,7 @@ from typing import Sequence
 
 from kvproof import inputs
 from kvproof.cliutil import Parser, guarded
+from kvproof.errors import UsageError
 from kvproof.replay import core
 from kvproof.replay.cli import releases_of, tiers_of
 from kvproof.verdicts import Tier, Verdict
@@ -56,17 +57,106 @@ def matrix(rows: Sequence[core.ReplayRow], tiers: Sequence[Tier | str]) -> str:
     return "\n".join(lines)
 
 
+def managed_installed() -> list[str]:
+    """Every managed release (spec/facts.py) whose environment is built, oldest first."""
+    from kvproof import envs
+    from kvproof.errors import EnvError
+    out = []
+    for r in envs.MANAGED:
+        try:
+            envs.find(r)
+            out.append(r)
+        except EnvError:
+            pass
+    return out
+
+
+def known_findings() -> list[tuple[str, "object", str]]:
+    """(name, Layout, deciding tier) per known finding: the ledger's classes with a layout
+    (kvproof.findings.ledger), each Mamba align-mode one also with ``mamba_cache_mode="all"``
+    (the same shape where a user picks "all": a class of its own from 0.28)."""
+    from kvproof.layout import Layout
+    try:
+        from kvproof.findings.ledger import Ledger
+        entries = Ledger.load().entries()
+    except Exception as err:  # noqa: BLE001 -- no ledger yet: the caller says so
+        raise UsageError(f"matrix: the findings ledger cannot be read ({err}); give FILEs") from None
+    out = []
+    for e in sorted(entries, key=lambda e: str(e.key)):
+        if not e.layout or e.key.tier not in ("function", "manager"):
+            continue  # consumer/engine classes need a stream or a boot: `kvproof replay --tier ...`
+        lay = Layout.from_dict(e.layout)
+        eid = getattr(e, "id", None) or e.key.id
+        out.append((f"{eid} {e.key.check}", lay, e.key.tier))
+        if lay.has_mamba and lay.cache.mamba_cache_mode == "align":
+            d = lay.to_dict()
+            d["cache"]["mamba_cache_mode"] = "all"
+            out.append((f"{eid} {e.key.check} with mamba_cache_mode=all", Layout.from_dict(d), e.key.tier))
+    return out
+
+
+def first_bad_good(verdicts: Sequence[tuple[str, str]]) -> tuple[str | None, str | None]:
+    """(first release that FAILs, first later release that stops failing) over (release, verdict) oldest first."""
+    bad = next((r for r, v in verdicts if v == "FAIL"), None)
+    if bad is None:
+        return None, None
+    after = [(r, v) for r, v in verdicts if core.version_key(r) > core.version_key(bad)]
+    good = next((r for r, v in after if v in {x.name for x in STOPS_FAILING}), None)
+    return bad, good
+
+
+def finding_matrix(args) -> int:
+    """``make matrix``: every known finding x every managed release, first bad and first good."""
+    releases = sorted(args.vllm or managed_installed(), key=core.version_key)
+    if not releases:
+        raise UsageError("matrix: no managed vLLM environment is installed (make envs-all)")
+    found = known_findings()
+    for i, (name, lay) in enumerate(inputs.load_layouts(args.files) if args.files else []):
+        found.append((name, lay, "manager"))
+    echo = (lambda s: print(s, file=sys.stderr)) if args.json else (lambda s: print(s, file=sys.stderr))
+    named = [(n, lay) for n, lay, _ in found]
+    rows = core.replay(named, releases, [Tier.FUNCTION, Tier.MANAGER], echo=echo, synthesise=False)
+    cell = {(r.name, r.release, str(r.tier)): r for r in rows}
+    out = []
+    width = max([len(n) for n, _, _ in found] + [7])
+    if not args.json:
+        print(f"{'finding':<{width}}  " + "  ".join(f"{r:>7}" for r in releases) + "  first bad  first good  last bad")
+    for name, lay, tier in found:
+        vs = [(rel, cell[(name, rel, tier)].verdict_name if (name, rel, tier) in cell else "-") for rel in releases]
+        bad, good = first_bad_good(vs)
+        last = next((r for r, v in reversed(vs) if v == "FAIL"), None)
+        out.append({"finding": name, "layout": lay.summary(), "tier": tier, "verdicts": dict(vs),
+                    "first_bad": bad, "first_good": good, "last_bad": last})
+        if not args.json:
+            print(f"{name:<{width}}  " + "  ".join(f"{v[:7]:>7}" for _, v in vs)
+                  + f"  {bad or '-':>9}  {good or ('never' if bad else '-'):>10}  {last or '-':>8}")
+    if args.json:
+        print(json.dumps({"releases": releases, "findings": out}, indent=2))
+    else:
+        print(f"\n{len(found)} finding(s) x {len(releases)} release(s) at the finding's own tier "
+              f"(function or manager); layouts:")
+        for o in out:
+            print(f"  {o['finding']}: {o['layout']}")
+    return 0
+
+
 def _main(argv: Sequence[str] | None) -> int:
     ap = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
-    ap.add_argument("files", nargs="+", metavar="FILE")
+    ap.add_argument("files", nargs="*", metavar="FILE")
     ap.add_argument("--tier", choices=("function", "manager", "engine", "all"), default="all")
     ap.add_argument("--vllm", action="append", metavar="RELEASE")
-    ap.add_argument("--matrix", action="store_true", help="all tiers (the default; kept for `make matrix`)")
+    ap.add_argument("--matrix", action="store_true",
+                    help="every known finding (the ledger, plus FILEs) x every managed release installed: "
+                         "verdicts, first bad and first good release (`make matrix`)")
     ap.add_argument("--no-synth", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.matrix:
+        return finding_matrix(args)
+    if not args.files:
+        raise UsageError("bisect: give FILEs (or --matrix for every known finding)")
     named = inputs.load_layouts(args.files)
-    tiers = tiers_of("all" if args.matrix else args.tier)
+    tiers = tiers_of(args.tier)
     echo = (lambda s: print(s, file=sys.stderr)) if args.json else print
     rows = core.replay(named, releases_of(args), tiers, echo=echo, synthesise=not args.no_synth)
     deciding = max(core.as_tier(t) for t in tiers)  # the strongest tier replayed
