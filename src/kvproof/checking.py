@@ -184,15 +184,17 @@ class ConfigCheck:
 
 
 def check_configs(named: Sequence[tuple[str, Config]], envs: Sequence[Env], manager: bool = True,
-                  consumer: bool = True) -> list[ConfigCheck]:
+                  consumer: bool = True, workers: dict[str, Worker] | None = None) -> list[ConfigCheck]:
     """Each Config through each release: real derivation, then the function and manager tiers
-    (one bridge worker) and the consumer tier (the consumer worker, default shared-prefix stream),
-    every Outcome judged by :mod:`kvproof.judge`."""
+    (one bridge worker; ``workers`` maps an env name to a live one to reuse) and the consumer tier
+    (the consumer worker, default shared-prefix stream), every Outcome judged by :mod:`kvproof.judge`."""
+    import contextlib
     from kvproof.consumer.client import ConsumerWorker, default_stream
     from kvproof.judge import consumer_outcome, judge_consumer
     out: list[ConfigCheck] = []
     for env in envs:
-        with Worker(env) as w:
+        live = (workers or {}).get(env.name)
+        with contextlib.nullcontext(live) if live is not None else Worker(env) as w:
             derived = derive_all(env.name, [c for _, c in named], w)
             layouts = [(n, d.layout) for (n, _), d in zip(named, derived) if d.layout is not None]
             outcomes = w.run([lay for _, lay in layouts], manager=manager) if layouts else []
