@@ -343,6 +343,9 @@ def to_layout(x: M.Inputs, subs) -> Layout:
 
 def run_query(spec: dict) -> dict:
     """Entry point for verify's worker processes: a JSON-able spec in, a JSON-able result out."""
+    if "obligations" in spec:  # the inductive proof's obligations (kvproof.spec.induction)
+        from kvproof.spec.induction import run_obligations
+        return run_obligations(spec)
     prop = BY_KEY[spec["property"]]
     q = Query(spec["revision"], prop, spec["n"], spec.get("premise", "free"),
               spec.get("max_block", M.MAX_BLOCK), tuple(spec.get("dcp_values", M.DCP_VALUES)))

@@ -12,8 +12,9 @@ by ``--update-baseline`` while status and label stay the same)::
          "reachability": "free", "witness_n": 2, "reason": "..."}}}}
 
 A change is any N whose status differs (PROVED -> COUNTEREXAMPLE and
-COUNTEREXAMPLE -> PROVED alike), a label that differs at the labelled N, or
-an entry the baseline does not have. UNKNOWN is never accepted and never
+COUNTEREXAMPLE -> PROVED alike), a label that differs at the labelled N, an
+inductive verdict for every N (``unbounded``, written by a run with
+``--induction``) that differs, or an entry the baseline does not have. UNKNOWN is never accepted and never
 compared: it is its own exit code.
 """
 
@@ -56,6 +57,8 @@ def load(path: Path) -> dict:
                 _by_n(e)
                 if e.get("reachability"):
                     parse(Reachability, e["reachability"])
+                if e.get("unbounded") is not None:
+                    status(e["unbounded"])
     except (KeyError, ValueError, TypeError, AttributeError) as err:
         raise UsageError(f"baseline {path}: malformed entry ({type(err).__name__}: {err})") from None
     return data
@@ -112,6 +115,9 @@ def compare(data: dict | None, props: list[dict], settings: dict) -> dict:
             kind = "new" if v in WITNESS and e not in WITNESS else ("fixed" if e in WITNESS and v == PROVED
                                                                       else "changed")
             changes.append(_change(kind, p, f"{e} -> {v} at N={ranges(ns)}" + (_label_text(p) if v in WITNESS else "")))
+        ub_want, ub_got = base.get("unbounded"), (p.get("unbounded") or {}).get("status")
+        if ub_want is not None and ub_got is not None and status(ub_want) != ub_got:
+            changes.append(_change("unbounded", p, f"for all N: {ub_want} -> {ub_got}: {p['unbounded']['text']}"))
         want = base.get("reachability")
         wn = base.get("witness_n")
         got = p.get("reachability")
@@ -153,6 +159,11 @@ def updated(data: dict | None, props: list[dict], settings: dict) -> dict:
                          reason=old["reason"] if keep else p.get("reason", ""))
         elif worst in WITNESS and old.get("reachability"):
             entry.update({k: old[k] for k in ("reachability", "witness_n", "reason") if k in old})
+        ub = (p.get("unbounded") or {}).get("status")
+        if ub is not None and ub != UNKNOWN:  # the inductive verdict for every N (never UNKNOWN)
+            entry["unbounded"] = str(ub)
+        elif old.get("unbounded") is not None:
+            entry["unbounded"] = old["unbounded"]
         revs.setdefault(rev, {})[key] = entry
     for rev, entries in revs.items():  # properties no longer in the catalogue go
         revs[rev] = {k: entries[k] for k in sorted(entries) if k in BY_KEY}

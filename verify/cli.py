@@ -73,6 +73,9 @@ def parser() -> argparse.ArgumentParser:
                    help=f"largest raw block size in the domain (default {M.MAX_BLOCK}; 0 = unbounded)")
     p.add_argument("--dcp", default=",".join(map(str, M.DCP_VALUES)), help="dcp values (comma list)")
     p.add_argument("--no-drift", action="store_true", help="skip the drift check of installed vLLMs")
+    p.add_argument("--induction", action="store_true",
+                   help="also prove each property for every N by induction over the groups "
+                        "(kvproof.spec.induction): 'PROVED for all N (induction)' beside the bounded rows")
     p.add_argument("--verbose", "-v", action="store_true", help="print the full per-property table too")
     p.add_argument("--quiet", action="store_true", help="no live progress")
     return p
@@ -80,6 +83,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _parse(argv) -> argparse.Namespace:
     args = parser().parse_args(argv)
+    args.no_induction = not args.induction
     revs = [r.strip() for r in args.revisions.split(",") if r.strip()]
     bad = [r for r in revs if r not in R.REVISIONS]
     if bad or not revs:
@@ -167,15 +171,50 @@ def run(args: argparse.Namespace) -> dict:
         tasks[tid] = (rev, p, n, premise)
         return (tid, spec(rev, p, n, premise))
 
+    # --- the inductive proof (every N): per revision one task per base/step obligation, first in
+    # the queue; per (revision, property) the transfer and the conclusions once its bounded chain
+    # is done, for the premises the bounded search found no witness in (else it does not apply)
+    induction: dict[str, dict] = {rev: {} for rev in args.revision_list}
+    itasks: dict[int, str] = {}
+
+    def isubmit(rev, oids, timeout):
+        tid = next_id[0]
+        next_id[0] += 1
+        itasks[tid] = rev
+        return (tid, {"revision": rev, "obligations": oids, "timeout": timeout, "max_block": args.max_block,
+                      "dcp_values": list(args.dcp_values), "minimise": True})
+
+    def chain_done(c):
+        rev, p = c
+        if args.no_induction:
+            return []
+        premises = [pr for pr in ("engine", "free")
+                    if not any(status((r.get(pr) or {}).get("status")) in WITNESS
+                               for (rv, key, _), r in rows.items() if rv == rev and key == p.key)]
+        if not premises:
+            return []
+        oids = [f"transfer:{p.key}"] + [f"conclusion:{p.key}:{pr}" for pr in premises]
+        return [isubmit(rev, oids, args.timeout / len(oids))]
+
     def start_chain(c, after=None):
         rev, p = c
         ns = [n for n in ns_for(p) if after is None or n > after]
         if not ns:
-            return []
+            return chain_done(c) if after is not None else []
         state[c]["n"] = ns[0]
         return [submit(rev, p, ns[0], "engine")]
 
     def on_result(tid, result):
+        if tid in itasks:
+            rev = itasks.pop(tid)
+            obligations = result.get("obligations") or []
+            if not obligations:  # the worker was killed or died: every obligation it held is UNKNOWN
+                obligations = [{"id": "(task)", "status": UNKNOWN, "seconds": result.get("seconds", 0.0),
+                                "detail": result.get("detail", "")}]
+            for o in obligations:
+                induction[rev][o["id"]] = dict(o, status=status(o["status"]))
+            progress.tick(f"{rev} induction: {', '.join(o['id'] + ' ' + str(o['status']) for o in obligations)}"[:140])
+            return []
         rev, p, n, premise = tasks.pop(tid)
         result = dict(result, status=status(result["status"]))  # strings or ProofStatus from run_query
         c = (rev, p)
@@ -196,6 +235,11 @@ def run(args: argparse.Namespace) -> dict:
         return start_chain(c, after=n)
 
     first = []
+    if not args.no_induction:
+        from kvproof.spec.induction import INVARIANTS
+        for rev in args.revision_list:
+            first += [isubmit(rev, [f"{phase}:{i.id}"], args.timeout) for phase in ("base", "step")
+                      for i in INVARIANTS]
     for c in chains:
         first += start_chain(c)
     pool = Pool(args.jobs)
@@ -207,7 +251,7 @@ def run(args: argparse.Namespace) -> dict:
         progress.end()
     wall = time.monotonic() - t0
     return {"rows": [rows[k] for k in sorted(rows, key=lambda k: (k[0], k[1], k[2]))], "wall_seconds": wall,
-            "killed": pool.killed}
+            "killed": pool.killed, "induction": {} if args.no_induction else induction}
 
 
 def label(result: dict, args) -> list[dict]:
@@ -275,7 +319,10 @@ def _run(args) -> int:
                           "min_groups": args.min_groups, "timeout": args.timeout, "max_block": args.max_block,
                           "dcp_values": list(args.dcp_values), "jobs": args.jobs,
                           "properties": [p.key for p in args.property_list]}
+    result["settings"]["induction"] = not args.no_induction
     result["properties"] = label(result, args)
+    if not args.no_induction:
+        report.add_unbounded(result)
     if args.no_corpus:
         result["corpus"] = []
     else:

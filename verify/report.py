@@ -115,6 +115,52 @@ def summarise(result: dict) -> list[dict]:
     return out
 
 
+# --- the inductive proof (every N) ------------------------------------------------------------
+
+def _smallest_witness(result: dict, rev: str, key: str, premise: str) -> tuple[int, ProofStatus] | None:
+    hits = [(row["n"], _st(row, premise)) for row in result["rows"]
+            if row["revision"] == rev and row["property"] == key and _st(row, premise) in WITNESS]
+    return min(hits, key=lambda h: h[0]) if hits else None
+
+
+def unbounded_premise(result: dict, rev: str, key: str, premise: str) -> dict:
+    """One property and premise for every N: the induction's verdict, checked against the bounded rows.
+
+    A witness at some N (bounded search) wins: the smallest N is named and the induction does not
+    apply. Without one, PROVED needs every base, step, the transfer and the conclusion PROVED;
+    anything else (a step or conclusion not proved, the invariant too weak) is UNKNOWN.
+    """
+    from kvproof.spec.induction import unbounded
+    ind = (result.get("induction") or {}).get(rev, {})
+    verdict, why = unbounded(ind, key, premise)
+    hit = _smallest_witness(result, rev, key, premise)
+    if hit is not None:
+        n, st = hit
+        if verdict == PROVED:  # never both: the fold or the bounded model is wrong
+            return {"status": UNKNOWN, "smallest_n": n,
+                    "text": f"induction PROVED but the bounded search found {st} at N={n}: model inconsistency"}
+        return {"status": st, "smallest_n": n, "text": f"{st} at N={n} (bounded search); the induction does not apply"}
+    if verdict == PROVED:
+        return {"status": PROVED, "smallest_n": None, "text": "PROVED for all N (induction)"}
+    return {"status": UNKNOWN, "smallest_n": None,
+            "text": f"UNKNOWN for N beyond the bounded search ({why}); the bounded search finds no counterexample"}
+
+
+def add_unbounded(result: dict) -> None:
+    """Each property entry gains ``unbounded``: per premise and overall (free first: it is the
+    stronger statement; the engine premise's own verdict rides along)."""
+    for p in result.get("properties", []):
+        per = {pr: unbounded_premise(result, p["revision"], p["property"], pr) for pr in PREMISES}
+        f, e = per["free"], per["engine"]
+        if f["status"] == PROVED:
+            top = dict(f)
+        elif e["status"] == PROVED:
+            top = dict(f, text=f"{f['text']}; engine premise: PROVED for all N (induction)")
+        else:
+            top = dict(f)
+        p["unbounded"] = dict(top, engine=e, free=f)
+
+
 def _props(result: dict) -> list[dict]:
     return result.get("properties") or summarise(result)
 
@@ -180,6 +226,17 @@ def summary(result: dict) -> str:
             lines += _wrap("         " + head, by_label.get(k, []))
         unknown = [f"{p['property']} N={ranges(p['by_verdict'][UNKNOWN])}" for p in mine if UNKNOWN in p["by_verdict"]]
         lines += _wrap("       UNKNOWN (not proved): ", unknown)
+        if any("unbounded" in p for p in mine):
+            every = [p["property"] for p in mine if p["unbounded"]["status"] == PROVED]
+            lines += _wrap("       PROVED for all N (induction): ", every) or ["       PROVED for all N (induction): none"]
+            eng = [p["property"] for p in mine
+                   if p["unbounded"]["status"] != PROVED and p["unbounded"]["engine"]["status"] == PROVED]
+            lines += _wrap("       PROVED for all N (induction), engine premise only: ", eng)
+            fails = [f"{p['property']} (smallest N={p['unbounded']['smallest_n']})" for p in mine
+                     if p["unbounded"]["status"] in WITNESS]
+            lines += _wrap("       not for all N, induction does not apply: ", fails)
+            unk = [p["property"] for p in mine if p["unbounded"]["status"] == UNKNOWN]
+            lines += _wrap("       for all N UNKNOWN (induction not proved): ", unk)
     # 3) against the baseline
     lines.append("")
     b = result.get("baseline")
@@ -213,6 +270,9 @@ def table(result: dict) -> str:
         lab = str(s.get("reachability") or "")
         lines.append(f"{s['revision']:5} {s['property']:50} {s['verdict']!s:15} {lab:12} {s['seconds']:6.2f}s  "
                      f"{detail}")
+        if s.get("unbounded"):
+            lines.append(f"{'':5} {'  every N:':50} {s['unbounded']['status']!s:15} {'':12} {'':7}  "
+                         f"{s['unbounded']['text']}")
     for c in result.get("corpus", []):
         lines.append(f"counterexample {'new ' if c['new'] else 'kept'} {c['path']}  {c['revision']} {c['property']} "
                      f"({c['premise']}): {c['summary']}")

@@ -161,3 +161,44 @@ def test_unproved_step_is_unknown_never_proved():
     res = {"step:g_divides_l": {"status": ProofStatus.UNKNOWN},
            "conclusion:x[any]:free": {"status": ProofStatus.PROVED}, "transfer:x[any]": {"status": ProofStatus.PROVED}}
     assert I.unbounded(res, "x[any]", "free")[0] == ProofStatus.UNKNOWN
+
+
+# --- reporting: the bounded rows and the induction kept apart, UNKNOWN never PROVED ---------------
+
+def _result(rows, induction):
+    return {"rows": rows, "induction": {"0.32": induction}, "properties": []}
+
+
+def _row(n, engine, free):
+    return {"revision": "0.32", "property": "k[any]", "n": n, "engine": {"status": engine}, "free": {"status": free}}
+
+
+def _all_proved():
+    ind = {f"{ph}:{i.id}": {"status": ProofStatus.PROVED} for ph in ("base", "step") for i in I.INVARIANTS}
+    ind.update({"transfer:k[any]": {"status": ProofStatus.PROVED},
+                "conclusion:k[any]:free": {"status": ProofStatus.PROVED},
+                "conclusion:k[any]:engine": {"status": ProofStatus.PROVED}})
+    return ind
+
+
+def test_report_proved_for_all_n_only_when_every_obligation_is():
+    from kvproof.verify.report import unbounded_premise
+    rows = [_row(n, "PROVED", "PROVED") for n in (1, 2, 3)]
+    got = unbounded_premise(_result(rows, _all_proved()), "0.32", "k[any]", "free")
+    assert got["status"] == ProofStatus.PROVED and got["text"] == "PROVED for all N (induction)"
+    weak = dict(_all_proved(), **{"step:g_divides_l": {"status": ProofStatus.COUNTEREXAMPLE}})
+    got = unbounded_premise(_result(rows, weak), "0.32", "k[any]", "free")
+    assert got["status"] == ProofStatus.UNKNOWN and "step:g_divides_l" in got["text"]
+
+
+def test_report_names_the_smallest_n_and_says_the_induction_does_not_apply():
+    from kvproof.verify.report import unbounded_premise
+    rows = [_row(1, "PROVED", "PROVED"), _row(2, "PROVED", "COUNTEREXAMPLE"), _row(3, "PROVED", "COUNTEREXAMPLE")]
+    ind = dict(_all_proved(), **{"conclusion:k[any]:free": {"status": ProofStatus.COUNTEREXAMPLE}})
+    got = unbounded_premise(_result(rows, ind), "0.32", "k[any]", "free")
+    assert got["status"] == ProofStatus.COUNTEREXAMPLE and got["smallest_n"] == 2
+    assert "does not apply" in got["text"]
+    assert unbounded_premise(_result(rows, ind), "0.32", "k[any]", "engine")["status"] == ProofStatus.PROVED
+    # an induction that claims PROVED where the bounded search has a witness is a model bug: UNKNOWN
+    got = unbounded_premise(_result(rows, _all_proved()), "0.32", "k[any]", "free")
+    assert got["status"] == ProofStatus.UNKNOWN
