@@ -255,6 +255,10 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
     if r.setup_error:
         return Judgement(Verdict.ERROR, T, StageError("SetupError", r.setup_error),
                          note="building the configuration failed before vLLM ran")
+    harness = getattr(r, "harness_error", "") or ""
+    if harness and not any(o.oracle == "exception" for o in r.observations):
+        return Judgement(Verdict.ERROR, T, StageError("HarnessError", harness),
+                         note="kvproof's own harness broke (its start-up check or its own frames), not vLLM")
     hard = [o for o in r.observations if o.oracle in _HARD_ORACLES]
     out = consumer_outcome(r, layout) if layout is not None else None
     warns = tuple(contracts.warnings(layout, out)) if out is not None and out.resolved else ()
@@ -268,7 +272,6 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
                     (layout is None and err.type == "ValueError" and "prefix_match_unit" in err.message):
                 return Judgement(Verdict.REJECTED, T, err, note="the user's prefix_match_unit")
             return Judgement(Verdict.FAIL, T, err, note="the resolver raised: " + note)
-        harness = getattr(r, "harness_error", "") or ""
         if first.oracle == "exception" and (harness or harness_frame(err.frame)):
             return Judgement(Verdict.ERROR, T, err, warnings=warns,
                              note="kvproof's own harness broke (an exception in its frames), not vLLM: "

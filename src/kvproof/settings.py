@@ -13,6 +13,7 @@ KVPROOF_ENV_HOME            vLLM environments (<cache>/envs)
 KVPROOF_FUZZ_HOME           persistent fuzz campaigns (<cache>/fuzz-corpus)
 KVPROOF_SYNTH_HOME          engine-synthesiser memo (<cache>/synth)
 KVPROOF_CORPUS              the findings corpus (./corpus)
+KVPROOF_LEDGER              the ledger of known finding classes (the package's findings/ledger)
 KVPROOF_OUT                 reports and unrecorded counterexamples (./out)
 KVPROOF_REQUIRE_ENVS        1: a test needing a missing vLLM environment fails, not skips
 KVPROOF_RELEASES            releases the tests run on: a subset of the release list in

@@ -197,3 +197,8 @@ def test_refusing_a_dividing_prefix_match_unit_is_an_availability_fail():
 def test_consumer_run_with_nothing_reusable_is_judged_without_dividing_by_zero():
     j = judge_consumer(cres(eff=Efficiency(64, 0, 0, 0, 2), h=16, s=16, hits=[{"truth": 0}]), FIXED)
     assert j.verdict in (Verdict.OK, Verdict.WARN) and "0 of 0" in j.note
+
+
+def test_consumer_harness_error_is_error_never_ok_or_fail():
+    j = judge_consumer(cres(harness_error="consumer harness: vllm ... lookup(self, keys, ctx) changed"))
+    assert j.verdict == Verdict.ERROR and j.observed.type == "HarnessError"
