@@ -5,9 +5,13 @@
     kvproof findings add LAYOUT --tier T --status S --title ... --why ... [--vllm R ...]
                                                measure a layout on real releases and record its class
     kvproof findings key LAYOUT --tier T [--vllm R]   print the class a layout shows, record nothing
+    kvproof findings report ID [--out DIR] [--vllm R ...]
+                                               issue draft, standalone reproducer (vLLM only) and its
+                                               runs per release in out/findings/<id>/ (kvproof.findings.report)
 
 Exit codes: 0 done, 1 ``add``/``key`` found nothing to record (no release shows a
-FAIL, UNSUPPORTED or ERROR), 2 usage or input error.
+FAIL, UNSUPPORTED or ERROR) or ``report``'s script did not behave as the ledger says on
+some release, 2 usage or input error.
 """
 
 from __future__ import annotations
@@ -31,6 +35,11 @@ def _parser() -> Parser:
     ls.add_argument("--json", action="store_true")
     show = sub.add_parser("show", help="one entry")
     show.add_argument("id")
+    rep = sub.add_parser("report", help="issue draft + standalone reproducer + its runs per release")
+    rep.add_argument("id")
+    rep.add_argument("--out", help="folder for <id>/ (default: out/findings)")
+    rep.add_argument("--vllm", action="append", metavar="RELEASE",
+                     help="run the script on this release (repeatable; default: the entry's measured releases)")
     for name in ("add", "key"):
         p = sub.add_parser(name, help="measure a layout on real releases" + (" and record its class" if name == "add" else ""))
         p.add_argument("layout", help="a Layout JSON file (a consumer finding carries its stream in meta.stream)")
@@ -77,6 +86,16 @@ def _measure(args):
     return layout, stream, measure(layout, _releases(args), args.tier, stream)
 
 
+def _report(args, ledger: Ledger) -> int:
+    from kvproof.findings.report import generate
+
+    folder, runs = generate(ledger.find(args.id), Path(args.out) if args.out else None, args.vllm)
+    for r in runs:
+        print(f"  vLLM {r.release}: exit {r.rc} (expected {r.expected}) {r.last}")
+    print(f"wrote {folder}/issue.md, repro.py, evidence.json")
+    return 0 if all(r.as_expected for r in runs) else 1
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     ledger = Ledger.load(args.ledger)
@@ -91,6 +110,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.cmd == "show":
         print(json.dumps(ledger.find(args.id).to_dict(), indent=1, sort_keys=True))
         return 0
+    if args.cmd == "report":
+        return _report(args, ledger)
     layout, stream, m = _measure(args)
     for r, v in m.releases.items():
         print(f"  vLLM {r}: {v}")
