@@ -102,8 +102,10 @@ def class_key(j: Judgement, layout: Layout | None = None) -> ClassKey:
     if err.type.startswith("oracle:"):
         return ClassKey(tier, err.type)
     frame = frame_key(err.frame)
-    if j.explained and j.verdict in (Verdict.FAIL, Verdict.UNSUPPORTED):
+    if j.explained and j.verdict == Verdict.FAIL:
         check = j.explained[0].contract.id + _mode(layout)
+    elif j.explained and j.verdict == Verdict.UNSUPPORTED:  # a refusal by design: the mode changes nothing
+        check = j.explained[0].contract.id
     else:
         check = "raise:" + stem(err.message)
     return ClassKey(tier, check, err.type, frame)

@@ -20,7 +20,7 @@ LEDGER = Ledger.load()
 BUGS = {
     "simplecpu-no-full-attention": ("consumer", "vllm/v1/simple_kv_offload/manager.py:__init__"),
     "simplecpu-kv-event-mispairing": ("consumer", "oracle:kv_event"),
-    "mamba-all-hidden-states": ("manager", "vllm/v1/core/kv_cache_coordinator.py:__init__"),
+    "mamba-all-hidden-states": ("manager", "hybrid.group_multiple_of_hash[not-align]"),
 }
 
 
