@@ -234,10 +234,14 @@ class TableRow:
 @functools.lru_cache(maxsize=None)
 def load_table(release: str) -> tuple[TableRow, ...]:
     """The checked-in derivation table of ``release`` (empty when there is none)."""
-    from kvproof.inputs import parse_json, read_text
     path = table_dir() / f"{release}.json"
     if not path.exists():
         return ()
+    return _table_rows(release, path)
+
+
+def _table_rows(release: str, path: Path) -> tuple[TableRow, ...]:
+    from kvproof.inputs import parse_json, read_text
     data = parse_json(read_text(path), str(path))
     return tuple(TableRow(release, Config.from_dict(e["config"]),
                           Layout.from_dict(e["layout"]) if e["layout"] else None,
@@ -252,11 +256,7 @@ def load_model_table(release: str) -> tuple[TableRow, ...]:
     path = table_dir() / "models" / f"{release}.json"
     if not path.exists():
         return ()
-    data = parse_json(read_text(path), str(path))
-    return tuple(TableRow(release, Config.from_dict(e["config"]),
-                          Layout.from_dict(e["layout"]) if e["layout"] else None,
-                          e["scheduler_block_size"], e["hash_block_size"], e["error"])
-                 for e in data["entries"])
+    return _table_rows(release, path)
 
 
 def tables_for(revision: str) -> list[TableRow]:

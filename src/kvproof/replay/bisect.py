@@ -60,15 +60,7 @@ def matrix(rows: Sequence[core.ReplayRow], tiers: Sequence[Tier | str]) -> str:
 def managed_installed() -> list[str]:
     """Every managed release (spec/facts.py) whose environment is built, oldest first."""
     from kvproof import envs
-    from kvproof.errors import EnvError
-    out = []
-    for r in envs.MANAGED:
-        try:
-            envs.find(r)
-            out.append(r)
-        except EnvError:
-            pass
-    return out
+    return core.installed_releases(envs.MANAGED)
 
 
 def known_findings() -> list[tuple[str, "object", str]]:

@@ -44,16 +44,21 @@ def version_key(release: str) -> tuple[int, ...]:
         return (999,)
 
 
-def default_releases() -> list[str]:
-    """Managed releases that are installed here, oldest first."""
+def installed_releases(releases: Sequence[str]) -> list[str]:
+    """Those of ``releases`` whose environment is built here, in their order."""
     out = []
-    for r in envs.SUPPORTED:
+    for r in releases:
         try:
             envs.find(r)
             out.append(r)
         except EnvError:
             pass
     return out
+
+
+def default_releases() -> list[str]:
+    """The default (ci) releases that are installed here, oldest first."""
+    return installed_releases(envs.SUPPORTED)
 
 
 def resolve_envs(releases: Sequence[str]) -> dict[str, Env]:
