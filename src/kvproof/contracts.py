@@ -257,6 +257,10 @@ UNSUPPORTED_BY_DESIGN = (
     # refuse context parallelism; no engine validation refuses the configuration earlier.
     "DCP not support chunked local attn now",
     "PCP not support chunked local attn now",
+    # SlidingWindowManager.find_longest_cache_hit (0.32): the same documented limitation for
+    # sliding-window groups under context parallelism (found by the consumer campaign, d275117c466f).
+    "DCP not support sliding window attn now",
+    "PCP not support sliding window attn now",
 )
 
 

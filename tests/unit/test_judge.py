@@ -202,3 +202,9 @@ def test_consumer_run_with_nothing_reusable_is_judged_without_dividing_by_zero()
 def test_consumer_harness_error_is_error_never_ok_or_fail():
     j = judge_consumer(cres(harness_error="consumer harness: vllm ... lookup(self, keys, ctx) changed"))
     assert j.verdict == Verdict.ERROR and j.observed.type == "HarnessError"
+
+
+def test_consumer_dcp_sliding_window_refusal_is_unsupported():
+    sw = ("AssertionError: DCP not support sliding window attn now. @ "
+          "vllm/v1/core/single_type_kv_cache_manager.py:971 in find_longest_cache_hit")
+    assert judge_consumer(cres([("exception", 2, sw)])).verdict == Verdict.UNSUPPORTED
