@@ -60,8 +60,11 @@ C5. ``stalled`` (the stream did not finish in the step budget): ERROR with cause
 C6. the measured share of reusable shared-prefix tokens recomputed exceeds the share the
     finest granularity this release's consumers support (its ``hash_block_size``: hits
     landing on every hash block) would recompute on the same stream by more than
-    ``CONSUMER_WARN_FRACTION`` (5 points): WARN (``efficiency.consumer_prefix_reuse``)
-    showing both numbers and the tokens lost per request; else OK (the numbers are the note).
+    ``CONSUMER_WARN_FRACTION`` (5 points) and by at least ``CONSUMER_WARN_TOKENS`` tokens
+    per request: WARN (``efficiency.consumer_prefix_reuse``) showing both numbers and the
+    tokens lost per request; else OK (the numbers are the note). The token floor keeps a
+    harness stream's short prompts from inflating a few tokens (full attention 16 + sliding
+    window 32 aligns hits to 32: 8 tokens per request) into a share.
     A result without per-admission hits has no ideal to compare with: WARN from
     ``CONSUMER_WARN_UNMEASURED`` (half the reusable tokens recomputed).
 
@@ -82,9 +85,10 @@ from kvproof.outcome import Outcome, StageError
 from kvproof.verdicts import Tier, Verdict
 
 __all__ = ["Judgement", "judge", "judge_consumer", "consumer_efficiency_line", "resolver_rejects_user_error",
-           "CONSUMER_WARN_FRACTION"]
+           "CONSUMER_WARN_FRACTION", "CONSUMER_WARN_TOKENS"]
 
 CONSUMER_WARN_FRACTION = 0.05  # recomputed share above the ideal granularity's, in points
+CONSUMER_WARN_TOKENS = 64  # and tokens lost per request above the ideal's
 CONSUMER_WARN_UNMEASURED = 0.5  # a result without per-admission hits (no ideal to compare): half recomputed
 # Scheduler frames that only check what the consumer harness's fake worker reported
 # (finished_recving/finished_sending): an assertion there is about the harness first.
@@ -306,7 +310,8 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
     if not e.reusable_tokens:  # nothing was reusable: no efficiency to judge
         over_ideal = False
     elif ideal is not None:
-        over_ideal = e.recomputed_fraction - ideal / e.reusable_tokens > CONSUMER_WARN_FRACTION
+        over_ideal = (e.recomputed_fraction - ideal / e.reusable_tokens > CONSUMER_WARN_FRACTION
+                      and lost / max(1, e.admissions) >= CONSUMER_WARN_TOKENS)
     else:
         over_ideal = e.recomputed_fraction >= CONSUMER_WARN_UNMEASURED
     if over_ideal:

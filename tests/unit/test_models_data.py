@@ -12,7 +12,7 @@ from kvproof.config import SOURCE_KEY, Config, load_model_config, models_dir, re
 from kvproof.consumer.oracles import Efficiency, Observation
 from kvproof.consumer.result import ConsumerResult
 from kvproof.errors import KvproofError, LayoutError
-from kvproof.judge import CONSUMER_WARN_FRACTION, judge_consumer
+from kvproof.judge import CONSUMER_WARN_FRACTION, CONSUMER_WARN_TOKENS, judge_consumer
 from kvproof.verdicts import Verdict
 
 REQUIRED = ("nemotron_h_8b", "nemotron_h_nano_9b_v2", "granitemoehybrid", "jamba", "falcon_h1", "zamba2",
@@ -98,10 +98,17 @@ def test_c6_compares_with_the_finest_granularity_and_shows_both_numbers():
     fine = judge_consumer(_result(hits, 384, 3 * (20000 - 32)))
     assert fine.verdict == Verdict.OK and "0 tokens lost per request" in fine.note
     # the margin: just under it is OK, over it WARN (a granularity of 1000 tokens ideally recomputes 0)
-    near = [{"truth": 1000}] * 2
-    under = int(2000 * (1 - CONSUMER_WARN_FRACTION)) + 2
+    near = [{"truth": 10000}] * 2
+    under = int(20000 * (1 - CONSUMER_WARN_FRACTION)) + 2
     assert judge_consumer(_result(near, 1000, under)).verdict == Verdict.OK
     assert judge_consumer(_result(near, 1000, under - 4)).verdict == Verdict.WARN
+    # the token floor: 10 points over the ideal, but under CONSUMER_WARN_TOKENS per request, is OK
+    short = [{"truth": 200}] * 2
+    assert 40 < 2 * CONSUMER_WARN_TOKENS
+    assert judge_consumer(_result(short, 8, 400 - 40)).verdict == Verdict.OK
+    many = [{"truth": 20 * CONSUMER_WARN_TOKENS}] * 2
+    assert judge_consumer(_result(many, 8, 2 * 20 * CONSUMER_WARN_TOKENS - 2 * CONSUMER_WARN_TOKENS - 2)
+                          ).verdict == Verdict.WARN
 
 
 def test_c6_without_per_admission_hits_keeps_the_unmeasured_rule():
