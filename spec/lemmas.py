@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import z3
 
@@ -86,24 +86,53 @@ def divisibility_axioms(terms: Sequence, positive: Sequence | None = None,
     terms = list(terms)
     pos = list(positive) if positive is not None else [z3.BoolVal(True)] * len(terms)
     guard = {id(t): p for t, p in zip(terms, pos)}
+    atoms: dict[tuple[int, int], Any] = {}
+
+    def d(a, b):  # one D(a, b) term per pair: building z3 terms in Python dominates large instances
+        k = (id(a), id(b))
+        if k not in atoms:
+            atoms[k] = D(a, b)
+        return atoms[k]
+
     out = []
     for a, pa in zip(terms, pos):
-        out.append(z3.Implies(pa, D(a, a)))
+        out.append(_implies(pa, d(a, a)))
+        one = a == 1
         for b, pb in zip(terms, pos):
             if a is b:
                 continue
-            out.append(z3.Implies(z3.And(pa, pb, D(a, b)), a <= b))
-            out.append(z3.Implies(z3.And(pb, a == 1), D(a, b)))
+            out.append(_implies(_and(pa, pb, d(a, b)), a <= b))
+            out.append(_implies(_and(pb, one), d(a, b)))
     t = z3.BoolVal(True)
     for A, B, C in chains:
         for a in A:
+            ga = guard.get(id(a), t)
             for b in B:
+                if a is b:
+                    continue
+                ab = _and(ga, guard.get(id(b), t), d(a, b))
                 for c in C:
-                    if a is b or b is c or a is c:
+                    if b is c or a is c:
                         continue
-                    g = [guard.get(id(a), t), guard.get(id(b), t), guard.get(id(c), t)]
-                    out.append(z3.Implies(z3.And(*g, D(a, b), D(b, c)), D(a, c)))
+                    out.append(_implies(_and(ab, guard.get(id(c), t), d(b, c)), d(a, c)))
     return out
+
+
+def _implies(a, b):
+    """``z3.Implies`` without z3py's per-call coercion (the same term, several times faster)."""
+    return z3.BoolRef(z3.Z3_mk_implies(a.ctx_ref(), a.as_ast(), b.as_ast()), a.ctx)
+
+
+def _and(*xs):
+    """``z3.And`` of Bool terms without z3py's coercion (flat: And(And(a, b), c) is And(a, b, c))."""
+    args = []
+    for x in xs:
+        if z3.is_and(x):
+            args.extend(x.children())
+        else:
+            args.append(x)
+    arr = (z3.Ast * len(args))(*[x.as_ast() for x in args])
+    return z3.BoolRef(z3.Z3_mk_and(args[0].ctx_ref(), len(args), arr), args[0].ctx)
 
 
 def point_divides(pairs: Sequence[tuple[int, int]]) -> list:

@@ -163,7 +163,10 @@ class Query:
             return Result(UNKNOWN, time.monotonic() - t0, detail="witness lost in the Layout round trip",
                           layout=layout.to_dict(), refinements=self.refinements)
         if minimise:
-            layout = shrink(layout, self.holds_on, keep_groups=True, deadline=deadline + timeout)
+            # engine premise: every move is also tried with the cache block size re-derived, so a
+            # smaller minimum group stays engine-shaped (else the sizes only step down)
+            layout = shrink(layout, self.holds_on, keep_groups=True, deadline=deadline + timeout,
+                            revision=self.rev.name if self.premise == "engine" else None)
         return self._witness(layout, t0, how)
 
     def holds_on(self, layout: Layout) -> bool:
@@ -248,7 +251,9 @@ def _candidates(lay: Layout, keep_groups: bool):
                 yield replace(lay, groups=lay.groups[:i] + (g2,) + lay.groups[i + 1:])
 
     def smaller(v):
-        out = {1, 2, v // 2, v - 1}
+        # v - v/2, v - v/4, ..., v - 1: a threshold (a size just over max_model_len) is reached
+        # in logarithmically many rounds, not by stepping down one at a time
+        out = {1, 2} | {v - (v >> k) for k in range(1, v.bit_length() + 1)}
         for k in (2, 3, 5, 7):
             if v % k == 0:
                 out.add(v // k)

@@ -13,8 +13,8 @@ by ``--update-baseline`` while status and label stay the same)::
 
 A change is any N whose status differs (PROVED -> COUNTEREXAMPLE and
 COUNTEREXAMPLE -> PROVED alike), a label that differs at the labelled N, an
-inductive verdict for every N (``unbounded``, written by a run with
-``--induction``) that differs, or an entry the baseline does not have. UNKNOWN is never accepted and never
+inductive verdict for every N (``unbounded``; a run with
+``--no-induction`` compares none) that differs, or an entry the baseline does not have. UNKNOWN is never accepted and never
 compared: it is its own exit code.
 """
 
@@ -88,6 +88,7 @@ def compare(data: dict | None, props: list[dict], settings: dict) -> dict:
     """Changes of this run's per-(revision, property) entries against the baseline ``data``."""
     changes: list[dict] = []
     notes: list[str] = []
+    unknown: list[str] = []
     compared = 0
     bounds = (data or {}).get("bounds", {})
     for k in ("max_block", "dcp_values"):
@@ -116,7 +117,9 @@ def compare(data: dict | None, props: list[dict], settings: dict) -> dict:
                                                                       else "changed")
             changes.append(_change(kind, p, f"{e} -> {v} at N={ranges(ns)}" + (_label_text(p) if v in WITNESS else "")))
         ub_want, ub_got = base.get("unbounded"), (p.get("unbounded") or {}).get("status")
-        if ub_want is not None and ub_got is not None and status(ub_want) != ub_got:
+        if ub_got == UNKNOWN and ub_want is not None and status(ub_want) != UNKNOWN:
+            unknown.append(f"{rev} {key}: for all N UNKNOWN (baseline: {ub_want})")  # exit 3, not a change
+        elif ub_want is not None and ub_got is not None and status(ub_want) != ub_got:
             changes.append(_change("unbounded", p, f"for all N: {ub_want} -> {ub_got}: {p['unbounded']['text']}"))
         want = base.get("reachability")
         wn = base.get("witness_n")
@@ -124,7 +127,7 @@ def compare(data: dict | None, props: list[dict], settings: dict) -> dict:
         if (not diffs and want and got is not None and p["verdict"] in WITNESS
                 and (wn is None or wn in run) and parse(Reachability, want) != got):
             changes.append(_change("label", p, f"reachability {want} -> {got}: {p.get('reason', '')}"))
-    return {"changes": changes, "compared": compared, "notes": notes}
+    return {"changes": changes, "compared": compared, "notes": notes, "unknown": unknown}
 
 
 def _label_text(p: dict) -> str:

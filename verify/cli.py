@@ -73,9 +73,11 @@ def parser() -> argparse.ArgumentParser:
                    help=f"largest raw block size in the domain (default {M.MAX_BLOCK}; 0 = unbounded)")
     p.add_argument("--dcp", default=",".join(map(str, M.DCP_VALUES)), help="dcp values (comma list)")
     p.add_argument("--no-drift", action="store_true", help="skip the drift check of installed vLLMs")
-    p.add_argument("--induction", action="store_true",
-                   help="also prove each property for every N by induction over the groups "
-                        "(kvproof.spec.induction): 'PROVED for all N (induction)' beside the bounded rows")
+    ind = p.add_mutually_exclusive_group()
+    ind.add_argument("--no-induction", action="store_true",
+                     help="skip the proof for every N by induction over the groups (kvproof.spec.induction), "
+                          "which by default prints 'PROVED for all N (induction)' beside the bounded rows")
+    ind.add_argument("--induction", action="store_true", help=argparse.SUPPRESS)  # the default; kept for old scripts
     p.add_argument("--verbose", "-v", action="store_true", help="print the full per-property table too")
     p.add_argument("--quiet", action="store_true", help="no live progress")
     return p
@@ -83,7 +85,6 @@ def parser() -> argparse.ArgumentParser:
 
 def _parse(argv) -> argparse.Namespace:
     args = parser().parse_args(argv)
-    args.no_induction = not args.induction
     revs = [r.strip() for r in args.revisions.split(",") if r.strip()]
     bad = [r for r in revs if r not in R.REVISIONS]
     if bad or not revs:
@@ -370,9 +371,10 @@ def _statuses(result: dict):
 
 def exit_code(result: dict) -> int:
     """0 / 1 / 3 (see the module doc). A definite change (1) outranks UNKNOWN (3)."""
-    unknown = (any(s == UNKNOWN for _, s in _statuses(result))
-               or any(d.get("stale") for d in result.get("drift", [])))
     b = result.get("baseline")
+    unknown = (any(s == UNKNOWN for _, s in _statuses(result))
+               or any(d.get("stale") for d in result.get("drift", []))
+               or bool((b or {}).get("unknown")))
     if b is None:
         if any(k == "safety" and s == CEX for k, s in _statuses(result)):
             return EXIT_CHANGED

@@ -255,6 +255,8 @@ def summary(result: dict) -> str:
             lines.append(f"  {c['kind'].upper():8} {c['revision']:5} {c['property']}: {c['text']}")
         for note in b.get("notes", []):
             lines.append(f"  note: {note}")
+        for u in b.get("unknown", []):
+            lines.append(f"  UNKNOWN  {u}")
     for d in result.get("drift", []):
         lines.append(("STALE  " if d["stale"] else "drift ok: ") + d["message"])
     return "\n".join(lines) + "\n"
