@@ -225,3 +225,28 @@ def test_consumers_target_smoke(tmp_path, release):
     assert (proc.returncode == 1) == bool(classes), proc.stdout[-2000:]
     for c, layout in classes:
         assert layout.meta["vllm"] == release and "stream" in layout.meta, c
+
+
+def test_consumer_inputs_stay_within_the_block_budget():
+    """A generated stream needs at most BLOCK_BUDGET blocks unless it is at the smallest
+    token scale, and the budget is what shrank the largest (they needed more at first)."""
+    code = r"""
+import random, sys
+from kvproof.consumer.fuzz import BLOCK_BUDGET, decode_input, fit_stream, stream_scale
+from kvproof.consumer.harness import Harness
+from kvproof.consumer.stream import random_stream
+from kvproof.fuzz.harness import release_caps
+caps = release_caps(Harness().builder)
+rng = random.Random(3)
+over = shrunk = 0
+for _ in range(300):
+    lay, _ = decode_input(rng.randbytes(rng.randint(8, 120)), caps)
+    seed = rng.randrange(1 << 32)
+    st = fit_stream(lay, seed)
+    need = Harness.auto_blocks(lay, st)
+    over += need > BLOCK_BUDGET and st != random_stream(random.Random(seed), 16)
+    shrunk += need < Harness.auto_blocks(lay, random_stream(random.Random(seed), stream_scale(lay)))
+print(over, shrunk, file=sys.__stdout__)
+"""
+    over, shrunk = map(int, _in_env("0.32.0", code).split())
+    assert over == 0 and shrunk > 0

@@ -37,6 +37,14 @@ from kvproof.spec import facts
 TARGET = "consumers"
 
 
+# Blocks a generated stream may need (Harness.auto_blocks). vLLM's BlockPool builds one Python
+# object per block at every scheduler start, so a layout with 1-token and 2^20-token groups
+# under a 4096-token stream cost 0.2 s or more per input before a step ran (one input in ten
+# needed over 10,000 blocks, the largest 160,000). Past the budget the stream's token scale is
+# halved: every layout still runs, with prompts that span fewer of its largest blocks.
+BLOCK_BUDGET = 4096
+
+
 def stream_scale(layout: Any) -> int:
     big = max(g.block_size for g in layout.groups)
     return max(16, min(3 * big, 4096, layout.max_model_len // 4))
@@ -46,7 +54,6 @@ def decode_input(data: bytes, caps: Any, premise: str = "engine") -> tuple[Any, 
     """Bytes -> (Layout with an optional connector, Stream). Needs atheris (FuzzedDataProvider)."""
     import atheris
 
-    from kvproof.consumer.stream import random_stream
     from kvproof.fuzz.decode import decode
 
     fdp = atheris.FuzzedDataProvider(data)
@@ -55,7 +62,21 @@ def decode_input(data: bytes, caps: Any, premise: str = "engine") -> tuple[Any, 
     layout = decode(fdp, caps, premise)
     if conn < len(facts.CONSUMER_CONNECTORS):
         layout = replace(layout, kv_connector=facts.CONSUMER_CONNECTORS[conn])
-    return layout, random_stream(random.Random(seed), stream_scale(layout))
+    return layout, fit_stream(layout, seed)
+
+
+def fit_stream(layout: Any, seed: int) -> Any:
+    """The seed's random stream at the layout's scale, halved until it needs at most
+    ``BLOCK_BUDGET`` blocks (or the scale is 16)."""
+    from kvproof.consumer.harness import Harness
+    from kvproof.consumer.stream import random_stream
+
+    scale = stream_scale(layout)
+    stream = random_stream(random.Random(seed), scale)
+    while scale > 16 and Harness.auto_blocks(layout, stream) > BLOCK_BUDGET:
+        scale = max(16, scale // 2)
+        stream = random_stream(random.Random(seed), scale)
+    return stream
 
 
 class Target:

@@ -58,14 +58,25 @@ class Stream:
 
     # --- token content ------------------------------------------------------
     def prompt(self, i: int) -> list[int]:
-        """Prompt token ids of request ``i`` (deterministic from the stream)."""
+        """Prompt token ids of request ``i`` (deterministic from the stream; a fresh list)."""
+        return list(self._prompts()[i])
+
+    def _prompts(self) -> tuple[tuple[int, ...], ...]:
+        # computed once per stream: the harness asks for each prompt several times per run
+        cached = self.__dict__.get("_prompt_cache")
+        if cached is None:
+            cached = tuple(self._make_prompt(i) for i in range(len(self.requests)))
+            object.__setattr__(self, "_prompt_cache", cached)
+        return cached
+
+    def _make_prompt(self, i: int) -> tuple[int, ...]:
         r = self.requests[i]
         if r.tokens is not None:
-            return list(r.tokens)
+            return tuple(r.tokens)
         p = r.prefix
         head = [prefix_token(p, k) for k in range(r.prefix_len)]
         tail = [1 + (7919 * (i + 1) + 104729 * k + 17) % (VOCAB - 1) for k in range(r.suffix_len)]
-        return head + tail
+        return tuple(head + tail)
 
     # --- JSON edge ------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
