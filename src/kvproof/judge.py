@@ -66,7 +66,8 @@ C6. the measured share of reusable shared-prefix tokens recomputed exceeds the s
     harness stream's short prompts from inflating a few tokens (full attention 16 + sliding
     window 32 aligns hits to 32: 8 tokens per request) into a share.
     A result without per-admission hits has no ideal to compare with: WARN from
-    ``CONSUMER_WARN_UNMEASURED`` (half the reusable tokens recomputed).
+    ``CONSUMER_WARN_UNMEASURED`` (half the reusable tokens recomputed). With prefix caching
+    off and no connector hits, nothing is expected to hit: OK.
 
 ``tier`` is the highest tier that ran. For FUNCTION/MANAGER Outcomes an
 exception is attributed to the stage that raised it (resolver -> function,
@@ -309,6 +310,9 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
                  f"{ideal / e.reusable_tokens:.1%} recomputed, {lost / max(1, e.admissions):.0f} tokens lost per request")
     if not e.reusable_tokens:  # nothing was reusable: no efficiency to judge
         over_ideal = False
+    elif layout is not None and not layout.cache.enable_prefix_caching and not e.external_tokens:
+        over_ideal = False  # the user turned prefix caching off: recomputing every prefix is what they asked for
+        line += "; prefix caching is off"
     elif ideal is not None:
         over_ideal = (e.recomputed_fraction - ideal / e.reusable_tokens > CONSUMER_WARN_FRACTION
                       and lost / max(1, e.admissions) >= CONSUMER_WARN_TOKENS)

@@ -71,7 +71,8 @@ def test_layers_point_down(module, forbidden):
             "from kvproof.config import Config\n"
             "c = Config.from_dict({'model': 'jamba'}); Config().hf_config(); Config().llm_kwargs('/m', '/s')\n"
             "if m.__name__ == 'kvproof.derivation':\n"
-            "    m.all_configs('0.32.0'); m.load_table('0.32.0')\n"
+            "    m.all_configs('0.32.0'); m.load_table('0.32.0'); m.load_model_table('0.32.0')\n"
+            "    m.find_config('0.32', 'efficiency.scheduler_within_max_model_len[any]')\n"
             "print(' '.join(sorted(k for k in sys.modules if k.startswith('kvproof'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
@@ -147,3 +148,18 @@ def test_cli_config_input_errors_are_one_line_exit_2(argv, words, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err
     for w in words:
         assert w in err, err
+
+
+def test_c6_prefix_caching_off_expects_no_hits():
+    """0 of 2,000 reusable tokens hit: WARN with prefix caching on, OK when the user turned it off."""
+    from kvproof.layout import Layout
+    hits = [{"truth": 1000}] * 2
+    r = ConsumerResult("x", "t", [], {}, Efficiency(prompt_tokens=2100, reusable_tokens=2000, hit_tokens=0,
+                                                    admissions=2),
+                       scheduler_block_size=16, hash_block_size=16, hits=hits)
+    lay = {"groups": [{"kind": "full_attention", "block_size": 16}], "cache": {"block_size": 16}}
+    on = Layout.from_dict({**lay, "cache": {"block_size": 16, "enable_prefix_caching": True}})
+    off = Layout.from_dict({**lay, "cache": {"block_size": 16, "enable_prefix_caching": False}})
+    assert judge_consumer(r, on).verdict == Verdict.WARN
+    j = judge_consumer(r, off)
+    assert j.verdict == Verdict.OK and "prefix caching is off" in j.note
