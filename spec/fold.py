@@ -35,10 +35,17 @@ the fold is executable: ``run(layout, revision)`` gives the fold's answer for
 a Layout of any length (the integration test compares it with the real
 resolver up to 32 groups).
 
-Checked, not trusted: tests/unit/test_induction.py proves with Z3 that for
-every N <= 8 the fold and kvproof.spec.model give the same (scheduler,
-hash, error) and the same property verdicts; kvproof.spec.induction proves
-the fold's invariants for every N.
+Checked, not trusted. Proved: kvproof.spec.equivalence proves with Z3 that
+the fold and kvproof.spec.model give the same (scheduler, hash, error), and
+for one group the same unitary block size, on every input of the model's
+domain (its dcp set; bounded block sizes or not), per revision and N (tests/unit/test_induction.py: every revision for
+N <= 4, the oldest and the newest for N <= 8; ``python -m
+kvproof.spec.equivalence`` proves all of them for N <= 8);
+kvproof.spec.induction proves the fold's invariants for every N. Checked
+concretely only: the summary forms of the property verdicts against the
+model's (test_induction.py, generated layouts of up to 8 groups, 0.27 and
+0.32), and the fold against the real resolver (the integration test, up to
+32 groups).
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """The fold abstraction (kvproof.spec.fold) and its inductive proof (kvproof.spec.induction).
 
-The fold is checked against the bounded model (kvproof.spec.model) on generated layouts
-of 1..8 groups, its invariants are proved for every N, and four wrong models are refuted:
-the 0.27 seed property, a fold whose lcm is a gcd, one without the prefix-cacheable filter,
-one without the dcp scaling.
+The fold is proved equal to the bounded model (kvproof.spec.model) by Z3
+(kvproof.spec.equivalence: every revision for N <= 4, the oldest and the newest for N <= 8;
+all of them to 8 with ``python -m kvproof.spec.equivalence``) and checked against it on
+generated layouts of 1..8 groups, its invariants are proved for every N, and four wrong
+models are refuted: the 0.27 seed property, a fold whose lcm is a gcd, one without the
+prefix-cacheable filter, one without the dcp scaling.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, Phase, given, settings
 
 from kvproof.layout import Layout
+from kvproof.spec import equivalence as EQ
 from kvproof.spec import fold as FD
 from kvproof.spec import induction as I
 from kvproof.spec import model as M
@@ -155,6 +158,43 @@ def test_mutated_fold_is_refuted(mutant, rev, must_fail):
     # and the concrete fold disagrees with the bounded model somewhere
     assert any(_fold_answer(lay, rev, mutant) != _model_answer(lay, rev)
                for lay in LAYOUTS if not R.not_expressible(lay, rev))
+
+
+# --- the fold equals the bounded model: one Z3 proof per revision and N ----------------------------
+
+# N <= 8 for the oldest and the newest revision, N <= 4 for the rest (all of them to 8 take about
+# 30 s of CPU; ``python -m kvproof.spec.equivalence`` runs them)
+EQ_MAX_N = {rev: 8 if rev in (R.DEFAULT_REVISIONS[0], R.DEFAULT_REVISIONS[-1]) else 4 for rev in R.REVISIONS}
+
+
+@pytest.mark.parametrize("rev", list(R.REVISIONS))
+def test_fold_is_proved_equal_to_the_bounded_model(rev):
+    res = EQ.equivalence([rev], EQ_MAX_N[rev])
+    assert len(res) == EQ_MAX_N[rev] and all(st == ProofStatus.PROVED for st in res.values()), res
+
+
+def test_fold_is_proved_equal_without_the_block_size_bound():
+    assert all(EQ.prove("0.32", n, max_block=0)["status"] == ProofStatus.PROVED for n in (1, 2, 3, 4))
+
+
+def test_nary_lcm_gcd_facts_hold():
+    assert EQ.check_nary() > 100_000
+
+
+@pytest.mark.parametrize("mutant, rev, n", [
+    (LcmIsGcd, "0.27", 2), (LcmIsGcd, "0.32", 2),
+    (NoPrefixCacheableFilter, "0.32", 2),
+    (NoDcpScaling, "0.27", 2), (NoDcpScaling, "0.32", 2),
+    (NoDcpScaling, "0.32", 1),  # one group: the unitary coordinator's block size follows dcp_sharded
+])
+def test_mutated_fold_is_not_proved_equal(mutant, rev, n):
+    got = EQ.prove(rev, n, fold_cls=mutant)
+    assert got["status"] == ProofStatus.COUNTEREXAMPLE, got
+    assert EQ.prove(rev, 3, fold_cls=mutant)["status"] != ProofStatus.PROVED
+
+
+def test_equivalence_out_of_time_is_unknown_never_proved():
+    assert EQ.prove("0.32", 5, timeout=0.001)["status"] == ProofStatus.UNKNOWN
 
 
 def test_unproved_step_is_unknown_never_proved():
