@@ -246,6 +246,12 @@ RING_BUFFER_KINDS = ("full_attention", "sliding_window")
 # and Qwen4-exp's QSA compressed keys (vllm/models/qwen4_exp/common/qsa_cache.py:
 # QSACompressedKeyCache). No in-tree model sets MambaSpec.tokens_per_state (always -1);
 # SlidingWindowMLASpec keeps 1; Whisper's Fraction(1, n) < 1 is not a compression.
+# Measured at real dimensions (spec/derived/models/, tests/integration/test_derivation_table.py):
+# on 0.31.0 and 0.32.0 DeepSeek-V4 derives one MLA group (block 256) whose spec carries tokens_per_state 128
+# while it holds 63 layers (23 ratio-128 and 20 ratio-4 compressed MLA layers, 20 ratio-4 indexer
+# caches), beside four SlidingWindowMLASpec groups (1); no other reference architecture carries a
+# value on any release. DeepSeek-V4 does not derive before 0.31 (0.27.0/0.28.0: its eager
+# scratch buffer asks for 64 GiB of a 24 GiB machine; 0.29.0: "unhashable type: 'dict'").
 COMPRESSED_KINDS = ("mla",)
 # Which kinds a compressed MLA group shares a model with: full attention / sliding-window MLA
 # and ring buffers (DeepSeek-V4: SlidingWindowMLASpec + CircularBufferSpec compressor state),

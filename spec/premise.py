@@ -3,8 +3,10 @@
 Each fact was measured through real vLLM's derivation (``kvproof derive``:
 config hooks, model specs, page-size unification, KV cache config, the
 engine core's update of ``cache_config.block_size``) on 0.27.0, 0.28.0 and
-0.32.0, and is checked against the checked-in derivation tables
-(spec/derived/, tests/integration/test_derivation_table.py). Every fact is a
+0.32.0, and is checked against the checked-in derivation tables: the tiny
+families' (spec/derived/R.json) and the reference architectures' at real
+dimensions under common ``vllm serve`` flags (spec/derived/models/R.json,
+0.27.0-0.32.0), in tests/integration/test_derivation_table.py. Every fact is a
 necessary condition, so the premise over-approximates what users reach:
 outside it a witness is ``unreachable`` (the fact that excludes it is named),
 inside it a witness is ``reachable`` only with a Config whose real derivation

@@ -6,7 +6,10 @@
   whose real derivation on a release running the revision gives a layout that
   violates the property; the witness carries the Config, the release and the
   derived layout (``kvproof derive`` turns the Config into that layout again:
-  tests/integration/test_derivation_table.py).
+  tests/integration/test_derivation_table.py). A real architecture
+  (spec/models/ under ``vllm serve`` flags, spec/derived/models/) is cited
+  when one reaches it; the reason says "only a toy family reaches it" when
+  only a tiny family does.
 - FREE: the witness satisfies every fact of the engine premise
   (kvproof.spec.premise), but no measured Config derives a violation.
 - UNREACHABLE: a fact of the engine premise excludes the witness; the reason
@@ -55,12 +58,18 @@ def _derived_config(revision: str, prop: Property, bounds: dict) -> tuple[dict |
         return None, f"no derivation table for a release running {revision} (spec/derived/)"
     hit = derivation.find_config(revision, prop.key, **bounds)
     releases = "/".join(sorted({r.release for r in rows}))
+    real = sum(r.real for r in rows)
     if hit is None:
-        return None, f"none of the {len(rows)} measured Configs of vLLM {releases} derives a violating layout"
+        return None, (f"none of the {len(rows)} measured Configs of vLLM {releases} ({real} of real architectures) "
+                      f"derives a violating layout")
     assert hit.layout is not None
+    derives = f"vLLM {hit.release} derives {hit.layout.summary()} from {hit.source()}"
+    if not hit.real:  # the tables are searched real architectures first: none of them reaches it
+        why = (f"none of the {real} real-architecture Configs of vLLM {releases} does" if real else
+               f"no reference-model table for vLLM {releases}: kvproof derive --enumerate --models")
+        derives = f"only a toy family reaches it ({why}): {derives}"
     return ({"config": hit.config.to_dict(minimal=True), "release": hit.release, "layout": hit.layout.to_dict(),
-             "summary": hit.layout.summary()},
-            f"vLLM {hit.release} derives {hit.layout.summary()} from {hit.config.describe()}")
+             "summary": hit.layout.summary(), "real": hit.real}, derives)
 
 
 def label(revision: str, prop: Property | str, witness_layout: Layout | dict, *, premise: str | None = None,

@@ -18,8 +18,8 @@ from typing import Any, Sequence
 from kvproof import contracts
 from kvproof.bridge.client import Worker, start_all
 from kvproof.config import Config
-from kvproof.derivation import (Derived, DeriveError, _revision, enumerate_configs, model_configs, table_dir,
-                                table_entry)
+from kvproof.derivation import (Derived, DeriveError, _revision, enumerate_configs, host_cpu, model_configs,
+                                table_dir, table_entry)
 from kvproof.envs import Env
 from kvproof.judge import Judgement, judge as judge_outcome
 from kvproof.layout import Layout
@@ -160,8 +160,8 @@ def write_model_table(release: str, folder: Path | None = None) -> Path:
     derived = derive_all(release, model_configs())
     entries = [dict(table_entry(d), seconds=d.seconds, peak_rss_mb=d.peak_rss_mb, log_line=d.log_line(),
                     stand_in_backend=d.stand_in) for d in derived]
-    text = json.dumps({"release": release, "revision": _revision(release), "entries": entries}, indent=1,
-                      sort_keys=True)
+    text = json.dumps({"release": release, "revision": _revision(release), "cpu": host_cpu(), "entries": entries},
+                      indent=1, sort_keys=True)
     return atomic_write((folder or table_dir()) / "models" / f"{release}.json", text + "\n")
 
 

@@ -43,6 +43,19 @@ SLIDING_WINDOW = 64
 AUX_LAYERS = (0, 1, 2)
 
 
+def _compression(g: dict[str, Any]) -> int | None:
+    """A group's per-state compression as the Layout spells it, or None for the spec class default
+    (MambaSpec -1, AttentionSpec 1: one state per token). An integer above the default counts
+    (DeepSeek-V4's MLAAttentionSpec carries its compress ratio); a Fraction (Whisper's block
+    pooling, recorded as a string) and a ring buffer's raw keys are not a compression."""
+    tps = g.get("tokens_per_state")
+    if isinstance(tps, bool) or not isinstance(tps, int) or g.get("prefix_cacheable") is False:
+        return None
+    if g["kind"] == "mamba":
+        return tps if tps >= 1 else None
+    return tps if tps > 1 else None
+
+
 def layout_dict(groups: Sequence[dict[str, Any]], revision: str, *, cache_block_size: int,
                 enable_prefix_caching: bool, prefix_match_unit: int | None, mamba_cache_mode: str | None,
                 kv_connector: str | None, dcp: int, max_model_len: int) -> dict[str, Any]:
@@ -55,8 +68,8 @@ def layout_dict(groups: Sequence[dict[str, Any]], revision: str, *, cache_block_
             d["prefix_cacheable"] = bool(g["prefix_cacheable"])
         if facts.F_DCP_SHARDED in fields and "dcp_sharded" in g:
             d["dcp_sharded"] = bool(g["dcp_sharded"])
-        if facts.F_TOKENS_PER_STATE in fields and g["kind"] == "mamba" and int(g.get("tokens_per_state", -1)) >= 1:
-            d["tokens_per_state"] = int(g["tokens_per_state"])
+        if facts.F_TOKENS_PER_STATE in fields and _compression(g) is not None:
+            d["tokens_per_state"] = _compression(g)
         if g["kind"] == "sliding_window" and g.get("sliding_window"):
             d["sliding_window"] = int(g["sliding_window"])
         if g["kind"] == "chunked_local" and g.get("attention_chunk_size"):
@@ -182,9 +195,11 @@ def enumerate_configs(release: str, budget: int | None = None, seed: int = 0) ->
 
 # --- the derivation tables: measured Config -> Layout per release --------------------
 # Checked in under spec/derived/ (package data of kvproof.spec): what real vLLM
-# derived for every Config of the bounded knob space. The proof run searches
-# them for a witness Config without importing vLLM; tests/integration/
-# test_derivation_table.py re-derives entries and checks they still agree.
+# derived for every Config of the bounded knob space of the tiny families, and
+# (spec/derived/models/) for every reference architecture under common flag sets.
+# The proof run searches them for a witness Config without importing vLLM, real
+# architectures first; tests/integration/test_derivation_table.py re-derives
+# entries and checks they still agree.
 
 def table_dir() -> Path:
     import kvproof.spec
@@ -200,19 +215,48 @@ def table_entry(d: Derived) -> dict[str, Any]:
 
 # The reference models (spec/models/) under common vllm serve flag sets, derived per release into
 # spec/derived/models/<release>.json (kvproof derive --enumerate --models): what explain and the
-# witness search can cite as "a real architecture with these flags reaches it".
+# witness search can cite as "a real architecture with these flags reaches it". Beside the defaults
+# and prefix caching on/off, the sets carry the engine knobs the tiny families' enumeration turns
+# (all_configs), so a finding a toy reaches is tried on the real architectures too: hidden-state
+# extraction (EAGLE-3 style) in the release's default Mamba cache mode, in "align" (0.27 defaults
+# to "all") and in "all" (0.27-0.31; 0.32 refuses the mode), and a KV offloading connector without
+# prefix caching.
 HIDDEN_STATES_STORAGE = "/tmp/kvproof-hidden-states"
+_EXTRACT_HIDDEN_STATES = (
+    "--speculative-config",
+    json.dumps({"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}}}),
+    "--kv-transfer-config",
+    json.dumps({"kv_connector": facts.HIDDEN_STATES_CONNECTOR, "kv_role": "kv_producer",
+                "kv_connector_extra_config": {"shared_storage_path": HIDDEN_STATES_STORAGE}}))
 MODEL_FLAG_SETS: tuple[tuple[str, ...], ...] = (
     (),
     ("--enable-prefix-caching",),
     ("--no-enable-prefix-caching",),
-    ("--enable-prefix-caching", "--speculative-config",
-     json.dumps({"method": "extract_hidden_states", "num_speculative_tokens": 1,
-                 "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}}}),
-     "--kv-transfer-config",
-     json.dumps({"kv_connector": facts.HIDDEN_STATES_CONNECTOR, "kv_role": "kv_producer",
-                 "kv_connector_extra_config": {"shared_storage_path": HIDDEN_STATES_STORAGE}})),
+    ("--enable-prefix-caching",) + _EXTRACT_HIDDEN_STATES,
+    ("--enable-prefix-caching", "--mamba-cache-mode", "align") + _EXTRACT_HIDDEN_STATES,
+    ("--enable-prefix-caching", "--mamba-cache-mode", "all") + _EXTRACT_HIDDEN_STATES,
+    ("--no-enable-prefix-caching", "--kv-transfer-config",
+     json.dumps({"kv_connector": facts.DEFAULT_CONNECTOR, "kv_role": "kv_both",
+                 "kv_connector_extra_config": {"cpu_bytes_to_use": 64 << 20}})),
 )
+
+
+def host_cpu() -> str:
+    """This machine's x86 kernel ISA as kvproof.replay.boot.cpu_kernels names it (AVX2, AVX512,
+    AVX512_BF16, +AMX), from /proc/cpuinfo; "unknown" elsewhere. A reference-model table records
+    it: the CPU platform resets an unpinned SSM state dtype to float32 on AVX512-BF16 (0.29+) or
+    AMX (0.27, 0.28) CPUs (vllm/platforms/cpu.py check_and_update_config), the Mamba page size
+    follows the state dtype and align mode sizes the attention block from it, so a real hybrid
+    model's derived block sizes depend on the CPU (0.32.0 jamba: attention 128 without
+    AVX512-BF16, 256 with it)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    flags = set(next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []))
+    isa = "AVX512_BF16" if {"avx512f", "avx512_bf16"} <= flags else "AVX512" if "avx512f" in flags else "AVX2"
+    return isa + ("+AMX" if "amx_tile" in flags else "")
 
 
 def model_configs() -> list[Config]:
@@ -229,6 +273,31 @@ class TableRow:
     scheduler_block_size: int | None
     hash_block_size: int | None
     error: dict | None
+
+    @property
+    def real(self) -> bool:
+        """A reference architecture (spec/models/) under ``vllm serve`` flags, not a tiny family."""
+        return self.config.model is not None
+
+    def source(self) -> str:
+        """Where the Config comes from, for a reason line: ``jamba (spec/models/jamba.json) with
+        --enable-prefix-caching ...`` or ``the tiny family nemotron_h ...``."""
+        if not self.real:
+            return f"the tiny family {self.config.describe()}"
+        flags = " ".join(_short_flag(f) for f in self.config.flags)
+        return f"{self.config.model} (spec/models/{self.config.model}.json)" + (f" with {flags}" if flags else "")
+
+
+def _short_flag(flag: str) -> str:
+    """A JSON flag value by the keys that say what it turns on (the full value is in the witness Config)."""
+    if not flag.startswith("{"):
+        return flag
+    try:
+        value = json.loads(flag)
+    except ValueError:
+        return flag
+    keys = ("method", "num_speculative_tokens", "kv_connector", "kv_role")
+    return "'" + json.dumps({k: value[k] for k in keys if k in value}) + "'"
 
 
 @functools.lru_cache(maxsize=None)
@@ -260,19 +329,27 @@ def load_model_table(release: str) -> tuple[TableRow, ...]:
 
 
 def tables_for(revision: str) -> list[TableRow]:
-    """Rows of every checked-in table whose release runs ``revision``."""
-    rows: list[TableRow] = []
-    for path in sorted(table_dir().glob("*.json")):
-        if _revision(path.stem) == revision:
-            rows.extend(load_table(path.stem))
-    return rows
+    """Rows of every checked-in table whose release runs ``revision``: the reference-model
+    tables (real architectures, spec/derived/models/) first, then the tiny families' tables."""
+    folder = table_dir()
+    releases = sorted({p.stem for p in folder.glob("*.json")} | {p.stem for p in (folder / "models").glob("*.json")})
+    mine = [r for r in releases if _revision(r) == revision]
+    return [row for r in mine for row in load_model_table(r)] + [row for r in mine for row in load_table(r)]
+
+
+def _plainness(row: TableRow) -> int:
+    """How far a Config is from the defaults: its flags for a real model, its set knobs for a toy."""
+    if row.real:
+        return sum(f.startswith("--") for f in row.config.flags)
+    return len(row.config.to_dict(minimal=True))
 
 
 def find_config(revision: str, property_key: str, witness_layout: Layout | None = None,
                 **bounds: Any) -> TableRow | None:
-    """A measured Config whose derived Layout violates ``property_key`` under ``revision``
-    (the plainest: fewest settings away from the defaults, then fewest groups, then smallest
-    block sizes); None when no Config in the tables does."""
+    """A measured Config whose derived Layout violates ``property_key`` under ``revision``:
+    a real architecture when one reaches it, a tiny family only when none does; among
+    those the plainest (fewest settings away from the defaults, then fewest groups, then
+    smallest block sizes). None when no Config in the tables does."""
     from kvproof.spec.properties import BY_KEY
     from kvproof.spec.query import concrete_holds
     prop = BY_KEY[property_key]
@@ -280,5 +357,5 @@ def find_config(revision: str, property_key: str, witness_layout: Layout | None 
             if r.layout is not None and concrete_holds(r.layout, revision, prop, "free", **bounds)]
     if not hits:
         return None
-    return min(hits, key=lambda r: (len(r.config.to_dict(minimal=True)), len(r.layout.groups),
+    return min(hits, key=lambda r: (not r.real, _plainness(r), len(r.layout.groups),
                                     sorted(g.block_size for g in r.layout.groups), r.config.to_json()))

@@ -107,6 +107,21 @@ def test_layout_dict_keeps_only_the_release_fields():
     assert new.groups[1].dcp_sharded is True
 
 
+def test_layout_dict_keeps_a_compression_on_any_kind():
+    """DeepSeek-V4's MLAAttentionSpec carries its compress ratio (0.32.0 derives tokens_per_state 128);
+    the AttentionSpec default 1, a ring buffer and Whisper's Fraction (a string) are no compression."""
+    groups = [{"kind": "mla", "block_size": 256, "tokens_per_state": 128, "prefix_cacheable": True},
+              {"kind": "sliding_window", "block_size": 64, "sliding_window": 128, "tokens_per_state": 1},
+              {"kind": "full_attention", "block_size": 16, "tokens_per_state": "1/4"},
+              {"kind": "full_attention", "block_size": 8, "tokens_per_state": 4, "prefix_cacheable": False},
+              {"kind": "mamba", "block_size": 256, "tokens_per_state": 8}]
+    kw = {"cache_block_size": 8, "enable_prefix_caching": True, "prefix_match_unit": None,
+          "mamba_cache_mode": "align", "kv_connector": None, "dcp": 1, "max_model_len": 2048}
+    lay = Layout.from_dict(layout_dict(groups, "0.32", **kw))
+    assert [g.tokens_per_state for g in lay.groups] == [128, None, None, None, 8]
+    assert not any(g.tokens_per_state for g in Layout.from_dict(layout_dict(groups, "0.28", **kw)).groups)
+
+
 def test_enumeration_is_bounded_and_release_specific():
     every = all_configs("0.32.0")
     assert {c.mamba_cache_mode for c in every} == {None, "align", "none"}

@@ -68,9 +68,13 @@ def test_small_run_writes_only_under_out_and_matches_the_baseline(tmp_path, monk
     rep = json.loads((tmp_path / "out" / "verify" / "verify.json").read_text())
     props = {p["property"]: p for p in rep["properties"]}
     assert props[HYBRID_ALIGN]["verdict"] == "COUNTEREXAMPLE"
-    # the seed bug: a measured Config (hidden-state extraction in align mode) derives a violating layout
+    # the seed bug: a measured Config (hidden-state extraction in align mode) derives a violating layout,
+    # and a real architecture reaches it (searched before the tiny families): Qwen3-Next at real dimensions
     assert props[HYBRID_ALIGN]["reachability"] == "reachable"
-    assert props[HYBRID_ALIGN]["witness_config"]["family"] == "nemotron_h"
+    cfg = props[HYBRID_ALIGN]["witness_config"]
+    assert cfg["model"] == "qwen3_next" and any("extract_hidden_states" in f for f in cfg["flags"]), cfg
+    assert "from qwen3_next (spec/models/qwen3_next.json) with --enable-prefix-caching" in \
+        props[HYBRID_ALIGN]["reason"]
     assert props[HYBRID_ALIGN]["witness_release"] == "0.27.0" and props[HYBRID_ALIGN]["witness_derived_layout"]
     assert props[HYBRID_ALIGN]["witness_layout"]
     assert rep["baseline"]["changes"] == [] and rep["exit_code"] == 0
@@ -201,6 +205,22 @@ def test_label_finds_the_measured_config_that_reaches_the_seed():
     assert lab is Reachability.REACHABLE and cfg["release"] == "0.27.0"
     derived = Layout.from_dict(cfg["layout"])
     assert derived.cache.mamba_cache_mode == "align" and derived.has_mamba and "derives" in reason
+
+
+def test_label_cites_a_real_architecture_first_and_says_when_only_a_toy_reaches(monkeypatch):
+    from kvproof import derivation
+    rows = derivation.tables_for("0.27")
+    hit = derivation.find_config("0.27", HYBRID_ALIGN)
+    assert hit.real and any(not r.real and r.layout is not None for r in rows)  # toys violate it too
+    # without a violating real architecture the toy is cited, and the reason says so
+    others = [r for r in rows if not r.real or (r.layout is not None and not r.layout.has_mamba)]
+    monkeypatch.setattr(derivation, "tables_for", lambda revision: others)
+    lab, reason, cfg = reachability.label("0.27", HYBRID_ALIGN, SEED_SHAPED)
+    real = sum(r.real for r in others)
+    assert lab is Reachability.REACHABLE and cfg["real"] is False and cfg["config"]["family"]
+    assert reason.startswith(f"only a toy family reaches it (none of the {real} real-architecture Configs of "
+                             "vLLM 0.27.0 does): vLLM 0.27.0 derives "), reason
+    assert "from the tiny family " in reason
 
 
 def test_label_names_a_python_only_fact():
