@@ -11,6 +11,9 @@ FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= $(shell nproc)
 VERIFY_ARGS ?=
 PYTEST_ARGS ?=
+# Test workers (pytest-xdist, one file per worker at a time): the cores, at most 4 (each
+# worker drives vLLM subprocesses of a few hundred MB).
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 export KVPROOF_REQUIRE_ENVS := 1
 
 .PHONY: verify test unit envs envs-all fuzz fuzz-continuous replay matrix bench clean
@@ -31,7 +34,7 @@ verify: envs-all
 	$(VPY) -m kvproof verify $(VERIFY_ARGS)
 
 test: envs
-	KVPROOF_RELEASES="$(RELEASES)" $(VPY) -m pytest $(PYTEST_ARGS)
+	KVPROOF_RELEASES="$(RELEASES)" $(VPY) -m pytest -n $(TEST_JOBS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 unit: $(VENV)/.stamp
 	$(VPY) -m pytest tests/unit

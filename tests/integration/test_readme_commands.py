@@ -10,7 +10,8 @@ must exit with its documented code, print no traceback, and leave
 ``git status --porcelain`` empty (findings go to ``out/``, never ``corpus/``).
 
 The fuzz commands are marked ``integration``; ``make replay`` and ``make matrix``
-(corpus replay, a bisect over every managed release) are marked ``engine``.
+(corpus replay, a bisect over every managed release) are in test_readme_replay.py,
+marked ``engine`` (a file of their own: the test runner spreads files over its workers).
 """
 
 from __future__ import annotations
@@ -158,15 +159,8 @@ def test_derive_the_readme_example(clone):
 
 @pytest.mark.integration
 def test_findings(clone):
-    if not (ROOT / "src" / "kvproof" / "findings").is_dir():
-        pytest.skip("kvproof findings is not in this checkout yet")
     cmd = ".venv/bin/kvproof findings"
     rc, out = _run(clone, cmd, timeout=120)
     _check(clone, cmd, rc, out, (0,))
-
-
-@pytest.mark.engine
-@pytest.mark.parametrize("cmd", ["make replay", "make matrix"])
-def test_replay_and_matrix(clone, cmd):
-    rc, out = _run(clone, cmd, timeout=1200)
-    _check(clone, cmd, rc, out, (0,))
+    n = len(list((clone / "findings" / "ledger").glob("*.json")))
+    assert n and f"{n} known classes" in out, out[-2000:]
