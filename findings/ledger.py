@@ -69,6 +69,13 @@ class Entry:
         have, fix = _version(release or ""), _version(self.fixed_in)
         return bool(have and fix) and have < fix
 
+    def regressed_on(self, release: str | None) -> bool:
+        """A FIXED entry met on its fix release or a later one: the fix is gone (a regression)."""
+        if self.status != Status.FIXED or not self.fixed_in:
+            return False
+        have, fix = _version(release or ""), _version(self.fixed_in)
+        return bool(have and fix) and have >= fix
+
     def to_dict(self) -> dict:
         d = {"id": self.id, "key": self.key.to_dict(), "status": str(self.status), "title": self.title,
              "why": self.why, "upstream": self.upstream, "fixed_in": self.fixed_in, "releases": self.releases,

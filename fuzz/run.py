@@ -153,7 +153,8 @@ def _bug_on(entry, release: str | None) -> bool:
 
 def report(workdir: Path, ledger, release: str | None = None) -> tuple[str, int]:
     """The campaign's report and its number of new FAIL classes. NEW classes first (with the
-    engine-premise label), then the ledger's known bugs seen (status bug, or fixed after
+    engine-premise label; a class the ledger has fixed in ``release`` or earlier is a
+    regression and counts as new), then the ledger's known bugs seen (status bug, or fixed after
     ``release``), then counts per ledger status and per verdict. Statuses are re-read from
     ``ledger`` (an entry added since counts)."""
     classes = list(merged_classes(workdir).values())
@@ -161,12 +162,15 @@ def report(workdir: Path, ledger, release: str | None = None) -> tuple[str, int]
         entry = ledger.get(_key(c))
         c["status"] = entry.status.value if entry is not None else "new"
         c["entry"] = entry
-    new = sorted((c for c in classes if c["status"] == "new" and c["verdict"] == "FAIL"),
+        # a class the ledger says is fixed, met on its fix release or later: the fix is gone
+        c["regression"] = entry is not None and hasattr(entry, "regressed_on") and entry.regressed_on(release)
+    new = sorted((c for c in classes if (c["status"] == "new" or c["regression"]) and c["verdict"] == "FAIL"),
                  key=lambda c: (c["premise"] != "reachable", c["first_s"]))
     lines = [f"NEW classes: {len(new)}" if new else "No new class (every FAIL is in the ledger)"]
     for c in new:
+        was = f" REGRESSION of {c['entry'].title!r} (ledger: fixed in {c['entry'].fixed_in})" if c["regression"] else ""
         lines += [f"NEW ({c['tier']}) {c['check']} {c['exc_type']} at {c['frame'] or '?'}  [{c['premise']}]  "
-                  f"id {c['id']}",
+                  f"id {c['id']}{was}",
                   f"  first at {c['first_s']} s, {c['count']} hits: {c['layout']}",
                   f"  {c['detail']}"]
         if c.get("path"):
@@ -240,6 +244,15 @@ class Campaign:
         if self._release is None:
             self._release = envs.vllm_version(self.env.python)
         return self._release
+
+    @property
+    def version(self) -> str:
+        """The installed vLLM's version (an overlay's is its base release's): what the ledger's
+        "fixed in" is compared with."""
+        if getattr(self, "_version", None) is None:
+            label = self._release or ""
+            self._version = label if re.fullmatch(r"\d+\.\d+\.\d+", label) else envs.vllm_version(self.env.python)
+        return self._version
 
     # --- plumbing ------------------------------------------------------------
     def prepare(self) -> None:
@@ -363,7 +376,7 @@ class Campaign:
         from kvproof.findings.ledger import Ledger
 
         ledger = Ledger.load()
-        text, n_new = report(self.workdir, ledger, self.release)
+        text, n_new = report(self.workdir, ledger, self.version)
         print(text, flush=True)
         if self.args.record and n_new:
             self.record(ledger)

@@ -78,11 +78,8 @@ def test_overlay_one_line_resolver_change(home, checkout):
     f = checkout / RESOLVER
     f.write_text(f.read_text().replace(LCM_LINE, LCM_LINE.replace("math.lcm", "math.gcd")))
     git(checkout, "commit", "-qam", "resolver: gcd")
-    t = time.monotonic()
     p = kv(home, "env", "overlay", "t1", "--base", RELEASE, "--vllm-src", str(checkout), "--ref", "HEAD")
-    took = time.monotonic() - t
     assert p.returncode == 0, p.stderr
-    assert took < 30, took
     root = home / "t1"
     m = json.loads((root / envs.MANIFEST).read_text())
     assert m["overlay"]["files"] == [RESOLVER]

@@ -99,3 +99,28 @@ def test_the_checked_in_ledger_loads_and_every_file_is_named_by_its_key():
         if e.witness_config is not None:
             from kvproof.config import Config
             assert Config.from_dict(e.witness_config), e.title
+
+
+def test_a_fixed_class_met_on_its_fix_release_is_a_regression(tmp_path):
+    """The seed class (fixed in 0.28.0) met by a 0.27.0 campaign is a known bug; met by a
+    0.28.0 campaign (an overlay with the fix reverted) it is a NEW regression: exit 1."""
+    from kvproof.findings.key import ClassKey
+    from kvproof.findings.ledger import Entry, Ledger, Status
+    from kvproof.fuzz.run import report
+
+    key = ClassKey("manager", "hybrid.group_multiple_of_hash[align]", "AssertionError",
+                   "vllm/v1/core/kv_cache_coordinator.py:__init__")
+    (tmp_path / "ledger").mkdir()
+    book = Ledger.load(tmp_path / "ledger")
+    book.add(Entry(key=key, status=Status.FIXED, title="the seed bug", why="t", fixed_in="0.28.0"))
+    rec = {"tier": key.tier, "check": key.check, "exc_type": key.exc_type, "frame": key.frame, "key": str(key),
+           "id": key.id, "verdict": "FAIL", "count": 3, "first_s": 0.5, "layout": "mamba:544x4,hidden_state:181",
+           "detail": "d", "premise": "reachable"}
+    (tmp_path / "work" / "stats").mkdir(parents=True)
+    (tmp_path / "work" / "stats" / "contracts-1.json").write_text(json.dumps({"execs": 9, "classes": {key.id: rec}}))
+    ledger = Ledger.load(tmp_path / "ledger")
+    old, n_old = report(tmp_path / "work", ledger, "0.27.0")
+    assert n_old == 0 and "Known bugs seen" in old and "REGRESSION" not in old
+    text, n_new = report(tmp_path / "work", ledger, "0.28.0")
+    assert n_new == 1 and text.splitlines()[0] == "NEW classes: 1"
+    assert "REGRESSION of 'the seed bug' (ledger: fixed in 0.28.0)" in text.splitlines()[1]
