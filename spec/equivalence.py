@@ -118,6 +118,9 @@ def _replay(rev: str, enc: M.Encoding, model, fold_cls) -> tuple[bool, str]:
     return want != have, text[:600]
 
 
+SPURIOUS_RETRIES = 12  # spurious models blocked before the answer stays UNKNOWN
+
+
 def _solve(hyps, goal, timeout, ground_args=None):
     """One query: the hypotheses, their ground facts and not ``goal``; the solver, its answer."""
     query = hyps + [z3.Not(goal)]
@@ -185,7 +188,17 @@ def prove(revision: str, n: int, timeout: float = 60.0, fold_cls=FD.Fold, max_bl
     if res == z3.unsat:
         status = ProofStatus.PROVED
     elif res == z3.sat:
-        real, text = _replay(revision, enc, solver.model(), fold_cls)
+        # A model the partial gcd/lcm facts allow but exact arithmetic refutes is blocked (its
+        # inputs excluded) and the search goes on: a real disagreement elsewhere is still found.
+        for _ in range(SPURIOUS_RETRIES):
+            m = solver.model()
+            real, text = _replay(revision, enc, m, fold_cls)
+            if real or time.monotonic() - t0 >= timeout:
+                break
+            solver.add(z3.Or([v != m.eval(v, model_completion=True) for v in enc.x.variables()]))
+            solver.set(timeout=max(1, int(max(0.001, timeout - (time.monotonic() - t0)) * 1000)))
+            if solver.check() != z3.sat:
+                break
         status = ProofStatus.COUNTEREXAMPLE if real else ProofStatus.UNKNOWN
         detail = ("" if real else "spurious (the facts allow it, exact gcd/lcm do not): ") + text
     return {"status": status, "seconds": time.monotonic() - t0, "detail": detail}

@@ -1,0 +1,58 @@
+"""Bench the derivation of the reference models at real dimensions (spec/models/).
+
+    .venv/bin/python bench/bench_derive.py [--vllm 0.32.0] [--out bench/results/derive.md]
+
+One worker of the release derives every reference model with default flags through the
+release's own code (kvproof.bridge.derive: every layer on the meta device, KV memory sized
+automatically). Per model: the layout, the line vLLM logs, seconds after import, the
+worker's peak RSS, and the stand-in backend where a GPU-only layer's spec was built for
+another backend. Each model is derived once before the timed pass (lazy imports, model-class
+registration), so the seconds are a warm worker's.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+from kvproof import envs
+from kvproof.bridge.client import Worker
+from kvproof.cliutil import Parser
+from kvproof.config import Config, reference_models
+from kvproof.fsio import atomic_write
+
+
+def main(argv=None) -> int:
+    ap = Parser(prog="bench_derive.py")
+    ap.add_argument("--vllm", default="0.32.0")
+    ap.add_argument("--out", default="bench/results/derive.md")
+    args = ap.parse_args(argv)
+    load = os.getloadavg()[0]
+    configs = [Config.from_dict({"model": m}) for m in reference_models()]
+    with Worker(envs.find(args.vllm)) as w:
+        w.derive(configs)  # warm: imports and model classes
+        results = w.derive(configs)
+    ok = [r for r in results if r.error is None]
+    lines = [f"# bench: reference models derived at real dimensions on vLLM {args.vllm}", "",
+             f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+             f"1-min load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end.",
+             f"Command: `.venv/bin/python bench/bench_derive.py --vllm {args.vllm}`", "",
+             f"{len(ok)} of {len(results)} derive; seconds per model after import (warm worker), "
+             f"slowest {max((r.seconds for r in ok), default=0):.2f} s.", "",
+             "| model | layout | vLLM's line | s | peak RSS MB | stand-in backend |",
+             "|---|---|---|---:|---:|---|"]
+    for r in results:
+        if r.error is None:
+            lines.append(f"| {r.config.model} | `{r.layout.summary()}` | `{r.log_line()}` | {r.seconds:.2f} | "
+                         f"{r.peak_rss_mb or 0:.0f} | {r.stand_in or ''} |")
+        else:
+            lines.append(f"| {r.config.model} | NOT_DERIVABLE: {r.error.line()[:120]} | | {r.seconds:.2f} | "
+                         f"{r.peak_rss_mb or 0:.0f} | |")
+    atomic_write(args.out, "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
