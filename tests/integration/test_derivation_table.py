@@ -32,24 +32,23 @@ from kvproof.spec.revisions import revision_for
 from conftest import worker_for
 
 RELEASES = ("0.27.0", "0.28.0", "0.32.0")  # tiny-family tables
-MODEL_RELEASES = ("0.27.0", "0.28.0", "0.29.0", "0.31.0", "0.32.0")  # reference-model tables
+# the releases with a checked-in reference-model table (spec/derived/models/R.json)
+MODEL_RELEASES = tuple(sorted((p.stem for p in (derivation.table_dir() / "models").glob("*.json")),
+                              key=lambda r: tuple(int(x) for x in r.split("."))))
 SAMPLE = 5
 
 
-def _rows(release):
-    rows = derivation.load_table(release)
+def _rows(release, models: bool = False):
+    rows = derivation.load_model_table(release) if models else derivation.load_table(release)
     if not rows:
-        pytest.fail(f"no derivation table for {release} in {derivation.table_dir()} "
-                    f"(kvproof derive --enumerate --vllm {release})")
+        where = derivation.table_dir() / ("models" if models else "")
+        pytest.fail(f"no {'reference-model' if models else 'derivation'} table for {release} in {where} "
+                    f"(kvproof derive --enumerate{' --models' if models else ''} --vllm {release})")
     return rows
 
 
 def _model_rows(release):
-    rows = derivation.load_model_table(release)
-    if not rows:
-        pytest.fail(f"no reference-model table for {release} in {derivation.table_dir() / 'models'} "
-                    f"(kvproof derive --enumerate --models --vllm {release})")
-    return rows
+    return _rows(release, models=True)
 
 
 @pytest.mark.parametrize("release, real", [(r, False) for r in RELEASES] + [(r, True) for r in MODEL_RELEASES])
