@@ -77,7 +77,7 @@ attributes its exceptions to that tier.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvproof import contracts
 from kvproof.contracts import Violation
@@ -276,6 +276,12 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
             if (layout is not None and resolver_rejects_user_error(layout, err)) or \
                     (layout is None and err.type == "ValueError" and "prefix_match_unit" in err.message):
                 return Judgement(Verdict.REJECTED, T, err, note="the user's prefix_match_unit")
+            if layout is not None:
+                # The resolver is the function tier: judged (and keyed) as the function tier judges
+                # it, so the contracts campaign and the consumer campaign name one class.
+                fj = judge(layout, replace(out, resolver_error=err, hash_block_size=None, scheduler_block_size=None))
+                if fj.verdict >= Verdict.REJECTED:
+                    return replace(fj, note=fj.note or "the resolver raised: " + note)
             return Judgement(Verdict.FAIL, T, err, note="the resolver raised: " + note)
         if first.oracle == "exception" and (harness or harness_frame(err.frame)):
             return Judgement(Verdict.ERROR, T, err, warnings=warns,

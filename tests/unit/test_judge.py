@@ -208,3 +208,26 @@ def test_consumer_dcp_sliding_window_refusal_is_unsupported():
     sw = ("AssertionError: DCP not support sliding window attn now. @ "
           "vllm/v1/core/single_type_kv_cache_manager.py:971 in find_longest_cache_hit")
     assert judge_consumer(cres([("exception", 2, sw)])).verdict == Verdict.UNSUPPORTED
+
+
+def test_consumer_resolver_refusal_is_the_function_tier_class_and_offload_refusal_is_by_design():
+    """A resolver exception met in a consumer run is judged and keyed as the function tier
+    judges it (one class for both campaigns); the OffloadingConnector's instruction to turn
+    prefix caching on is a refusal by design."""
+    from kvproof.findings.key import class_key
+    from kvproof.layout import Layout
+    lay = Layout.from_dict({"groups": [{"kind": "mla", "block_size": 1504, "tokens_per_state": 4},
+                                       {"kind": "full_attention", "block_size": 1},
+                                       {"kind": "mamba", "block_size": 1504}],
+                            "cache": {"block_size": 1, "enable_prefix_caching": True, "mamba_cache_mode": "align"}})
+    raised = ("resolver: ValueError: Invalid prefix_match_unit=1; prefix-cache boundaries must align with each "
+              "spec's per-state compression. Got alignments=[4]. @ vllm/v1/core/kv_cache_utils.py:1 in "
+              "resolve_kv_cache_block_sizes")
+    j = judge_consumer(cres([("exception", 0, raised)]), lay)
+    assert j.verdict == Verdict.FAIL and str(j.tier) == "function"
+    assert str(class_key(j, lay)) == ("function|resolver.accepts_the_configuration[align]|ValueError|"
+                                      "vllm/v1/core/kv_cache_utils.py:resolve_kv_cache_block_sizes")
+    off = ("AssertionError: tokens_per_block=8 not divisible by tokens_per_hash=8192. Hybrid models (e.g. "
+           "Mamba+Attention) need --enable-prefix-caching to align block sizes. @ vllm/distributed/kv_transfer/"
+           "kv_connector/v1/offloading/config.py:91 in build_offloading_config")
+    assert judge_consumer(cres([("exception", 0, off)])).verdict == Verdict.UNSUPPORTED
