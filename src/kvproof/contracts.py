@@ -261,10 +261,6 @@ UNSUPPORTED_BY_DESIGN = (
     # sliding-window groups under context parallelism (found by the consumer campaign, d275117c466f).
     "DCP not support sliding window attn now",
     "PCP not support sliding window attn now",
-    # build_offloading_config (offloading/config.py, 0.32): a hybrid model's offloaded block sizes
-    # must be multiples of the hash block size, and the message tells the user how (found by the
-    # consumer campaign, de8fe4861b79, only with prefix caching off).
-    "need --enable-prefix-caching to align block sizes",
 )
 
 
