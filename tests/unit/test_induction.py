@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("z3")
-pytest.importorskip("hypothesis")
-
+import z3  # noqa: F401 -- the dev extra installs z3 and hypothesis: a missing one fails, not skips
 from hypothesis import HealthCheck, Phase, given, settings
 
 from kvproof.layout import Layout
