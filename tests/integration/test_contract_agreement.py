@@ -21,6 +21,7 @@ from kvproof import contracts
 from kvproof.bridge.client import worker_env
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
+from kvproof.overlay import site_packages
 from kvproof.verdicts import Tier
 from conftest import require_env
 
@@ -49,16 +50,8 @@ for i in range(n):
 """
 
 
-def _site_packages(env) -> str:
-    proc = subprocess.run([str(env.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, timeout=60)
-    return proc.stdout.strip()
-
-
 def test_protects_names_real_functions_in_0_32():
-    from pathlib import Path
-
-    root = Path(_site_packages(require_env("0.32.0")))
+    root = site_packages(require_env("0.32.0").root)
     for c in contracts.CATALOGUE:
         path, qual = c.protects.split(":")
         src = (root / path).read_text()
