@@ -8,17 +8,24 @@ from pathlib import Path
 import kvproof
 
 
+def _mapped_packages() -> list[str]:
+    """kvproof and every package pyproject maps from its own folder (kvproof.spec -> spec/, ...)."""
+    import tomllib
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    mapped = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-dir"]
+    return ["kvproof", *sorted(k for k in mapped if k)]
+
+
 def _modules():
     """(module name, source path) of every module of the installed kvproof packages."""
-    import kvproof.fuzz
-    import kvproof.spec
-    import kvproof.verify
-    roots = {"kvproof": Path(kvproof.__file__).parent, "kvproof.spec": Path(kvproof.spec.__file__).parent,
-             "kvproof.verify": Path(kvproof.verify.__file__).parent, "kvproof.fuzz": Path(kvproof.fuzz.__file__).parent}
+    import importlib
+    pkgs = _mapped_packages()
+    roots = {pkg: Path(importlib.import_module(pkg).__file__).parent for pkg in pkgs}
+    assert "kvproof.findings" in roots, roots  # every mapped folder is scanned, findings/ included
     for pkg, root in roots.items():
         for path in sorted(root.rglob("*.py")):
             rel = path.relative_to(root).with_suffix("")
-            if pkg == "kvproof" and rel.parts[0] in ("spec", "verify", "fuzz"):
+            if pkg == "kvproof" and ".".join(["kvproof", rel.parts[0]]) in roots:
                 continue
             parts = [p for p in rel.parts if p != "__init__"]
             yield ".".join([pkg, *parts]), path
