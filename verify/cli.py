@@ -73,11 +73,9 @@ def parser() -> argparse.ArgumentParser:
                    help=f"largest raw block size in the domain (default {M.MAX_BLOCK}; 0 = unbounded)")
     p.add_argument("--dcp", default=",".join(map(str, M.DCP_VALUES)), help="dcp values (comma list)")
     p.add_argument("--no-drift", action="store_true", help="skip the drift check of installed vLLMs")
-    ind = p.add_mutually_exclusive_group()
-    ind.add_argument("--no-induction", action="store_true",
-                     help="skip the proof for every N by induction over the groups (kvproof.spec.induction), "
-                          "which by default prints 'PROVED for all N (induction)' beside the bounded rows")
-    ind.add_argument("--induction", action="store_true", help=argparse.SUPPRESS)  # the default; kept for old scripts
+    p.add_argument("--no-induction", action="store_true",
+                   help="skip the proof for every N by induction over the groups (kvproof.spec.induction), "
+                        "which by default prints 'PROVED for all N (induction)' beside the bounded rows")
     p.add_argument("--verbose", "-v", action="store_true", help="print the full per-property table too")
     p.add_argument("--quiet", action="store_true", help="no live progress")
     return p
