@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-import z3  # noqa: F401 -- the dev extra installs z3 and hypothesis: a missing one fails, not skips
+import z3  # the dev extra installs z3 and hypothesis: a missing one fails, not skips
 from hypothesis import HealthCheck, Phase, given, settings
 
 from kvproof.layout import Layout
@@ -71,7 +71,6 @@ def test_fold_equals_the_bounded_model_on_generated_layouts(rev):
 def test_summary_forms_agree_with_the_bounded_properties(rev):
     """Every property's premise and violation over the summary equal the bounded model's over
     every group (``h | Gp`` for "every prefix-cacheable size is a multiple of h", ...)."""
-    import z3
     seen = 0
     for lay in LAYOUTS[:150]:
         if R.not_expressible(lay, rev):
