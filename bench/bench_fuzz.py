@@ -66,7 +66,6 @@ def load() -> float:
 def campaign_inner(runs: int, record: Path, scope: str) -> None:
     """The real instrumented contracts harness under libFuzzer for ``runs`` inputs."""
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    os.environ["KVPROOF_FUZZ_COLLECT"] = "1"  # a new FAIL class is stored, the campaign goes on
     os.environ["KVPROOF_FUZZ_INSTRUMENT"] = scope
     import atheris
     from kvproof.fuzz.harness import build
@@ -102,7 +101,7 @@ HARNESS = "the harness's TestOneInput uninstrumented, no libFuzzer"
 def harness_loop(inputs: list[bytes], skip: int, scratch: Path) -> float:
     """The campaign's own per-input function (escalation, stores, stats), without
     instrumentation or libFuzzer: the cost the harness adds beyond the resolver loop."""
-    os.environ.update({"KVPROOF_FUZZ_INSTRUMENT": "0", "KVPROOF_FUZZ_COLLECT": "1",
+    os.environ.update({"KVPROOF_FUZZ_INSTRUMENT": "0",
                        "KVPROOF_FUZZ_WORKDIR": str(scratch / "w"), "KVPROOF_FUZZ_CORPUS_OUT": str(scratch / "found")})
     from kvproof.fuzz.harness import build
 
@@ -206,7 +205,7 @@ def coverage_growth(env, seconds: int, scope: str) -> dict:
         t = Path(tmp)
         (t / "corpus").mkdir()
         extra = {"KVPROOF_FUZZ_WORKDIR": str(t / "w"), "KVPROOF_FUZZ_CORPUS_OUT": str(t / "out"),
-                 "KVPROOF_FUZZ_INSTRUMENT": scope, "KVPROOF_FUZZ_COLLECT": "1"}
+                 "KVPROOF_FUZZ_INSTRUMENT": scope}
         from kvproof.bridge.client import worker_env
 
         before = load()

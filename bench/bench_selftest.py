@@ -62,7 +62,7 @@ def _main(argv) -> int:
         "Layers (kvproof.selftest.layers): drift = resolver fingerprint unknown to the model (signal); "
         "replay = corpus/ at the function and manager tiers, newly FAIL against the base release's own verdict "
         "(bug); probe = the same judge on a fixed seeded set of the fuzzer decoder's layouts, in the same bridge "
-        "call (bug); contracts = time-boxed atheris `kvproof fuzz --collect` whose FAIL classes are re-run on the "
+        "call (bug); contracts = time-boxed atheris `kvproof fuzz` whose FAIL classes are re-run on the "
         "base through the bridge, pre-existing ones not counted (bug); consumer = kvproof.consumer request "
         "streams on corpus + layouts whose pair the mutant moved, a consumer FAIL the base lacks (bug); "
         "conformance = real != model:0.32 where the base agrees with the model (signal). Replay/probe/"

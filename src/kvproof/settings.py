@@ -24,8 +24,6 @@ KVPROOF_GPU_PYTHON          interpreter of a CUDA vLLM for the gpu tests
 KVPROOF_FUZZ_WORKDIR        harness: campaign folder (seen/, stats/, conformance/)
 KVPROOF_FUZZ_CORPUS_OUT     harness: where new crash classes go (<out>/fuzz-findings)
 KVPROOF_FUZZ_PREMISE        harness: engine | free (engine)
-KVPROOF_FUZZ_RAISE_KNOWN    harness: 1 raises on known classes too
-KVPROOF_FUZZ_COLLECT        harness: 1 stores every new FAIL class and goes on (one run lists them all)
 KVPROOF_FUZZ_INSTRUMENT     harness: coverage instrumentation: 1 the harness's modules, 0 none
                             (benchmarks), or a comma-separated list of vLLM modules (1)
 KVPROOF_FUZZ_MANAGER        contracts harness: escalate (the real KVCacheManager only where a
@@ -113,8 +111,6 @@ class HarnessSettings:
     workdir: Path | None
     corpus_out: Path
     premise: str
-    raise_known: bool
-    collect: bool
     instrument: str
     manager: str
     fast: bool
@@ -136,8 +132,6 @@ class HarnessSettings:
             # the runner always names it; a bare harness (ClusterFuzzLite) keeps findings beside the run
             corpus_out=_path("KVPROOF_FUZZ_CORPUS_OUT", settings().out / "fuzz-findings"),
             premise=premise,
-            raise_known=_flag("KVPROOF_FUZZ_RAISE_KNOWN"),
-            collect=_flag("KVPROOF_FUZZ_COLLECT"),
             instrument=os.environ.get("KVPROOF_FUZZ_INSTRUMENT") or "1",
             manager=manager,
             fast=fast,

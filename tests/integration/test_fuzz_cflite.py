@@ -44,8 +44,7 @@ def test_build_sh_produces_runnable_fuzzers(tmp_path):
         z.extractall(seeds)
     run = subprocess.run([str(out / "fuzz_contracts"), "-runs=200", f"-dict={out / 'fuzz_contracts.dict'}",
                           "-max_len=256", str(seeds)], capture_output=True, text=True, timeout=300,
-                         env=worker_env({"KVPROOF_FUZZ_COLLECT": "1",  # 0.32 has real FAIL classes: keep going
-                                         "KVPROOF_FUZZ_CORPUS_OUT": str(tmp_path / "crashes"),
+                         env=worker_env({"KVPROOF_FUZZ_CORPUS_OUT": str(tmp_path / "crashes"),
                                          "KVPROOF_FUZZ_WORKDIR": str(tmp_path / "work")}), cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "Done 200 runs" in run.stdout + run.stderr

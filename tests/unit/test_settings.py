@@ -17,20 +17,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_harness_defaults(monkeypatch):
     for var in ("KVPROOF_FUZZ_MANAGER", "KVPROOF_FUZZ_PREMISE", "KVPROOF_FUZZ_INSTRUMENT", "KVPROOF_FUZZ_FAST",
-                "KVPROOF_FUZZ_MEMO", "KVPROOF_FUZZ_WORKDIR", "KVPROOF_FUZZ_COLLECT"):
+                "KVPROOF_FUZZ_MEMO", "KVPROOF_FUZZ_WORKDIR"):
         monkeypatch.delenv(var, raising=False)
     h = HarnessSettings.from_environ()
-    assert (h.manager, h.premise, h.instrument, h.fast, h.memo, h.workdir, h.collect) == \
-        ("escalate", "engine", "1", True, True, None, False)
+    assert (h.manager, h.premise, h.instrument, h.fast, h.memo, h.workdir) == \
+        ("escalate", "engine", "1", True, True, None)
 
 
 def test_harness_flags(monkeypatch, tmp_path):
     monkeypatch.setenv("KVPROOF_FUZZ_MANAGER", "always")
     monkeypatch.setenv("KVPROOF_FUZZ_FAST", "0")
-    monkeypatch.setenv("KVPROOF_FUZZ_COLLECT", "1")
     monkeypatch.setenv("KVPROOF_FUZZ_WORKDIR", str(tmp_path))
     h = HarnessSettings.from_environ()
-    assert h.manager == "always" and not h.fast and not h.memo and h.collect and h.workdir == tmp_path
+    assert h.manager == "always" and not h.fast and not h.memo and h.workdir == tmp_path
 
 
 @pytest.mark.parametrize("var,value", [("KVPROOF_FUZZ_MANAGER", "sometimes"), ("KVPROOF_FUZZ_PREMISE", "engin")])

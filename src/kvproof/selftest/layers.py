@@ -9,10 +9,10 @@ Bug layers (say "bug": real vLLM raised / misbehaved where the base release did 
   decoder (``kvproof.verify.drift.fuzzed_layouts``: fuzz/seeds, byte-flipped
   seeds, random bytes), run in the same bridge call as the corpus: a
   deterministic, import-free slice of contract fuzzing.
-- contracts: a time-boxed atheris run (``kvproof fuzz --collect``); every new
-  FAIL class's Layout is re-run on the base release through the bridge (the
-  rule of docs/ci/check_vllm_pr.sh): a class that FAILs there with the same
-  signature is pre-existing and is not a catch.
+- contracts: a time-boxed atheris run (``kvproof fuzz``, which stores every new
+  FAIL class and goes on); each class's Layout is re-run on the base release
+  through the bridge (the rule of docs/ci/check_vllm_pr.sh): a class that FAILs
+  there with the same signature is pre-existing and is not a catch.
 - consumer: ``kvproof.consumer`` request streams on the corpus and on the
   probe layouts whose (scheduler, hash) the mutant changed; a consumer FAIL
   (``judge_consumer``) the base does not have.
@@ -141,7 +141,7 @@ def layout_layers(names: Sequence[str], n_corpus: int, base: Sequence[Judged], g
 
 # --- atheris runs -------------------------------------------------------------------------
 
-def fuzz_classes(env: Env, target: str, seconds: int, workdir: Path, collect: bool = True) -> tuple[int, list[dict], str, float]:
+def fuzz_classes(env: Env, target: str, seconds: int, workdir: Path) -> tuple[int, list[dict], str, float]:
     """(rc, new FAIL classes of this run, output tail, wall seconds) of one time-boxed run."""
     from kvproof.fuzz.run import read_classes
 
@@ -149,7 +149,7 @@ def fuzz_classes(env: Env, target: str, seconds: int, workdir: Path, collect: bo
     workdir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "kvproof", "fuzz", "--python", str(env.python), "--target", target,
            "--seconds", str(seconds), "--workdir", str(workdir), "--crash-dir", str(workdir / "crashes"),
-           "--status-every", "100000", "--seed", "1"]  # every campaign lists every class (collect is a no-op)
+           "--status-every", "100000", "--seed", "1"]  # every campaign lists every class it met
     t = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     out = proc.stdout + proc.stderr
@@ -157,7 +157,7 @@ def fuzz_classes(env: Env, target: str, seconds: int, workdir: Path, collect: bo
 
 
 def contracts(env: Env, seconds: int, workdir: Path, base_worker) -> Catch:
-    """Atheris contract fuzz with --collect; a class is a catch only when its Layout is not the same FAIL on the base."""
+    """Atheris contract fuzz; a class is a catch only when its Layout is not the same FAIL on the base."""
     rc, classes, out, dt = fuzz_classes(env, "contracts", seconds, workdir)
     if rc not in (0, 1):
         tail = (out.strip().splitlines() or ["?"])[-1]
@@ -186,7 +186,7 @@ def contracts(env: Env, seconds: int, workdir: Path, base_worker) -> Catch:
 
 
 def conformance_fuzz(env: Env, seconds: int, workdir: Path) -> Catch:
-    rc, _classes, out, dt = fuzz_classes(env, "conformance", seconds, workdir, collect=False)
+    rc, _classes, out, dt = fuzz_classes(env, "conformance", seconds, workdir)
     if rc == 1 and "violation:" in out:
         text = out.split("violation:", 1)[-1].strip().splitlines()
         return Catch("conformance", True, dt, next((ln.strip() for ln in text if ln.strip()), "violation")[:300])

@@ -13,7 +13,7 @@ managed environments never sees them), then the layers of
    FAIL), conformance (real != model where the base agrees with the model);
    the base release's worker is started once and kept for the whole run;
 3. for mutants no bug layer has caught yet: atheris contract fuzz
-   (``--collect``; a class that FAILs the same way on the base is
+   (every new FAIL class; one that FAILs the same way on the base is
    pre-existing, not a catch), then the consumer tier on the corpus and the
    probe layouts whose (scheduler, hash) the mutant changed.
 
