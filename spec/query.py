@@ -285,11 +285,8 @@ def _candidates(lay: Layout, keep_groups: bool):
 
 def _engine_fix(lay: Layout, revision: str) -> Layout:
     """Re-derive cache.block_size as EngineCore would (keeps engine witnesses engine-shaped)."""
-    rev = R.REVISIONS[revision]
-    sizes = [g.block_size for g in lay.groups
-             if rev.engine_block_size == "all" or g.prefix_cacheable is not False]
-    sizes = sizes or [g.block_size for g in lay.groups]
-    return replace(lay, cache=replace(lay.cache, block_size=min(sizes)))
+    size = facts.engine_cache_block_size_of(lay.groups, R.REVISIONS[revision].engine_block_size)
+    return replace(lay, cache=replace(lay.cache, block_size=size))
 
 
 def shrink(layout: Layout, holds, keep_groups: bool = True, deadline: float | None = None,
