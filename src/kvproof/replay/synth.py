@@ -200,9 +200,12 @@ def blockers(layout: Layout) -> list[str]:
         out.append("mamba_cache_mode=all: not tried (recipes use align or the release default)")
     if any(g.tokens_per_state is not None or g.dcp_sharded is not None for g in layout.groups):
         out.append("tokens_per_state / dcp_sharded: spec fields no engine knob here sets")
-    if layout.groups and layout.cache.block_size != min(g.block_size for g in layout.groups):
-        out.append(f"cache.block_size={layout.cache.block_size} differs from the smallest group: "
-                   "a free premise (the engine sets it to the smallest group after KV init)")
+    engine = {facts.engine_cache_block_size_of(layout.groups, rule)  # either release's rule
+              for rule in set(facts.ENGINE_BLOCK_SIZE_OVER.values())}
+    if layout.groups and layout.cache.block_size not in engine:
+        out.append(f"cache.block_size={layout.cache.block_size} is not what an engine sets after KV init "
+                   f"({' or '.join(map(str, sorted(engine)))}: the smallest group, from 0.31 the smallest "
+                   "prefix-cacheable one): a free premise")
     return out
 
 
