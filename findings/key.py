@@ -8,7 +8,8 @@ ClusterFuzz keys a crash by its type and top frames; here a class is
   ``[not-align]`` when the layout has Mamba groups: the Mamba mode picks the resolver's
   hash fallback, so the seed bug and 0.28's ``mamba_cache_mode=all`` crash are two causes
   behind one assertion), an oracle (``oracle:kv_event``), or for an exception no contract
-  explains, the words its message starts with (``raise:<stem>``, names and numbers cut);
+  explains, the words its message starts with (``raise:<stem>``, names and numbers cut;
+  ``by-design:<stem>`` for a refusal by design, whose assertion may be a failure on other layouts);
 - ``exc_type``: the exception's type ("" for an oracle observation);
 - ``frame``: the vLLM ``file:function`` that raised, without the line number.
 
@@ -106,6 +107,8 @@ def class_key(j: Judgement, layout: Layout | None = None) -> ClassKey:
         check = j.explained[0].contract.id + _mode(layout)
     elif j.explained and j.verdict == Verdict.UNSUPPORTED:  # a refusal by design: the mode changes nothing
         check = j.explained[0].contract.id
+    elif j.verdict == Verdict.UNSUPPORTED:  # the same assertion can be a failure elsewhere (contracts.Refusal.applies)
+        check = "by-design:" + stem(err.message)
     else:
         check = "raise:" + stem(err.message)
     return ClassKey(tier, check, err.type, frame)

@@ -119,7 +119,8 @@ REGISTERED_CONNECTORS = {"0.27": _REGISTERED_027, "0.28": _REGISTERED_027, "0.29
 HYBRID_CONNECTORS = {"0.27": _HMA_027, "0.28": _HMA_027, "0.29": _HMA_027,
                      "0.31": _HMA_027 + ("MoRIIOConnector", "HiSparseConnector"),
                      "0.32": _HMA_027 + ("MoRIIOConnector", "HiSparseConnector")}
-DEFAULT_CONNECTOR = "OffloadingConnector"  # what generators pick when a layout wants "a connector"
+OFFLOADING_CONNECTOR = "OffloadingConnector"
+DEFAULT_CONNECTOR = OFFLOADING_CONNECTOR  # what generators pick when a layout wants "a connector"
 HIDDEN_STATES_CONNECTOR = "ExampleHiddenStatesConnector"  # producer for extract_hidden_states
 
 

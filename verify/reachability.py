@@ -60,8 +60,14 @@ def _derived_config(revision: str, prop: Property, bounds: dict) -> tuple[dict |
     releases = "/".join(sorted({r.release for r in rows}))
     real = sum(r.real for r in rows)
     if hit is None:
-        return None, (f"none of the {len(rows)} measured Configs of vLLM {releases} ({real} of real architectures) "
-                      f"derives a violating layout")
+        why = (f"none of the {len(rows)} measured Configs of vLLM {releases} ({real} of real architectures) "
+               f"derives a violating layout")
+        refused = derivation.find_config(revision, prop.key, by_design=True, **bounds)
+        if refused is not None:
+            assert refused.layout is not None
+            why += (f" that vLLM accepts; vLLM {refused.release} derives {refused.layout.summary()} from "
+                    f"{refused.source()}, which it refuses by design")
+        return None, why
     assert hit.layout is not None
     derives = f"vLLM {hit.release} derives {hit.layout.summary()} from {hit.source()}"
     if not hit.real:  # the tables are searched real architectures first: none of them reaches it

@@ -12,10 +12,11 @@ the same ids.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvproof.layout import Layout
-from kvproof.outcome import Outcome
+from kvproof.outcome import Outcome, StageError
 from kvproof.spec import facts
 from kvproof.spec.revisions import revision_or_newest
 from kvproof.verdicts import Tier
@@ -240,33 +241,74 @@ def _check_resolved(layout: Layout, out: Outcome) -> list[Violation]:
     return v
 
 
-# Messages of manager assertions that refuse a configuration vLLM does not
-# support at all (not a block-size bug). No earlier engine validation refuses
-# these configurations (vllm/config/ has no such check up to 0.32), so the
-# judge keeps them visible as manager-tier FAILs, marked ``by_design``.
-UNSUPPORTED_BY_DESIGN = (
-    "DCP with hybrid KV cache layouts only supports",
-    "PCP not support hybrid attn",
-    "requires at least two attention groups",
-    "requires at least one cacheable group",
+@dataclass(frozen=True)
+class Refusal:
+    """An assertion with which vLLM refuses, by design, a configuration it does not support
+    (not a block-size bug): the judge's UNSUPPORTED, shown with its message, never a failure."""
+    message: str  # a substring of the assertion's message
+    where: str  # the vLLM code that asserts
+    # By design only for these layouts (None: always). Elsewhere the same assertion is a failure.
+    applies: Callable[[Layout], bool] | None = None
+    # The contract whose violation the assertion is, and the connector that asserts: lets the
+    # proof run's witness search tell a refusal by design from a reachable failure by the layout alone.
+    contract: str | None = None
+    connector: str | None = None
+
+    def matches(self, layout: Layout | None, err: StageError | None) -> bool:
+        if err is None or err.type != "AssertionError" or self.message not in err.message:
+            return False
+        return self.applies is None or (layout is not None and self.applies(layout))
+
+    def covers(self, layout: Layout, contract_id: str) -> bool:
+        """A layout violating ``contract_id`` meets this refusal, by design, before anything else."""
+        return (self.contract is not None and contract_id.split("[")[0] == self.contract
+                and (self.connector is None or layout.kv_connector == self.connector)
+                and (self.applies is None or self.applies(layout)))
+
+
+def _prefix_caching_off(layout: Layout) -> bool:
+    return not layout.cache.enable_prefix_caching
+
+
+# No earlier engine validation refuses these configurations (vllm/config/ has no such check up
+# to 0.33), so the refusal is the assertion itself.
+UNSUPPORTED_BY_DESIGN: tuple[Refusal, ...] = (
+    Refusal("DCP with hybrid KV cache layouts only supports", "v1/core/kv_cache_coordinator.py:__init__"),
+    Refusal("PCP not support hybrid attn", "v1/core/kv_cache_coordinator.py:__init__"),
+    Refusal("requires at least two attention groups", "v1/core/kv_cache_coordinator.py:__init__"),
+    Refusal("requires at least one cacheable group", "v1/core/kv_cache_coordinator.py:__init__"),
     # ChunkedLocalAttentionManager.find_longest_cache_hit (0.27-0.32): reached only with the
     # hybrid KV cache manager on for a chunked-local model, which vllm/config/vllm.py turns off
     # unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (and always with EAGLE).
-    "not compatible with chunked local attention",
+    Refusal("not compatible with chunked local attention", "v1/core/single_type_kv_cache_manager.py"),
     # Same function, the two asserts before it (0.27-0.32): chunked-local prefix lookups
     # refuse context parallelism; no engine validation refuses the configuration earlier.
-    "DCP not support chunked local attn now",
-    "PCP not support chunked local attn now",
+    Refusal("DCP not support chunked local attn now", "v1/core/single_type_kv_cache_manager.py"),
+    Refusal("PCP not support chunked local attn now", "v1/core/single_type_kv_cache_manager.py"),
     # SlidingWindowManager.find_longest_cache_hit (0.32): the same documented limitation for
-    # sliding-window groups under context parallelism (found by the consumer campaign, d275117c466f).
-    "DCP not support sliding window attn now",
-    "PCP not support sliding window attn now",
+    # sliding-window groups under context parallelism, found by the consumer campaign.
+    Refusal("DCP not support sliding window attn now", "v1/core/single_type_kv_cache_manager.py"),
+    Refusal("PCP not support sliding window attn now", "v1/core/single_type_kv_cache_manager.py"),
+    # build_offloading_config (0.27-0.33): OffloadingConnector on a hybrid model whose Mamba groups
+    # are not in "align" mode hashes at the LCM (the resolver's fallback) and asserts, naming the
+    # remedy. By design while prefix caching is off (the remedy applies; found by the consumer
+    # campaign on 0.32.0, mamba_cache_mode=none). With prefix caching on, the same assertion is a failure: the 0.27 seed layout
+    # reaches it with tokens_per_hash=98464.
+    Refusal("need --enable-prefix-caching to align block sizes",
+            "distributed/kv_transfer/kv_connector/v1/offloading/config.py:build_offloading_config",
+            applies=_prefix_caching_off, contract="connector.block_multiple_of_hash",
+            connector=facts.OFFLOADING_CONNECTOR),
 )
 
 
-def unsupported_by_design(out: Outcome) -> bool:
-    err = out.manager_error
-    return err is not None and err.type == "AssertionError" and any(p in err.message for p in UNSUPPORTED_BY_DESIGN)
+def refused_by_design(layout: Layout | None, err: StageError | None) -> bool:
+    """``err`` is a refusal of ``layout`` that vLLM makes by design (:data:`UNSUPPORTED_BY_DESIGN`)."""
+    return any(r.matches(layout, err) for r in UNSUPPORTED_BY_DESIGN)
+
+
+def violation_by_design(layout: Layout, contract_id: str) -> Refusal | None:
+    """The refusal by design a layout violating ``contract_id`` meets, if any (no vLLM run needed)."""
+    return next((r for r in UNSUPPORTED_BY_DESIGN if r.covers(layout, contract_id)), None)
 
 
 def check(layout: Layout, out: Outcome) -> list[Violation]:

@@ -345,16 +345,20 @@ def _plainness(row: TableRow) -> int:
 
 
 def find_config(revision: str, property_key: str, witness_layout: Layout | None = None,
-                **bounds: Any) -> TableRow | None:
+                by_design: bool = False, **bounds: Any) -> TableRow | None:
     """A measured Config whose derived Layout violates ``property_key`` under ``revision``:
     a real architecture when one reaches it, a tiny family only when none does; among
     those the plainest (fewest settings away from the defaults, then fewest groups, then
-    smallest block sizes). None when no Config in the tables does."""
+    smallest block sizes). None when no Config in the tables does. A layout vLLM refuses by
+    design for that violation (contracts.violation_by_design) is no witness of a failure:
+    skipped, or with ``by_design`` the only ones searched."""
+    from kvproof.contracts import violation_by_design
     from kvproof.spec.properties import BY_KEY
     from kvproof.spec.query import concrete_holds
     prop = BY_KEY[property_key]
     hits = [r for r in tables_for(revision)
-            if r.layout is not None and concrete_holds(r.layout, revision, prop, "free", **bounds)]
+            if r.layout is not None and (violation_by_design(r.layout, property_key) is not None) == by_design
+            and concrete_holds(r.layout, revision, prop, "free", **bounds)]
     if not hits:
         return None
     return min(hits, key=lambda r: (not r.real, _plainness(r), len(r.layout.groups),

@@ -199,7 +199,7 @@ def judge(layout: Layout, out: Outcome, tier: Tier | None = None) -> Judgement:
         if not explained:
             explained = (Violation(contracts.BY_ID["manager.constructs"], merr.line()),)
         latent = tuple(v for v in predicted if v.contract.tier > Tier.MANAGER)
-        if contracts.unsupported_by_design(out):
+        if contracts.refused_by_design(layout, merr):
             return Judgement(Verdict.UNSUPPORTED, late or Tier.MANAGER, merr, explained, latent, warns, True,
                              "vLLM does not support this configuration, by design")
         return Judgement(Verdict.FAIL, late or Tier.MANAGER, merr, explained, latent, warns)
@@ -298,8 +298,7 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
         else:  # a misbehaviour the consumer-tier contracts predicted
             explained = tuple(v for v in predicted if v.contract.tier == Tier.CONSUMER)
         latent = tuple(v for v in predicted if v not in explained)
-        if first.oracle == "exception" and err.type == "AssertionError" and any(
-                p in err.message for p in contracts.UNSUPPORTED_BY_DESIGN):
+        if first.oracle == "exception" and contracts.refused_by_design(layout, err):
             return Judgement(Verdict.UNSUPPORTED, T, err, explained, latent, warns, True,
                              "vLLM does not support this configuration, by design: " + note)
         return Judgement(Verdict.FAIL, T, err, explained, latent, warns, False, note)

@@ -226,9 +226,29 @@ def test_consumer_resolver_refusal_is_the_function_tier_class():
     assert j.verdict == Verdict.FAIL and str(j.tier) == "function"
     assert str(class_key(j, lay)) == ("function|resolver.accepts_the_configuration[align]|ValueError|"
                                       "vllm/v1/core/kv_cache_utils.py:resolve_kv_cache_block_sizes")
-    # OffloadingConnector's own divisibility assert is the connector contract's violation (the seed
-    # layout reaches it with prefix caching on), never a refusal by design
+
+
+def test_offloading_connector_refusal_is_by_design_only_with_prefix_caching_off():
+    """OffloadingConnector's own divisibility assert names its remedy (--enable-prefix-caching).
+    With prefix caching off that is a refusal by design (UNSUPPORTED, a class of its own); with
+    prefix caching on the remedy does not apply (the 0.27 seed layout reaches it with
+    tokens_per_hash=98464): the connector contract's violation, FAIL."""
+    from kvproof.findings.key import class_key
+    from kvproof.layout import Layout
     off = ("AssertionError: tokens_per_block=544 not divisible by tokens_per_hash=98464. Hybrid models (e.g. "
            "Mamba+Attention) need --enable-prefix-caching to align block sizes. @ vllm/distributed/kv_transfer/"
            "kv_connector/v1/offloading/config.py:91 in build_offloading_config")
-    assert judge_consumer(cres([("exception", 0, off)])).verdict == Verdict.FAIL
+    groups = [{"kind": "full_attention", "block_size": 8}, {"kind": "mamba", "block_size": 8192}]
+    conn = "OffloadingConnector"
+    pc_off = Layout.from_dict({"groups": groups, "kv_connector": conn,
+                               "cache": {"block_size": 8, "enable_prefix_caching": False, "mamba_cache_mode": "none"}})
+    seed = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 544}] * 4
+                             + [{"kind": "hidden_state", "block_size": 181}], "kv_connector": conn,
+                             "cache": {"block_size": 181, "enable_prefix_caching": True, "mamba_cache_mode": "align"}})
+    by_design = judge_consumer(cres([("exception", 0, off)]), pc_off)
+    failure = judge_consumer(cres([("exception", 0, off)]), seed)
+    assert by_design.verdict == Verdict.UNSUPPORTED and by_design.by_design, by_design.line()
+    assert failure.verdict == Verdict.FAIL and not failure.by_design, failure.line()
+    assert judge_consumer(cres([("exception", 0, off)])).verdict == Verdict.FAIL  # no layout: no exemption
+    assert class_key(by_design, pc_off) != class_key(failure, seed)
+    assert class_key(by_design, pc_off).check.startswith("by-design:")
