@@ -65,6 +65,7 @@ BENCH_REPLAY  :=
 BENCH_CROSS   := --timeout 60
 BENCH_CONSUMERS :=
 BENCH_SELFTEST  :=
+BENCH_CONT    := --seconds 600 --box 60
 else
 BENCH_BRIDGE  := --n 500 --naive 1
 BENCH_VERIFY  := --max-n 4 --timeout 10
@@ -73,6 +74,7 @@ BENCH_REPLAY  := --no-engine
 BENCH_CROSS   := --timeout 10
 BENCH_CONSUMERS := --n 1000 --seconds 120
 BENCH_SELFTEST  := --seconds 3
+BENCH_CONT    := --seconds 120 --box 30
 endif
 
 bench: envs
@@ -83,6 +85,8 @@ bench: envs
 	$(VPY) bench/bench_crosshair.py $(BENCH_CROSS)
 	if [ -f bench/bench_consumers.py ]; then $(VPY) bench/bench_consumers.py $(BENCH_CONSUMERS); fi
 	if [ -f bench/bench_selftest.py ]; then $(VPY) bench/bench_selftest.py $(BENCH_SELFTEST); fi
+	$(VPY) bench/bench_continuous.py $(BENCH_CONT)
+	$(VPY) bench/bench_derive.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis build src/*.egg-info
