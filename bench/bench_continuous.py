@@ -27,7 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from kvproof.cliutil import Parser  # noqa: E402
+from kvproof import envs  # noqa: E402
+from kvproof.cliutil import Parser, guarded  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
 
 GOAL = 0.5
@@ -47,7 +48,7 @@ def campaign(release: str, extra: list[str], workdir: Path) -> dict:
             "report": tail}
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None) -> int:
     ap = Parser(prog="bench_continuous.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--vllm", default="0.32.0")
     ap.add_argument("--seconds", type=int, default=600, help="the continuous run's length")
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="continuous workers (the time-boxed mode is one process)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "continuous.md"))
     args = ap.parse_args(argv)
+    envs.find(args.vllm)  # a release without an environment: one line, exit 2
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     runs = []
     with tempfile.TemporaryDirectory(prefix="kvproof-bench-cont-") as tmp:
@@ -89,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write(Path(args.out), "\n".join(lines) + "\n")
     print(f"ratio {ratio:.2f}; wrote {args.out}")
     return 0
+
+
+def main(argv=None) -> int:
+    return guarded("bench_continuous.py", _main, argv)
 
 
 if __name__ == "__main__":

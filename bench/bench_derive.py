@@ -18,12 +18,12 @@ import sys
 
 from kvproof import envs
 from kvproof.bridge.client import Worker
-from kvproof.cliutil import Parser
+from kvproof.cliutil import Parser, guarded
 from kvproof.config import Config, reference_models
 from kvproof.fsio import atomic_write
 
 
-def main(argv=None) -> int:
+def _main(argv) -> int:
     ap = Parser(prog="bench_derive.py")
     ap.add_argument("--vllm", default="0.32.0")
     ap.add_argument("--out", default="bench/results/derive.md")
@@ -53,6 +53,10 @@ def main(argv=None) -> int:
     atomic_write(args.out, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
+
+
+def main(argv=None) -> int:
+    return guarded("bench_derive.py", _main, argv)
 
 
 if __name__ == "__main__":

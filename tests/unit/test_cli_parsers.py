@@ -26,3 +26,16 @@ def test_bench_selftest_usage_error_is_one_line_exit_2(argv):
     assert proc.returncode == 2, proc
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("bench_selftest.py: "), proc.stderr
+
+
+@pytest.mark.parametrize("script,argv", [("bench_continuous.py", ["--seconds", "soon"]),
+                                         ("bench_continuous.py", ["--vllm", "9.9.9"]),
+                                         ("bench_derive.py", ["--no-such-option"]),
+                                         ("bench_derive.py", ["--vllm", "9.9.9"])])
+def test_bench_usage_error_is_one_line_exit_2(script, argv):
+    """A bad option or a release without an environment: one line, exit 2, nothing written."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / script), *argv, "--out", "/nonexistent/x.md"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{script}: "), proc.stderr
