@@ -158,6 +158,8 @@ def _spec(i: Any, b: Any, caps: Caps, prev: list[int], premise: str) -> tuple[Gr
             dcp_sharded = None  # False is MambaSpec's default: one spelling only
         if not (caps.dcp_sharded_attention if attention else caps.dcp_sharded_mamba):
             dcp_sharded = None
+        if premise == "engine" and dcp_sharded and kind in facts.UNSHARDED_KINDS:
+            dcp_sharded = None  # no in-tree model shards a Mamba group (facts.UNSHARDED_KINDS)
     # Per-state compression. Engine premise: only on the kinds whose in-tree specs carry it
     # (facts.COMPRESSED_KINDS: MLA), at a real compress ratio, on a block of whole states.
     # Free premise: any value on any kind whose spec class has the field (Mamba included).
@@ -329,6 +331,8 @@ def encode(layout: Layout, premise: str = "engine") -> bytes:
         elif g.prefix_cacheable is False:
             raise NotEncodable("prefix_cacheable=false outside a ring-buffer kind")
         if attention or g.kind == "mamba":
+            if premise == "engine" and g.dcp_sharded and g.kind in facts.UNSHARDED_KINDS:
+                raise NotEncodable(f"dcp_sharded on {g.kind} (no in-tree model shards it: facts.UNSHARDED_KINDS)")
             enc.pick((None, True, False), g.dcp_sharded)
         elif g.dcp_sharded is not None:
             raise NotEncodable("dcp_sharded not expressible")

@@ -254,6 +254,12 @@ RING_BUFFER_KINDS = ("full_attention", "sliding_window")
 # value on any release. DeepSeek-V4 does not derive before 0.31 (0.27.0/0.28.0: its eager
 # scratch buffer asks for 64 GiB of a 24 GiB machine; 0.29.0: "unhashable type: 'dict'").
 COMPRESSED_KINDS = ("mla",)
+# dcp_sharded: AttentionSpec (hidden-state caches included) defaults it to True, KVCacheSpec (so MambaSpec) to False, and no
+# in-tree builder passes dcp_sharded=True (0.32.0: the only explicit values are False, for
+# draft/indexer attention). A sharded Mamba group is a direct caller's: under it the hybrid
+# coordinator refuses DCP ("only supports full-attention, Mamba, and replicated draft groups"),
+# and a Mamba-only model reaches MambaManager's "DCP not support mamba now" assert.
+UNSHARDED_KINDS = ("mamba",)
 # Which kinds a compressed MLA group shares a model with: full attention / sliding-window MLA
 # and ring buffers (DeepSeek-V4: SlidingWindowMLASpec + CircularBufferSpec compressor state),
 # and Mamba: Qwen4-exp mixes GDN layers (MambaSpec) with QSA layers (compressed

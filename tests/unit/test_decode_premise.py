@@ -41,6 +41,16 @@ def test_engine_premise_layouts_are_inside_the_premise():
             assert premise.violated(x, rev) == [], (rev, x.summary(), premise.violated(x, rev))
 
 
+def test_engine_premise_never_shards_a_mamba_group_the_free_premise_does():
+    """No in-tree model builds a dcp_sharded MambaSpec (facts.UNSHARDED_KINDS); the free
+    premise keeps it for direct callers (MambaManager's "DCP not support mamba now")."""
+    def sharded(prem):
+        return [g for x in _layouts(NEW, prem, seed=14) for g in x.groups if g.kind == "mamba" and g.dcp_sharded]
+    assert sharded("engine") == []
+    assert sharded("free")
+    assert any(g.dcp_sharded for x in _layouts(NEW, "engine", seed=14) for g in x.groups if g.kind != "mamba")
+
+
 def test_engine_premise_never_shares_chunked_local_with_another_kind():
     for x in _layouts(NEW, "engine", seed=13):
         kinds = {g.kind for g in x.groups}
