@@ -118,6 +118,31 @@ def test_seed_layout(cw, connector):
         assert res.efficiency.external_tokens > 0  # scheduler-block aligned, so no external lookup)
 
 
+
+# kvproof finding 047644c41341 (consumer|oracle:stalled): OffloadingConnector with tp = dcp = 2 and
+# prefix caching off. r1 arrives while r0's store job is pending; its CPU lookup is HIT_PENDING
+# (the connector answers None: "ask again") until the job completes, which the scheduler counts
+# as pending_count = parallel_config.world_size worker reports (offloading/scheduler.py). The
+# fake worker once reported each job from one worker only, so the job never completed and r1
+# waited forever: a harness stall, not a vLLM hang.
+OFFLOAD_TP2 = {"groups": [{"kind": "full_attention", "block_size": 16}], "kv_connector": "OffloadingConnector",
+               "cache": {"block_size": 16, "enable_prefix_caching": False}, "dcp": 2}
+SAME_PROMPT_LATER = Stream((176,), (Req(0, 176, 1, 0, 4), Req(0, 176, 0, 3, 1)), max_num_batched_tokens=256,
+                           max_num_seqs=2)
+
+
+def test_offload_jobs_complete_under_tensor_parallelism(cw):
+    """Every one of the world_size workers reports each transfer job (the executor's
+    KVOutputAggregator sums their kv_connector_worker_meta), so stores complete and a later
+    request that waits on them runs."""
+    layout = Layout.from_dict(OFFLOAD_TP2)
+    [res] = cw.run([(layout, SAME_PROMPT_LATER)])
+    verdict, _, reason = consumer_verdict(res, layout)
+    assert not res.by("stalled"), res.observations
+    assert verdict in (Verdict.OK, Verdict.WARN), reason
+    assert res.steps < 20, res.steps
+
+
 PATCHED = textwrap.dedent("""
     import json, sys
     from vllm.v1.core import kv_cache_utils

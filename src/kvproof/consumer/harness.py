@@ -461,7 +461,8 @@ class Harness:
             finished_sending, finished_recving, worker_meta = set(), set(), None
             if conn is not None:
                 # the fake worker: every job in this step's connector metadata completes by the next step
-                worker_meta, recv, driven = self._worker_reply(getattr(out, "kv_connector_metadata", None))
+                worker_meta, recv, driven = self._worker_reply(getattr(out, "kv_connector_metadata", None),
+                                                               scheduler.vllm_config.parallel_config.world_size)
                 job_driven |= driven
                 finished_recving |= recv
             scheduler.update_from_output(out, mro)
@@ -520,10 +521,18 @@ class Harness:
         return Request(**kw)
 
     @staticmethod
-    def _worker_reply(meta: Any) -> tuple[Any, set[str], bool]:
+    def _worker_reply(meta: Any, workers: int = 1) -> tuple[Any, set[str], bool]:
         """What the connector's worker side reports one step after receiving ``meta``, the way
         vLLM's connector unit tests complete transfers (every job succeeds): (worker metadata,
-        finished_recving, whether loads are job-driven). Shapes (0.27-0.32, same in each):
+        finished_recving, whether loads are job-driven). The worker metadata is what the
+        executor hands the scheduler: each of the ``workers`` (``parallel_config.world_size``)
+        ranks reports every job once, and ``KVOutputAggregator.aggregate``
+        (kv_connector/utils.py) merges them with the metadata's own ``aggregate``. Both
+        offloading schedulers complete a job only at world_size reports (offloading/scheduler.py
+        ``pending_count=num_workers``; simple_kv_offload/manager.py ``_expected_worker_count``):
+        one report per job under tp = dcp > 1 left stores pending forever, and a later request
+        whose CPU lookup was HIT_PENDING was told to ask again at every step (finding
+        047644c41341). Shapes (0.27-0.32, same in each):
         offloading ``OffloadingConnectorMetadata(load_jobs, store_jobs)`` -> 
         ``OffloadingWorkerMetadata(completed_jobs={job: 1})`` + the load jobs' requests as
         finished_recving (offloading/worker.py ``get_finished``); simple CPU offload
@@ -539,7 +548,8 @@ class Harness:
             cls = getattr(mod, "OffloadingWorkerMetadata", None)
             jobs = list(load_jobs) + list(store_jobs)
             recv = {j.req_id for j in load_jobs.values()}
-            return (cls(completed_jobs={j: 1 for j in jobs}) if jobs and cls else None), recv, True
+            one = cls(completed_jobs={j: 1 for j in jobs}) if jobs and cls else None
+            return Harness._aggregate(one, workers), recv, True
         if hasattr(meta, "store_event") and isinstance(getattr(meta, "load_event_to_reqs", None), dict):
             cls = getattr(mod, "SimpleCPUOffloadWorkerMetadata", None)
             ev = meta.store_event
@@ -549,9 +559,20 @@ class Harness:
             # (simple_kv_offload/worker.py:297 get_finished) reports each event index once.
             le = getattr(meta, "load_event", -1)
             recv = set(meta.load_event_to_reqs.get(le, ())) if isinstance(le, int) and le >= 0 else set()
-            return (cls(completed_store_events={ev: 1}) if cls and isinstance(ev, int) and ev >= 0 else None), \
-                recv, True
+            one = cls(completed_store_events={ev: 1}) if cls and isinstance(ev, int) and ev >= 0 else None
+            return Harness._aggregate(one, workers), recv, True
         return None, set(), False
+
+    @staticmethod
+    def _aggregate(one: Any, workers: int) -> Any:
+        """``workers`` identical per-rank worker metadata merged the way the executor merges them
+        (the first as accumulator, then ``acc.aggregate(next)``)."""
+        acc = one
+        if one is None:
+            return None
+        for _ in range(max(workers, 1) - 1):
+            acc = acc.aggregate(one)
+        return acc
 
     def _model_output(self, scheduler: Any, out: Any, sending: set[str], recving: set[str],
                       worker_meta: Any = None) -> Any:
