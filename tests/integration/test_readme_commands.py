@@ -3,9 +3,12 @@
 Each test runs in the checkout root of a fresh ``git clone`` of this repository
 (into a temporary folder), with default paths (no ``--workdir``, ``--crash-dir``,
 no ``KVPROOF_*`` folder variables), time-boxed where the command runs long. The
-clone reuses the dev virtual environment (``.venv`` is a symlink to this
-checkout's, excluded in the clone's ``.git/info/exclude``) and the shared release environments (``~/.cache/kvproof/envs``);
-``pyproject.toml`` is dated back so make does not rebuild the venv. Each command
+clone runs its own code: its ``.venv`` is a new virtual environment holding an
+editable install of the clone alone, whose third-party packages come from the dev
+environment's site-packages (a path in a ``.pth`` file: the dev install of kvproof
+there is not loaded), and it shares the release environments
+(``~/.cache/kvproof/envs``); ``.venv/.stamp`` is newer than ``pyproject.toml``, so
+make does not rebuild the venv. Each command
 must exit with its documented code, print no traceback, and leave
 ``git status --porcelain`` empty (findings go to ``out/``, never ``corpus/``).
 
@@ -20,6 +23,8 @@ import os
 import re
 import signal
 import subprocess
+import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -43,10 +48,17 @@ def clone(tmp_path_factory) -> Path:
         require_env(release)
     where = tmp_path_factory.mktemp("clone") / "kvproof"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(where)], check=True)
-    (where / ".venv").symlink_to(ROOT / ".venv")
-    with open(where / ".git" / "info" / "exclude", "a") as fh:
-        fh.write("/.venv\n")  # .gitignore's ".venv/" matches a folder, not this symlink
+    venv = where / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    purelib = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})["purelib"])
+    (purelib / "kvproof-dev-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
+                    "--disable-pip-version-check", "-e", str(where)], check=True, cwd=where)
+    (venv / ".stamp").touch()
     os.utime(where / "pyproject.toml", (0, 0))  # older than .venv/.stamp: make reuses the venv
+    code = subprocess.run([str(venv / "bin" / "python"), "-c", "import kvproof.fuzz.run as r; print(r.__file__)"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert code == str(where / "fuzz" / "run.py"), f"the clone runs {code}, not its own code"
     assert _porcelain(where) == ""
     return where
 
