@@ -158,8 +158,11 @@ def write_model_table(release: str, folder: Path | None = None) -> Path:
     ``<folder>/models/<release>.json`` (with each derivation's seconds and peak RSS)."""
     from kvproof.fsio import atomic_write
     derived = derive_all(release, model_configs())
+    # group_layers: each group's layer count, where a draft's layers show when they join a target's
+    # group of the same spec (qwen3_next + MTP: full attention 12 -> 13 layers, same block sizes).
     entries = [dict(table_entry(d), seconds=d.seconds, peak_rss_mb=d.peak_rss_mb, log_line=d.log_line(),
-                    stand_in_backend=d.stand_in) for d in derived]
+                    stand_in_backend=d.stand_in, group_layers=[g.get("layers") for g in d.raw.get("groups") or []])
+               for d in derived]
     text = json.dumps({"release": release, "revision": _revision(release), "cpu": host_cpu(), "entries": entries},
                       indent=1, sort_keys=True)
     return atomic_write((folder or table_dir()) / "models" / f"{release}.json", text + "\n")

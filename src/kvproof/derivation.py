@@ -220,7 +220,7 @@ def table_entry(d: Derived) -> dict[str, Any]:
 # (all_configs), so a finding a toy reaches is tried on the real architectures too: hidden-state
 # extraction (EAGLE-3 style) in the release's default Mamba cache mode, in "align" (0.27 defaults
 # to "all") and in "all" (0.27-0.31; 0.32 refuses the mode), and a KV offloading connector without
-# prefix caching.
+# prefix caching. Then fp8 KV, alone and with skip layers, and an MTP draft (below).
 HIDDEN_STATES_STORAGE = "/tmp/kvproof-hidden-states"
 _EXTRACT_HIDDEN_STATES = (
     "--speculative-config",
@@ -239,6 +239,21 @@ MODEL_FLAG_SETS: tuple[tuple[str, ...], ...] = (
     ("--no-enable-prefix-caching", "--kv-transfer-config",
      json.dumps({"kv_connector": facts.DEFAULT_CONNECTOR, "kv_role": "kv_both",
                  "kv_connector_extra_config": {"cpu_bytes_to_use": 64 << 20}})),
+    # fp8 KV cache, then with skip layers (--kv-cache-dtype-skip-layers, every release 0.27-0.32):
+    # its values are layer indices or an attention type ("sliding_window"; the CacheConfig field's
+    # doc). The skipped layers keep the model dtype, so their page is twice an fp8 layer's:
+    # "sliding_window" keeps a sliding-window model's window layers unquantized (gemma, cohere2,
+    # gpt-oss: window 64 beside full 128 on 0.27-0.29, full 256 beside window 128 on 0.31-0.32). An
+    # index ("0") makes one layer differ from the others of its kind; the release then gives every
+    # layer its own group (falcon_h1 64, zamba2 63, llama4 48 groups on 0.27-0.32), beyond
+    # fuzz/decode.MAX_GROUPS (16), so it waits for the generator to reach such layouts.
+    ("--kv-cache-dtype", "fp8"),
+    ("--kv-cache-dtype", "fp8", "--kv-cache-dtype-skip-layers", "sliding_window"),
+    # An MTP draft: the release maps the target's model type to its MTP model (qwen3_next ->
+    # Qwen3NextMTP, deepseek_v4 -> DeepSeekV4MTPModel, nemotron_h with num_nextn_predict_layers >
+    # 0, ...) and the drafter's layers join the KV cache groups; a model without MTP layers is
+    # refused by the release ("Unsupported speculative method: 'mtp'"), a row like any other.
+    ("--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": 1})),
 )
 
 
