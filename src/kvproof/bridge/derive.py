@@ -282,8 +282,28 @@ def _cleanup(executor: Any) -> None:
         _SINCE_GC = 0
 
 
+def _limit_address_space() -> None:
+    """Cap the worker's address space once: on 0.27/0.28 DeepSeek-V4 and Kimi-Linear allocate
+    real multi-GB scratch buffers although their layers are on the meta device (a 0.27 worker
+    reached 23 GB and was OOM-killed on a 24 GB machine). Under the cap the allocation fails in
+    that configuration and becomes its NOT_DERIVABLE cause; the machine keeps running.
+    Three quarters of physical memory, at least 8 GiB (torch and vLLM map a few GiB on import)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return
+    cap = max(8 << 30, physical * 3 // 4)
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    if soft == resource.RLIM_INFINITY or soft > cap:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+
+
 def derive(config: Config | dict[str, Any]) -> dict[str, Any]:
     """The Layout real vLLM derives for ``config`` (memoised per config), or its error."""
+    if not _MEMO:
+        _limit_address_space()
     if not isinstance(config, Config):
         config = Config.from_dict(config, REVISION)
     key = json.dumps(config.to_dict(), sort_keys=True)
