@@ -47,7 +47,7 @@ def _main(argv) -> int:
             lines.append(f"| {r.config.model} | `{r.layout.summary()}` | `{r.log_line()}` | {r.seconds:.2f} | "
                          f"{r.peak_rss_mb or 0:.0f} | {r.stand_in or ''} |")
         else:
-            cause = " ".join(r.error.line().split())[:160].replace("|", "/")  # one table row
+            cause = " ".join(r.error.line().split())[:300].replace("|", "/")  # one table row
             lines.append(f"| {r.config.model} | NOT_DERIVABLE: {cause} | | {r.seconds:.2f} | "
                          f"{r.peak_rss_mb or 0:.0f} | |")
     atomic_write(args.out, "\n".join(lines) + "\n")
