@@ -189,8 +189,9 @@ def report(workdir: Path, ledger, release: str | None = None) -> tuple[str, int]
         lines += [f"  {c['verdict']} {c['key']} id {c['id']}: {c['count']} hits ({c['layout']}; "
                   f"{c['detail'][:160]})" for c in sorted(unlisted, key=lambda c: -c["count"])]
     by_status: dict[str, list[int]] = {}
-    for c in classes:
-        n = by_status.setdefault(c["status"], [0, 0])
+    for c in classes:  # "new" is a new FAIL class; any other class the ledger lacks is only counted
+        st = c["status"] if c["status"] != "new" or c["verdict"] == "FAIL" else "not in the ledger"
+        n = by_status.setdefault(st, [0, 0])
         n[0] += 1
         n[1] += c["count"]
     if by_status:

@@ -232,10 +232,12 @@ def test_report_lists_new_classes_first_then_known_bugs_then_counts(tmp_path):
     new = _seed_fail().key
     bug = ClassKey("consumer", "oracle:kv_event", "", "vllm/x.py:f")
     by_design = ClassKey("manager", "hybrid.dcp_full_attention_or_mamba", "AssertionError", "vllm/y.py:g")
-    _write_stats(tmp_path, 0, {"execs": 10, "verdicts": {"FAIL": 8, "UNSUPPORTED": 2},
+    refusal = ClassKey("consumer", "by-design:dcp not support", "AssertionError", "vllm/z.py:h")
+    _write_stats(tmp_path, 0, {"execs": 13, "verdicts": {"FAIL": 8, "UNSUPPORTED": 5},
                                "classes": {new.id: _rec(new, "FAIL", "new", 1, 2.0, "/p"),
                                            bug.id: _rec(bug, "FAIL", "bug", 7, 0.5),
-                                           by_design.id: _rec(by_design, "UNSUPPORTED", "new", 2, 0.1)}})
+                                           by_design.id: _rec(by_design, "UNSUPPORTED", "new", 2, 0.1),
+                                           refusal.id: _rec(refusal, "UNSUPPORTED", "new", 3, 0.2)}})
     ledger = FakeLedger({bug.id: FakeEntry("bug", title="SimpleCPU KV events"),
                          by_design.id: FakeEntry("by-design")})
     text, n_new = fuzz_run.report(tmp_path, ledger)
@@ -246,8 +248,8 @@ def test_report_lists_new_classes_first_then_known_bugs_then_counts(tmp_path):
     assert "SimpleCPU KV events" in lines[i_bug + 1] and "7 hits" in lines[i_bug + 1]
     assert "by-design" not in "\n".join(lines[i_bug:i_bug + 2])
     assert any(ln.startswith("Classes by ledger status:") and "by-design 1 (2 hits)" in ln and "bug 1 (7 hits)" in ln
-               and "new 1 (1 hits)" in ln for ln in lines)
-    assert lines[-1] == "Verdicts: UNSUPPORTED 2, FAIL 8"
+               and "new 1 (1 hits)" in ln and "not in the ledger 1 (3 hits)" in ln for ln in lines)
+    assert lines[-1] == "Verdicts: UNSUPPORTED 5, FAIL 8"
     # Once the ledger holds the class, the same campaign folder reports nothing new.
     ledger.entries[new.id] = FakeEntry("bug")
     text, n_new = fuzz_run.report(tmp_path, ledger)
