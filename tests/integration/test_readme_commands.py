@@ -154,6 +154,19 @@ def test_check_the_readme_example(clone):
 
 
 @pytest.mark.integration
+def test_check_config_the_readme_example(clone):
+    cmd = ('.venv/bin/kvproof check --config nemotron_h_8b --flags "--enable-prefix-caching --mamba-cache-mode align" '
+           "--vllm 0.27.0 --vllm 0.32.0")
+    rc, out = _run(clone, cmd, timeout=300)
+    _check(clone, cmd, rc, out, (0,))
+    # 6 Mamba groups + 1 attention group at the real depth; the sizes depend on the CPU (the Mamba
+    # state dtype follows its ISA: derivation.host_cpu), the same on both releases in align mode.
+    lines = re.findall(r"block_sizes=\[(\d+)(?:, \1){6}\], hash_block_size=\1\b", out)
+    assert len(lines) == 2, out[-3000:]
+    assert out.count("(consumer)") == 2, out[-3000:]
+
+
+@pytest.mark.integration
 def test_explain_the_readme_example(clone):
     cmd = f'.venv/bin/kvproof explain "{SEED_LINE}"'
     rc, out = _run(clone, cmd, timeout=300)
