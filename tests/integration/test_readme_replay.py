@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from test_readme_commands import _check, _run, clone  # noqa: F401 -- clone is the fixture
+from test_readme_commands import _typed, clone  # noqa: F401 -- clone is the fixture
 
 
 @pytest.mark.engine
 @pytest.mark.parametrize("cmd", ["make replay", "make matrix"])
 def test_replay_and_matrix(clone, cmd):  # noqa: F811
-    rc, out = _run(clone, cmd, timeout=1200)
-    _check(clone, cmd, rc, out, (0,))
+    _typed(clone, cmd, (0,), timeout=1200)
