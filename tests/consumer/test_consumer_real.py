@@ -192,3 +192,29 @@ def test_hash_chain_oracle_catches_hasher_at_twice_the_size(release):
     verdict, _, reason = consumer_verdict(res)
     assert verdict == Verdict.FAIL, reason
     assert res.by("hash_chain"), res.observations
+
+
+# The harness's measurement of connector hits. OffloadingConnector at dcp = 1: r1 arrives long after
+# r0 finished and its store job completed, so the connector finds all 11 chunks (176 tokens) on the
+# CPU and loads them asynchronously; the scheduler then resumes r1 at num_tokens - 1 = 175 computed
+# (_update_waiting_for_remote_kv) without a second local lookup. The efficiency oracle once credited
+# an async load only when a later local lookup returned it, so with prefix caching off it reported
+# 0 of 175 tokens hit, and with it on it took the load out of the earlier GPU hit (144 + 16).
+OFFLOAD_DCP1 = {"groups": [{"kind": "full_attention", "block_size": 16}], "kv_connector": "OffloadingConnector",
+                "cache": {"block_size": 16, "enable_prefix_caching": False}}
+SAME_PROMPT_MUCH_LATER = Stream((176,), (Req(0, 176, 1, 0, 4), Req(0, 176, 0, 40, 1)), max_num_batched_tokens=256,
+                                max_num_seqs=2)
+
+
+@pytest.mark.parametrize("prefix_caching", (False, True))
+def test_async_connector_load_counts_as_external_hit(cw, prefix_caching):
+    layout = Layout.from_dict(dict(OFFLOAD_DCP1, cache=dict(OFFLOAD_DCP1["cache"],
+                                                            enable_prefix_caching=prefix_caching)))
+    [res] = cw.run([(layout, SAME_PROMPT_MUCH_LATER)])
+    assert not [o for o in res.observations if o.oracle != "efficiency"], res.observations
+    r1 = res.hits[1]
+    assert r1["truth"] == 175
+    # pc off: everything comes from the CPU; pc on: r0's 10 full GPU blocks, then the last chunk
+    # from the CPU, of which the scheduler keeps all but the last token
+    assert (r1["hit"], r1["external"]) == ((160, 15) if prefix_caching else (0, 175)), r1
+    assert res.efficiency.hit_tokens + res.efficiency.external_tokens == 175

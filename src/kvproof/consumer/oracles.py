@@ -138,6 +138,8 @@ class Oracles:
         self.memo = KeyMemo()
         self.pending_hit: dict[str, tuple[int, int]] = {}  # req id -> (local, truth) from get_computed_blocks
         self.ext_hit: dict[str, int] = {}
+        # req id -> local lookups since its latest async claim (a claim follows its own lookup)
+        self.lookups_after_claim: dict[str, int] = {}
         self.first_seen: set[str] = set()
 
     # --- what the stream and the scheduler did ----------------------------------------
@@ -156,6 +158,8 @@ class Oracles:
         """A prefix-cache lookup returned a hit of ``n`` tokens."""
         self.hit(request, n)
         self.pending_hit[request.request_id] = (n, self.truth.longest(request.all_token_ids))
+        if request.request_id in self.lookups_after_claim:
+            self.lookups_after_claim[request.request_id] += 1
 
     def scheduled(self, step: int, rids: Iterable[str]) -> None:
         """Efficiency (e): the hit each request got at its first admission vs what was reusable."""
@@ -165,10 +169,19 @@ class Oracles:
                 local, true_len = self.pending_hit.pop(rid)
                 ext = self.ext_hit.pop(rid, 0)
                 loaded = self.ext_hit.pop(rid + "#async", 0)
-                if loaded and local >= loaded:  # the loaded tokens came back as a local hit
+                relooked = self.lookups_after_claim.pop(rid, 0) > 0
+                if loaded and relooked and local >= loaded:  # the loaded tokens came back as a local hit
                     local, ext = local - loaded, ext + loaded
+                elif loaded:
+                    # no lookup since the claim: the scheduler resumes the request at what the load
+                    # made computed (scheduler.py _update_waiting_for_remote_kv), with no local lookup
+                    # to return it, with or without prefix caching
+                    ext += loaded
                 req = self.live[rid]
                 cap = max(0, req.num_prompt_tokens - 1)
+                # a load up to the whole prompt leaves its last token to recompute (the same
+                # function: num_computed_tokens = num_tokens - 1)
+                ext = max(0, min(ext, cap - local))
                 if rid not in self.first_seen:
                     self.first_seen.add(rid)
                     res.efficiency.admissions += 1
@@ -316,10 +329,17 @@ class Oracles:
     def connector_claim(self, conn_name: str, request: Any, num_computed_tokens: int, got: Any) -> None:
         """``get_num_new_matched_tokens`` answered ``got`` ((tokens, async) or tokens)."""
         n = got[0] if isinstance(got, tuple) else got
+        rid = request.request_id
+        if isinstance(n, int):  # an answer (None is "ask again") replaces one the request did not use
+            self.ext_hit.pop(rid, None)
+            self.ext_hit.pop(rid + "#async", None)
+            self.lookups_after_claim.pop(rid, None)
         if isinstance(n, int) and n > 0:
             if isinstance(got, tuple) and len(got) > 1 and got[1]:
-                # async load: once loaded, the next local lookup already counts these tokens
+                # async load: counted at the request's first schedule, as external unless a later
+                # local lookup already returns these tokens (lookups_after_claim)
                 self.ext_hit[request.request_id + "#async"] = n
+                self.lookups_after_claim[request.request_id] = 0
             else:
                 self.ext_hit[request.request_id] = n
             true_len = max(self.truth.longest(request.all_token_ids), self.out_of_window(request))
