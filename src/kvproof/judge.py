@@ -310,7 +310,9 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
     line = consumer_efficiency_line(r)
     ideal = _ideal_recomputed(r)
     if e.reusable_tokens and ideal is not None:
-        lost = e.reusable_tokens - e.hit_tokens - e.external_tokens - ideal
+        # a connector's load is not rounded to a hash block (vLLM recomputes only the last
+        # token): it can beat the local ideal, which loses nothing, not a negative amount
+        lost = max(0, e.reusable_tokens - e.hit_tokens - e.external_tokens - ideal)
         line += (f"; ideal at the finest granularity ({r.hash_block_size} tokens) "
                  f"{ideal / e.reusable_tokens:.1%} recomputed, {lost / max(1, e.admissions):.0f} tokens lost per request")
     if not e.reusable_tokens:  # nothing was reusable: no efficiency to judge

@@ -98,6 +98,9 @@ def test_c6_compares_with_the_finest_granularity_and_shows_both_numbers():
         in coarse.note and "6144 tokens lost per request" in coarse.note
     fine = judge_consumer(_result(hits, 384, 3 * (20000 - 32)))
     assert fine.verdict == Verdict.OK and "0 tokens lost per request" in fine.note
+    # a connector load beyond the last hash boundary (token-granular) loses nothing, not -32 tokens
+    beyond = judge_consumer(_result(hits, 384, 3 * (20000 - 1)))
+    assert beyond.verdict == Verdict.OK and " 0 tokens lost per request" in beyond.note, beyond.note
     # the margin: just under it is OK, over it WARN (a granularity of 1000 tokens ideally recomputes 0)
     near = [{"truth": 10000}] * 2
     under = int(20000 * (1 - CONSUMER_WARN_FRACTION)) + 2
