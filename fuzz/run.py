@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import glob
 import hashlib
 import json
@@ -246,14 +247,12 @@ class Campaign:
             self._release = envs.vllm_version(self.env.python)
         return self._release
 
-    @property
+    @functools.cached_property
     def version(self) -> str:
         """The installed vLLM's version (an overlay's is its base release's): what the ledger's
         "fixed in" is compared with."""
-        if getattr(self, "_version", None) is None:
-            label = self._release or ""
-            self._version = label if re.fullmatch(r"\d+\.\d+\.\d+", label) else envs.vllm_version(self.env.python)
-        return self._version
+        label = self._release or ""
+        return label if re.fullmatch(r"\d+\.\d+\.\d+", label) else envs.vllm_version(self.env.python)
 
     # --- plumbing ------------------------------------------------------------
     def prepare(self) -> None:

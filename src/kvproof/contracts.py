@@ -254,16 +254,19 @@ class Refusal:
     contract: str | None = None
     connector: str | None = None
 
+    def _by_design_for(self, layout: Layout | None) -> bool:
+        return self.applies is None or (layout is not None and self.applies(layout))
+
     def matches(self, layout: Layout | None, err: StageError | None) -> bool:
         if err is None or err.type != "AssertionError" or self.message not in err.message:
             return False
-        return self.applies is None or (layout is not None and self.applies(layout))
+        return self._by_design_for(layout)
 
     def covers(self, layout: Layout, contract_id: str) -> bool:
         """A layout violating ``contract_id`` meets this refusal, by design, before anything else."""
         return (self.contract is not None and contract_id.split("[")[0] == self.contract
                 and (self.connector is None or layout.kv_connector == self.connector)
-                and (self.applies is None or self.applies(layout)))
+                and self._by_design_for(layout))
 
 
 def _prefix_caching_off(layout: Layout) -> bool:
@@ -292,8 +295,8 @@ UNSUPPORTED_BY_DESIGN: tuple[Refusal, ...] = (
     # build_offloading_config (0.27-0.33): OffloadingConnector on a hybrid model whose Mamba groups
     # are not in "align" mode hashes at the LCM (the resolver's fallback) and asserts, naming the
     # remedy. By design while prefix caching is off (the remedy applies; found by the consumer
-    # campaign on 0.32.0, mamba_cache_mode=none). With prefix caching on, the same assertion is a failure: the 0.27 seed layout
-    # reaches it with tokens_per_hash=98464.
+    # campaign on 0.32.0, mamba_cache_mode=none). With prefix caching on, the same assertion is
+    # a failure: the 0.27 seed layout reaches it with tokens_per_hash=98464.
     Refusal("need --enable-prefix-caching to align block sizes",
             "distributed/kv_transfer/kv_connector/v1/offloading/config.py:build_offloading_config",
             applies=_prefix_caching_off, contract="connector.block_multiple_of_hash",

@@ -45,6 +45,7 @@ default block size and attention backend are the CPU ones, as in a CPU boot.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import hashlib
 import json
@@ -282,6 +283,7 @@ def _cleanup(executor: Any) -> None:
         _SINCE_GC = 0
 
 
+@functools.cache  # once per worker
 def _limit_address_space() -> None:
     """Cap the worker's address space once: on 0.27/0.28 DeepSeek-V4 and Kimi-Linear allocate
     real multi-GB scratch buffers although their layers are on the meta device (a 0.27 worker
@@ -302,8 +304,7 @@ def _limit_address_space() -> None:
 
 def derive(config: Config | dict[str, Any]) -> dict[str, Any]:
     """The Layout real vLLM derives for ``config`` (memoised per config), or its error."""
-    if not _MEMO:
-        _limit_address_space()
+    _limit_address_space()
     if not isinstance(config, Config):
         config = Config.from_dict(config, REVISION)
     key = json.dumps(config.to_dict(), sort_keys=True)

@@ -567,9 +567,9 @@ class Harness:
     def _aggregate(one: Any, workers: int) -> Any:
         """``workers`` identical per-rank worker metadata merged the way the executor merges them
         (the first as accumulator, then ``acc.aggregate(next)``)."""
-        acc = one
         if one is None:
             return None
+        acc = one
         for _ in range(max(workers, 1) - 1):
             acc = acc.aggregate(one)
         return acc
