@@ -194,6 +194,22 @@ CONNECTOR_SETUP_REFUSALS = (
      "the engine's extract_hidden_states path adds exactly one hidden-state group"),
     ("pin_memory", "needs pinned host memory (an accelerator), absent on this CPU machine"),
 )
+# Speculative decoding in the consumer tier (vllm/config/speculative.py SpeculativeConfig).
+# The methods a stream may carry; each release accepts its own subset (the real
+# SpeculativeConfig decides: a refusal is NOT_EXPRESSIBLE, never a verdict). EAGLE-family
+# methods (SpeculativeConfig.use_eagle(): eagle, eagle3, mtp) make the KV cache manager drop
+# the block past a hit (drop_eagle_block, single_type_kv_cache_manager.py) unless 0.33's
+# lookahead hashing replaces it (VllmConfig.num_hash_lookahead_tokens).
+SPEC_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model")
+EAGLE_METHODS = ("eagle", "eagle3", "mtp")
+# How the fake model runner judges proposed drafts: every one accepted, none, or each
+# accepted with probability ``p`` from a seeded RNG (the stream carries the seed).
+SPEC_ACCEPT = ("all", "none", "seeded")
+MAX_SPEC_TOKENS = 8
+# Where a KV cache coordinator keeps the groups that drop the unit past a hit for EAGLE:
+# 0.33 drop_eagle_group_ids (empty when lookahead hashing replaces the drop), 0.27-0.32
+# eagle_group_ids (every group when use_eagle and no KVCacheGroupSpec.is_eagle_group is set).
+EAGLE_DROP_ATTRS = ("drop_eagle_group_ids", "eagle_group_ids")
 # Connector-internal methods that store a (hash, group) key (the rest look one up).
 # vllm/v1/core/block_pool.py BlockHashToBlockMap.insert, kv_offload OffloadingManager
 # prepare_store/complete_store.

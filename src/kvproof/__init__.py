@@ -4,7 +4,8 @@ The data flow is Layout -> bridge -> real vLLM -> Outcome -> contracts ->
 report / corpus. Only the modules in ``VLLM_SIDE`` import vLLM; each runs
 inside a vLLM environment (started there as ``<env>/bin/python -m ...``, or
 imported by one that was): the bridge worker's runtime and builder, the
-derive step, the consumer worker, harness and fuzz target, the engine boot
+derive step, the consumer worker, harness (with its configs, drafters and
+driver) and fuzz target, the engine boot
 and the atheris harnesses. Everything else, the client side included, never
 imports vLLM (tests/unit/test_vllm_side.py keeps this list true).
 """
@@ -15,6 +16,9 @@ VLLM_SIDE = (
     "kvproof.bridge.build",
     "kvproof.bridge.derive",
     "kvproof.bridge.runtime",
+    "kvproof.consumer.configs",
+    "kvproof.consumer.drafters",
+    "kvproof.consumer.driver",
     "kvproof.consumer.fuzz",
     "kvproof.consumer.harness",
     "kvproof.consumer.worker",

@@ -214,7 +214,7 @@ def judge(layout: Layout, out: Outcome, tier: Tier | None = None) -> Judgement:
 
 # --- consumer tier ---------------------------------------------------------------
 
-_HARD_ORACLES = ("exception", "prefix_hit", "hash_chain", "connector", "kv_event")
+_HARD_ORACLES = ("exception", "prefix_hit", "hash_chain", "connector", "kv_event", "spec_hit")
 
 
 def _ideal_recomputed(r) -> int | None:
@@ -223,13 +223,26 @@ def _ideal_recomputed(r) -> int | None:
     g = getattr(r, "hash_block_size", None)
     if not g or not getattr(r, "hits", None):
         return None
-    return sum(int(h["truth"]) % int(g) for h in r.hits)
+    return sum(int(h["truth"]) - spec_ideal_hit(r, int(h["truth"]), int(g)) for h in r.hits)
+
+
+def spec_ideal_hit(r, truth: int, g: int) -> int:
+    """The best hit the release's own rules allow on ``truth`` reusable tokens at hash granularity
+    ``g``: rounded down to ``g``; under EAGLE's drop one unit less (drop_eagle_block); with 0.33's
+    hash lookahead L a block's hash needs the L tokens after it (get_request_block_hasher)."""
+    ahead = int(getattr(r, "hash_lookahead", 0) or 0)
+    best = max(0, truth - ahead) // g * g
+    if getattr(r, "eagle_drop", False):
+        best = max(0, best - g)
+    return best
 
 
 def consumer_efficiency_line(r) -> str:
     e = r.efficiency
     return (f"{e.hit_tokens + e.external_tokens} of {e.reusable_tokens} reusable shared-prefix tokens hit "
-            f"({e.recomputed_fraction:.1%} recomputed; {e.prompt_tokens} prompt tokens, {e.admissions} admissions)")
+            f"({e.recomputed_fraction:.1%} recomputed; {e.prompt_tokens} prompt tokens, {e.admissions} admissions)"
+            + (f"; drafts {r.drafts_accepted} of {r.drafts_verified} accepted" if getattr(r, "drafts_verified", 0)
+               else ""))
 
 
 def _stage_error(oracle: str, detail: str) -> StageError:
@@ -313,7 +326,9 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
         # a connector's load is not rounded to a hash block (vLLM recomputes only the last
         # token): it can beat the local ideal, which loses nothing, not a negative amount
         lost = max(0, e.reusable_tokens - e.hit_tokens - e.external_tokens - ideal)
-        line += (f"; ideal at the finest granularity ({r.hash_block_size} tokens) "
+        rule = " under the EAGLE drop" if getattr(r, "eagle_drop", False) else ""
+        rule += f" and hash lookahead {r.hash_lookahead}" if getattr(r, "hash_lookahead", 0) else ""
+        line += (f"; ideal at the finest granularity ({r.hash_block_size} tokens{rule}) "
                  f"{ideal / e.reusable_tokens:.1%} recomputed, {lost / max(1, e.admissions):.0f} tokens lost per request")
     if not e.reusable_tokens:  # nothing was reusable: no efficiency to judge
         over_ideal = False

@@ -234,6 +234,7 @@ def test_consumer_inputs_stay_within_the_block_budget():
 import random, sys
 from kvproof.consumer.fuzz import BLOCK_BUDGET, decode_input, fit_stream, stream_scale
 from kvproof.consumer.harness import Harness
+from kvproof.consumer.sizing import auto_blocks
 from kvproof.consumer.stream import random_stream
 from kvproof.fuzz.harness import release_caps
 caps = release_caps(Harness().builder)
@@ -243,9 +244,9 @@ for _ in range(300):
     lay, _ = decode_input(rng.randbytes(rng.randint(8, 120)), caps)
     seed = rng.randrange(1 << 32)
     st = fit_stream(lay, seed)
-    need = Harness.auto_blocks(lay, st)
+    need = auto_blocks(lay, st)
     over += need > BLOCK_BUDGET and st != random_stream(random.Random(seed), 16)
-    shrunk += need < Harness.auto_blocks(lay, random_stream(random.Random(seed), stream_scale(lay)))
+    shrunk += need < auto_blocks(lay, random_stream(random.Random(seed), stream_scale(lay)))
 print(over, shrunk, file=sys.__stdout__)
 """
     over, shrunk = map(int, _in_env("0.32.0", code).split())

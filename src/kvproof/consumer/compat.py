@@ -118,3 +118,9 @@ def own_frame(err: BaseException, package_dir: str) -> str | None:
     rel = path[len(package_dir):].lstrip("/")
     return f"kvproof/{rel}:{last.tb_frame.f_code.co_name}"
 
+
+
+def kwargs_for(fn: Any, **candidates: Any) -> dict[str, Any]:
+    """The ``candidates`` that ``fn`` accepts by name (a release's signature decides)."""
+    params = inspect.signature(fn).parameters
+    return {k: v for k, v in candidates.items() if k in params}

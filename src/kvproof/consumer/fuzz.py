@@ -37,7 +37,7 @@ from kvproof.spec import facts
 TARGET = "consumers"
 
 
-# Blocks a generated stream may need (Harness.auto_blocks). vLLM's BlockPool builds one Python
+# Blocks a generated stream may need (sizing.auto_blocks). vLLM's BlockPool builds one Python
 # object per block at every scheduler start, so a layout with 1-token and 2^20-token groups
 # under a 4096-token stream cost 0.2 s or more per input before a step ran (one input in ten
 # needed over 10,000 blocks, the largest 160,000). Past the budget the stream's token scale is
@@ -68,12 +68,12 @@ def decode_input(data: bytes, caps: Any, premise: str = "engine") -> tuple[Any, 
 def fit_stream(layout: Any, seed: int) -> Any:
     """The seed's random stream at the layout's scale, halved until it needs at most
     ``BLOCK_BUDGET`` blocks (or the scale is 16)."""
-    from kvproof.consumer.harness import Harness
+    from kvproof.consumer.sizing import auto_blocks
     from kvproof.consumer.stream import random_stream
 
     scale = stream_scale(layout)
     stream = random_stream(random.Random(seed), scale)
-    while scale > 16 and Harness.auto_blocks(layout, stream) > BLOCK_BUDGET:
+    while scale > 16 and auto_blocks(layout, stream) > BLOCK_BUDGET:
         scale = max(16, scale // 2)
         stream = random_stream(random.Random(seed), scale)
     return stream

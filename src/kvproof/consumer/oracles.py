@@ -13,6 +13,8 @@ connector   (c) a hash a connector stored or looked up is not the hash of a
             or a connector claimed external tokens beyond the true prefix.
 kv_event    (d) a BlockStored event's hashes, token ids, parent or block size
             disagree with the blocks it describes.
+spec_hit    (b) under an EAGLE-family drafter, a hit covered the unit before the
+            generation point that drop_eagle_block makes the drafter recompute.
 efficiency  (e) measurement only: tokens reusable in principle vs hit.
 stalled     the stream could not finish in the step budget (harness limit,
             not a vLLM verdict).
@@ -234,6 +236,13 @@ class Oracles:
             why = "the last must be computed" if ahead <= 1 else f"hash lookahead {ahead}: at most num_tokens - {ahead}"
             self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens covers the whole request "
                          f"({request.num_tokens} tokens; {why})")
+        if self.res.eagle_drop and n > max(0, min(true_len, request.num_tokens - 1) - self.index.h):
+            # drop_eagle_block (single_type_kv_cache_manager.py find_longest_cache_hit): the hit
+            # gives back one hash unit (fine-grained) or one block, so the drafter's hidden states
+            # for the tokens before the generation point are recomputed
+            self.rec.add("spec_hit", f"{request.request_id}: hit {n} tokens under EAGLE, but the last "
+                         f"{self.index.h}-token unit before min(common prefix {true_len}, num_tokens - 1 = "
+                         f"{request.num_tokens - 1}) must be recomputed for the drafter")
         if self.res.alignment and n % self.res.alignment and n != request.num_tokens - 1:
             self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens is not a multiple of the "
                          f"coordinator's alignment {self.res.alignment}")

@@ -37,6 +37,15 @@ class ConsumerResult:
     # worker, setup). The run says nothing about vLLM: the judge's verdict is ERROR, never FAIL.
     harness_error: str | None = None
     hits: list[dict[str, int]] = field(default_factory=list)
+    # speculative decoding (the stream's spec): draft tokens the fake model runner proposed,
+    # those the scheduler scheduled and the target verified, and those it accepted
+    drafts_proposed: int = 0
+    drafts_verified: int = 0
+    drafts_accepted: int = 0
+    # the coordinator drops the unit past a hit for EAGLE-family drafters (drop_eagle_block,
+    # single_type_kv_cache_manager.py), and the hash lookahead of 0.33+ (num_hash_lookahead_tokens)
+    eagle_drop: bool = False
+    hash_lookahead: int = 0
 
     def by(self, oracle: str) -> list[Observation]:
         return [o for o in self.observations if o.oracle == oracle]

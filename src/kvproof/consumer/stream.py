@@ -9,13 +9,18 @@ JSON::
 
     {"prefixes": [1000, 300],            # shared prefix lengths (token content is derived)
      "requests": [{"prefix": 0, "prefix_len": 700, "suffix_len": 40, "arrival": 0,
-                   "max_tokens": 3, "resend_at": 9, "abort_at": null, "tokens": null}],
-     "num_blocks": null, "max_num_batched_tokens": 512, "max_num_seqs": 8}
+                   "max_tokens": 3, "resend_at": 9, "abort_at": null, "tokens": null,
+                   "extends": null}],
+     "num_blocks": null, "max_num_batched_tokens": 512, "max_num_seqs": 8,
+     "spec": {"method": "eagle3", "k": 2, "accept": "all"}}
 
 ``tokens`` (explicit prompt ids) overrides prefix/suffix. ``resend_at``: the
 same prompt arrives again as a new request at that step. ``abort_at``: the
-request is aborted at that step if still unfinished. ``num_blocks`` null:
-enough for every request at once (no pressure).
+request is aborted at that step if still unfinished. ``extends``: an earlier
+request's index; this prompt is that request's prompt and its outputs (the
+fake model runner's tokens, ``drafts.output_token``), then the suffix: a next
+turn of a conversation. ``num_blocks`` null: enough for every request at once
+(no pressure). ``spec``: speculative decoding (``kvproof.consumer.drafts``).
 """
 
 from __future__ import annotations
@@ -25,15 +30,17 @@ import random
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Iterator
 
+from kvproof.consumer.drafts import VOCAB, Drafts, output_token, parse_drafts
 from kvproof.errors import LayoutError
 from kvproof.inputs import parse_json_as
+from kvproof.spec import facts
 
-VOCAB = 30000
 MAX_TOKENS_PER_PROMPT = 1 << 17
 MAX_REQUESTS = 512
 MAX_STEP = 10_000
-_REQ_KEYS = {"prefix", "prefix_len", "suffix_len", "arrival", "max_tokens", "resend_at", "abort_at", "tokens"}
-_TOP_KEYS = {"prefixes", "requests", "num_blocks", "max_num_batched_tokens", "max_num_seqs"}
+_REQ_KEYS = {"prefix", "prefix_len", "suffix_len", "arrival", "max_tokens", "resend_at", "abort_at", "tokens",
+             "extends"}
+_TOP_KEYS = {"prefixes", "requests", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "spec"}
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class Req:
     resend_at: int | None = None
     abort_at: int | None = None
     tokens: tuple[int, ...] | None = None
+    extends: int | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,12 @@ class Stream:
     num_blocks: int | None = None
     max_num_batched_tokens: int = 2048
     max_num_seqs: int = 16
+    spec: Drafts | None = None
+
+    @property
+    def spec_slots(self) -> int:
+        """KV slots a request may hold past its tokens for drafts (0 without speculation)."""
+        return self.spec.k if self.spec else 0
 
     # --- token content ------------------------------------------------------
     def prompt(self, i: int) -> list[int]:
@@ -73,8 +87,12 @@ class Stream:
         r = self.requests[i]
         if r.tokens is not None:
             return tuple(r.tokens)
-        p = r.prefix
-        head = [prefix_token(p, k) for k in range(r.prefix_len)]
+        if r.extends is not None:
+            prev = self._make_prompt(r.extends)
+            n = len(prev) + self.requests[r.extends].max_tokens
+            head = list(prev) + [output_token(k) for k in range(len(prev), n)]
+        else:
+            head = [prefix_token(r.prefix, k) for k in range(r.prefix_len)]
         tail = [1 + (7919 * (i + 1) + 104729 * k + 17) % (VOCAB - 1) for k in range(r.suffix_len)]
         return tuple(head + tail)
 
@@ -86,8 +104,11 @@ class Stream:
             if r.tokens is not None:
                 d["tokens"] = list(r.tokens)
             reqs.append(d)
-        return {"prefixes": list(self.prefixes), "requests": reqs, "num_blocks": self.num_blocks,
-                "max_num_batched_tokens": self.max_num_batched_tokens, "max_num_seqs": self.max_num_seqs}
+        d = {"prefixes": list(self.prefixes), "requests": reqs, "num_blocks": self.num_blocks,
+             "max_num_batched_tokens": self.max_num_batched_tokens, "max_num_seqs": self.max_num_seqs}
+        if self.spec is not None:
+            d["spec"] = self.spec.to_dict()
+        return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -102,8 +123,9 @@ class Stream:
 
     def summary(self) -> str:
         n = sum(len(self.prompt(i)) for i in range(len(self.requests)))
+        spec = f", spec {self.spec.label()}" if self.spec else ""
         return (f"{len(self.requests)} requests, {n} prompt tokens, prefixes {list(self.prefixes)}, "
-                f"blocks={self.num_blocks or 'auto'}, batch={self.max_num_batched_tokens}")
+                f"blocks={self.num_blocks or 'auto'}, batch={self.max_num_batched_tokens}{spec}")
 
 
 def prefix_token(p: int, k: int) -> int:
@@ -160,18 +182,26 @@ def _parse(data: Any) -> Stream:
         if tokens is None and plen + slen > MAX_TOKENS_PER_PROMPT:
             raise LayoutError(f"{w}: prompt longer than {MAX_TOKENS_PER_PROMPT} tokens")
         arrival = _int(r.get("arrival", 0), f"{w}.arrival", 0, MAX_STEP)
+        extends = _opt(r.get("extends"), f"{w}.extends", 0, max(i - 1, 0))
+        if extends is not None and (i == 0 or tokens is not None):
+            raise LayoutError(f"{w}.extends needs an earlier request and no explicit tokens")
         reqs.append(Req(prefix, plen, slen, arrival, _int(r.get("max_tokens", 1), f"{w}.max_tokens", 1, 4096),
                         _opt(r.get("resend_at"), f"{w}.resend_at", 0, MAX_STEP),
-                        _opt(r.get("abort_at"), f"{w}.abort_at", 0, MAX_STEP), tokens))
-    return Stream(pre, tuple(reqs), _opt(data.get("num_blocks"), "num_blocks", 1, 1 << 22),
-                  _int(data.get("max_num_batched_tokens", 2048), "max_num_batched_tokens", 1, 1 << 20),
-                  _int(data.get("max_num_seqs", 16), "max_num_seqs", 1, 1024))
+                        _opt(r.get("abort_at"), f"{w}.abort_at", 0, MAX_STEP), tokens, extends))
+    stream = Stream(pre, tuple(reqs), _opt(data.get("num_blocks"), "num_blocks", 1, 1 << 22),
+                    _int(data.get("max_num_batched_tokens", 2048), "max_num_batched_tokens", 1, 1 << 20),
+                    _int(data.get("max_num_seqs", 16), "max_num_seqs", 1, 1024), parse_drafts(data.get("spec")))
+    longest = max(len(p) for p in stream._prompts())
+    if longest > MAX_TOKENS_PER_PROMPT:
+        raise LayoutError(f"a prompt (with the turns it extends) is longer than {MAX_TOKENS_PER_PROMPT} tokens")
+    return stream
 
 
 # --- generation and shrinking ---------------------------------------------------
 
-def random_stream(rng: random.Random, scale: int = 1000) -> Stream:
-    """One stream: a few shared prefixes of assorted lengths and requests over them."""
+def random_stream(rng: random.Random, scale: int = 1000, spec_share: float = 0.0) -> Stream:
+    """One stream: a few shared prefixes of assorted lengths and requests over them, some of
+    them next turns of earlier ones; a ``spec_share`` of streams carry speculative settings."""
     scale = max(scale, 64)
     prefixes = tuple(rng.choice([rng.randint(1, 64), rng.randint(64, scale), rng.randint(scale, 3 * scale)])
                      for _ in range(rng.randint(1, 3)))
@@ -184,8 +214,23 @@ def random_stream(rng: random.Random, scale: int = 1000) -> Stream:
                         rng.choice([None, None, rng.randint(2, 20)]),
                         rng.choice([None, None, None, rng.randint(1, 10)])))
     pressure = rng.random() < 0.3
-    return Stream(prefixes, tuple(reqs), rng.randint(4, 40) if pressure else None,
-                  rng.choice([64, 256, 1024, 4096]), rng.choice([2, 4, 16]))
+    stream = Stream(prefixes, tuple(reqs), rng.randint(4, 40) if pressure else None,
+                    rng.choice([64, 256, 1024, 4096]), rng.choice([2, 4, 16]))
+    # drawn after the rest, so a seed's requests are the same with or without them
+    if rng.random() < 0.3:  # next turns of a conversation
+        reqs = [replace(r, extends=rng.randrange(i), tokens=None) if i and rng.random() < 0.4 else r
+                for i, r in enumerate(reqs)]
+        stream = replace(stream, requests=tuple(reqs))
+    if rng.random() < spec_share:
+        stream = replace(stream, spec=random_drafts(rng))
+    return stream
+
+
+def random_drafts(rng: random.Random) -> Drafts:
+    """Speculative settings: a method, k up to 4 (often 1-2), an acceptance pattern."""
+    method, k, accept = rng.choice(facts.SPEC_METHODS), rng.choice([1, 1, 2, 2, 3, 4]), rng.choice(facts.SPEC_ACCEPT)
+    p, seed = rng.choice([0.3, 0.5, 0.8]), rng.randrange(1 << 16)
+    return Drafts(method, k, accept, p, seed) if accept == "seeded" else Drafts(method, k, accept)
 
 
 def streams(seed: int, scale: int = 1000) -> Iterator[Stream]:
@@ -216,12 +261,16 @@ def shrink(stream: Stream, still_fails: Callable[[Stream], bool], budget: int = 
     changed = True
     while changed and tries < budget:
         changed = False
+        for simpler in (lambda d: None, lambda d: replace(d, k=1), lambda d: Drafts(d.method, d.k)):
+            if best.spec is not None and simpler(best.spec) != best.spec:
+                changed |= attempt(replace(best, spec=simpler(best.spec)))
         for i in range(len(best.requests) - 1, -1, -1):
             if len(best.requests) > 1 and i < len(best.requests):
-                changed |= attempt(replace(best, requests=best.requests[:i] + best.requests[i + 1:]))
+                changed |= attempt(_without(best, i))
         for i in range(len(best.requests)):
             r = best.requests[i]
-            for cand in (replace(r, resend_at=None), replace(r, abort_at=None), replace(r, max_tokens=1),
+            for cand in (replace(r, extends=None), replace(r, resend_at=None), replace(r, abort_at=None),
+                         replace(r, max_tokens=1),
                          replace(r, arrival=0), replace(r, suffix_len=max(r.suffix_len // 2, 0 if r.prefix_len else 1)),
                          replace(r, prefix_len=r.prefix_len // 2 if r.suffix_len else max(r.prefix_len // 2, 1))):
                 if cand != r:
@@ -229,3 +278,16 @@ def shrink(stream: Stream, still_fails: Callable[[Stream], bool], budget: int = 
         if best.num_blocks is not None:
             changed |= attempt(replace(best, num_blocks=None))
     return best
+
+
+def _without(stream: Stream, i: int) -> Stream:
+    """``stream`` less request ``i``; later requests' ``extends`` indices follow (a turn that
+    extended request ``i`` starts a conversation of its own)."""
+    reqs = []
+    for j, r in enumerate(stream.requests):
+        if j == i:
+            continue
+        if r.extends is not None and r.extends >= i:
+            r = replace(r, extends=None if r.extends == i else r.extends - 1)
+        reqs.append(r)
+    return replace(stream, requests=tuple(reqs))

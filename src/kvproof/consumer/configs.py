@@ -1,0 +1,135 @@
+"""The configs the engine core would build for a consumer run. In a vLLM env.
+
+From a Layout and a Stream: the ``KVCacheConfig`` (with ``kv_cache_tensors``
+sized from the specs' page sizes, so connectors that size their own pools from
+it can), and a ``VllmConfig`` with a model config, KV cache events on
+(``KVEventsConfig``, null publisher), the connector the Layout names and the
+stream's speculative decoding (``kvproof.consumer.drafters``). Everything
+adapts to the release by introspection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any
+
+from vllm.config import (CacheConfig, DeviceConfig, KVEventsConfig, KVTransferConfig, ModelConfig,
+                         ParallelConfig, SchedulerConfig, VllmConfig)
+from vllm.v1 import kv_cache_interface as kvi
+
+from kvproof.bridge.build import Builder
+from kvproof.consumer import drafters
+from kvproof.consumer.compat import kwargs_for
+from kvproof.consumer.stream import Stream
+from kvproof.errors import NotExpressible
+from kvproof.layout import Layout
+from kvproof.spec import facts
+
+MAX_MODEL_LEN_CEILING = 1 << 20
+
+
+class EngineConfigs:
+    """One per process: caches the model config (its first build imports and inspects)."""
+
+    def __init__(self, builder: Builder) -> None:
+        self.builder = builder
+        self._model_config: Any = None
+        self.model_dir = tempfile.mkdtemp(prefix="kvproof-consumer-")
+        self.storage = tempfile.mkdtemp(prefix="kvproof-consumer-storage-")
+
+    def model_config(self, max_model_len: int) -> Any:
+        if self._model_config is None:
+            # one KV head (MQA): the engine's dcp validation needs tensor_parallel_size > KV heads,
+            # and the harness sets tp = dcp; the KV cache specs come from the Layout, not this model
+            # 64 attention heads: tp = dcp up to 64 must divide them (ParallelConfig/ModelConfig
+            # validation "Total number of attention heads must be divisible by tensor parallel size")
+            with open(os.path.join(self.model_dir, "config.json"), "w") as f:
+                json.dump(drafters.TARGET_HF_CONFIG, f)
+            self._model_config = ModelConfig(model=self.model_dir, skip_tokenizer_init=True, dtype="float16",
+                                             max_model_len=MAX_MODEL_LEN_CEILING, seed=0)
+        mc = self._model_config
+        mc.max_model_len = max_model_len
+        return mc
+
+    def kv_cache_config(self, layout: Layout, num_blocks: int) -> Any:
+        mode = layout.cache.mamba_cache_mode
+        groups, tensors = [], []
+        for i, g in enumerate(layout.groups):
+            spec = self.builder.spec(g, mode)
+            name = f"model.layers.{i}.attn"
+            groups.append(kvi.KVCacheGroupSpec([name], spec))
+            page = spec.page_size_bytes
+            # layer-outermost placement; field names differ by release (shared_by <= 0.28, layers 0.32)
+            tensors.append(kvi.KVCacheTensor(**kwargs_for(
+                kvi.KVCacheTensor, size=page * num_blocks, shared_by=[name], layers=[name],
+                layer_stride=page * num_blocks, block_stride=page)))
+        return kvi.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups)
+
+    def vllm_config(self, layout: Layout, stream: Stream, num_blocks: int, gpu_bytes: int | None = None) -> Any:
+        c = layout.cache
+        if c.prefix_match_unit is not None and "prefix_match_unit" not in self.builder.cache_fields:
+            raise NotExpressible("prefix_match_unit (no CacheConfig.prefix_match_unit)")
+        cache = CacheConfig(**kwargs_for(CacheConfig, block_size=c.block_size,
+                                         enable_prefix_caching=c.enable_prefix_caching,
+                                         prefix_match_unit=c.prefix_match_unit, mamba_cache_mode=c.mamba_cache_mode))
+        mml = min(layout.max_model_len, MAX_MODEL_LEN_CEILING)
+        sched = SchedulerConfig(**kwargs_for(
+            SchedulerConfig, max_model_len=mml, is_encoder_decoder=False, max_num_seqs=stream.max_num_seqs,
+            max_num_batched_tokens=max(stream.max_num_batched_tokens, 1), enable_chunked_prefill=True,
+            long_prefill_token_threshold=0))
+        parallel = ParallelConfig(tensor_parallel_size=layout.dcp, decode_context_parallel_size=layout.dcp)
+        model_config = self.model_config(mml)
+        speculative = self.speculative_config(layout, stream, model_config, parallel)
+        kv_transfer = None
+        if layout.kv_connector:
+            hidden = layout.kv_connector == facts.HIDDEN_STATES_CONNECTOR
+            kv_transfer = KVTransferConfig(kv_connector=layout.kv_connector,
+                                           kv_role="kv_producer" if hidden else "kv_both",
+                                           kv_connector_extra_config=self.connector_extra(gpu_bytes))
+        events = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
+        extra = {"speculative_config": speculative} if speculative is not None else {}
+        cfg = VllmConfig(model_config=model_config, cache_config=cache, scheduler_config=sched,
+                         parallel_config=parallel, kv_transfer_config=kv_transfer, kv_events_config=events,
+                         device_config=DeviceConfig(device="cpu"), **extra)
+        cfg.cache_config.num_gpu_blocks = num_blocks
+        # what the engine core does after KV init; the Layout says the block size it ended at
+        cfg.cache_config.block_size = c.block_size
+        cfg.cache_config.enable_prefix_caching = c.enable_prefix_caching
+        return cfg
+
+    def speculative_config(self, layout: Layout, stream: Stream, model_config: Any, parallel: Any) -> Any:
+        """The stream's speculative decoding, or hidden-state extraction for its connector."""
+        hidden = layout.kv_connector == facts.HIDDEN_STATES_CONNECTOR
+        if hidden:
+            # What the engine builds for hidden-state extraction: the speculative method
+            # extract_hidden_states (the connector asserts it) and the connector as producer.
+            n = sum(g.kind == "hidden_state" for g in layout.groups)
+            if n != 1:
+                raise NotExpressible(
+                    f"{layout.kv_connector} with {n} hidden-state groups: the engine's extract_hidden_states "
+                    f"path adds exactly one HiddenStateCacheSpec group (the connector refuses any other "
+                    f"count: 'Could not uniquely identify the extract-hidden-states group')")
+            if stream.spec is not None:
+                raise NotExpressible("extract_hidden_states is the speculative method of this connector: "
+                                     f"the stream's {stream.spec.method} cannot run beside it")
+            return drafters.hidden_states(model_config, parallel)
+        if stream.spec is None:
+            return None
+        return drafters.build(stream.spec, model_config, parallel, self.model_dir)
+
+    def connector_extra(self, gpu_bytes: int | None) -> dict:
+        """The connectors' extra config: an offload pool twice the GPU cache, at most
+        ``CONSUMER_CONNECTOR_EXTRA``'s. The offload managers build one object per CPU block when
+        they start; 64 MiB of 256-byte pages was 1.1 s per scheduler, and a pool larger than what
+        the stream can fill exercises nothing more."""
+        extra = dict(facts.CONSUMER_CONNECTOR_EXTRA, shared_storage_path=self.storage)
+        if gpu_bytes:
+            extra["cpu_bytes_to_use"] = min(extra["cpu_bytes_to_use"], 2 * gpu_bytes)
+        return extra
+
+    @staticmethod
+    def hash_fn(vcfg: Any) -> Any:
+        from vllm.utils.hashing import get_hash_fn_by_name
+        return get_hash_fn_by_name(vcfg.cache_config.prefix_caching_hash_algo)

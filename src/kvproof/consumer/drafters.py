@@ -1,0 +1,80 @@
+"""Real ``SpeculativeConfig``s for a consumer run, built offline from local draft configs. In a vLLM env.
+
+The scheduler reads from ``vllm_config.speculative_config`` what speculation
+changes in the KV cache: ``num_speculative_tokens`` (draft slots),
+``num_lookahead_tokens`` and ``use_eagle()`` (the managers' EAGLE block
+drop), and, in 0.33, ``VllmConfig.num_hash_lookahead_tokens``. Each method is
+built the way ``EngineArgs.create_speculative_config`` builds it from a
+``--speculative-config`` JSON, with draft models read from ``config.json``
+files kvproof writes (no weights, no hub). A method the release refuses is
+NOT_EXPRESSIBLE with vLLM's message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from vllm.config import SpeculativeConfig
+
+from kvproof.consumer.compat import kwargs_for
+from kvproof.consumer.drafts import Drafts
+from kvproof.errors import NotExpressible
+
+# The consumer tier's target model: Llama-shaped, one KV head (MQA, so tp = dcp > 1 validates),
+# 64 attention heads (tp = dcp up to 64 divides them). Its KV cache specs come from the Layout.
+TARGET_HF_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,
+                    "intermediate_size": 256, "num_attention_heads": 64, "num_key_value_heads": 1,
+                    "num_hidden_layers": 2, "vocab_size": 32000, "max_position_embeddings": 1 << 20,
+                    "torch_dtype": "float16"}
+
+
+def hidden_states(model_config: Any, parallel: Any) -> Any:
+    """``extract_hidden_states`` as ``EngineArgs`` builds it from ``{"method": ...,
+    "draft_model_config": {"hf_config": {aux layer ids}}}``."""
+    return SpeculativeConfig(**kwargs_for(
+        SpeculativeConfig, method="extract_hidden_states", num_speculative_tokens=1,
+        draft_model_config={"hf_config": {"eagle_aux_hidden_state_layer_ids": [1]}},
+        target_model_config=model_config, target_parallel_config=parallel))
+
+
+def build(drafts: Drafts, model_config: Any, parallel: Any, model_dir: str) -> Any:
+    """The release's own ``SpeculativeConfig`` for ``drafts``; NOT_EXPRESSIBLE when it refuses."""
+    kw: dict[str, Any] = dict(method=drafts.method, num_speculative_tokens=drafts.k,
+                              target_model_config=model_config, target_parallel_config=parallel)
+    if drafts.method == "ngram":
+        kw.update(prompt_lookup_max=3, prompt_lookup_min=1)
+    else:
+        kw["model"] = draft_dir(drafts.method, model_dir)
+    try:
+        return SpeculativeConfig(**kwargs_for(SpeculativeConfig, **kw))
+    except (ValueError, TypeError, NotImplementedError, AssertionError) as err:
+        msg = " ".join(str(err).split())[:300]
+        raise NotExpressible(f"speculative method {drafts.method}: vLLM refuses it here ({type(err).__name__}: "
+                             f"{msg})") from None
+
+
+def draft_dir(method: str, model_dir: str) -> str:
+    """A folder with the draft model's ``config.json`` for ``method`` (written once)."""
+    path = os.path.join(model_dir, f"draft-{method}")
+    if not os.path.exists(os.path.join(path, "config.json")):
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(DRAFT_HF_CONFIGS[method], f)
+    return path
+
+
+_HEAD = {k: TARGET_HF_CONFIG[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                          "num_key_value_heads", "vocab_size", "max_position_embeddings",
+                                          "torch_dtype")}
+DRAFT_HF_CONFIGS = {
+    # EAGLE-1 head for a Llama target (yuhuili/EAGLE-LLaMA3-Instruct-8B's shape, scaled down)
+    "eagle": dict(_HEAD, architectures=["EagleLlamaForCausalLM"], model_type="llama", num_hidden_layers=1),
+    # EAGLE-3 head for a Llama target (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B's shape, scaled down)
+    "eagle3": dict(_HEAD, architectures=["LlamaForCausalLMEagle3"], model_type="llama", num_hidden_layers=1,
+                   draft_vocab_size=32000),
+    # a separate small draft model of the target's family
+    "draft_model": dict(_HEAD, architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=1),
+    "mtp": dict(_HEAD, architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=1),
+}

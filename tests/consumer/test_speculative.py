@@ -1,0 +1,87 @@
+"""Speculative decoding at the consumer tier: the REAL scheduler schedules the fake runner's drafts,
+rolls back rejected ones, and its managers apply the release's EAGLE rule (one worker per release)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from kvproof.consumer import ConsumerWorker
+from kvproof.consumer.drafts import Drafts
+from kvproof.consumer.stream import Req, Stream
+from kvproof.judge import judge_consumer, spec_ideal_hit
+from kvproof.layout import Layout
+from kvproof.verdicts import Verdict
+
+from conftest import require_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.consumer]
+RELEASES = ("0.27.0", "0.28.0", "0.32.0", "0.33.0")
+
+FULL = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
+                         "cache": {"block_size": 16, "enable_prefix_caching": True}})
+HYBRID = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 64}, {"kind": "full_attention", "block_size": 64}],
+                           "cache": {"block_size": 64, "enable_prefix_caching": True, "mamba_cache_mode": "align"}})
+# r0 computes a 263-token prompt and decodes 6 tokens; r1 (a resend of its prompt) arrives later;
+# r2 is r0's next turn: its prompt, its 6 outputs and 9 new tokens
+STREAM = Stream((263,), (Req(0, 263, 0, 0, 6), Req(0, 263, 0, 12, 2), Req(suffix_len=9, arrival=20, max_tokens=2,
+                                                                           extends=0)), max_num_batched_tokens=512)
+METHODS = [Drafts("ngram", 2), Drafts("eagle", 2), Drafts("eagle3", 3, "seeded", 0.5, 5), Drafts("draft_model", 2),
+           Drafts("eagle3", 2, "none")]
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def runs(request):
+    env = require_env(request.param)
+    items = [(lay, replace(STREAM, spec=d)) for lay in (FULL, HYBRID) for d in [None] + METHODS]
+    with ConsumerWorker(env) as w:
+        return request.param, items, w.run(items)
+
+
+def test_drafts_are_scheduled_verified_and_rolled_back(runs):
+    release, items, results = runs
+    for (lay, st), res in zip(items, results):
+        what = f"{release} {lay.groups[0].kind} {st.spec and st.spec.label()}"
+        assert not res.harness_error and not res.not_expressible and not res.setup_error, (what, res)
+        assert judge_consumer(res, lay).verdict < Verdict.LATENT, (what, judge_consumer(res, lay).line())
+        if st.spec is None:
+            assert res.drafts_proposed == 0
+            continue
+        assert res.drafts_verified > 0, what  # the scheduler scheduled the drafts and the runner saw them
+        if st.spec.accept == "all":
+            assert res.drafts_accepted == res.drafts_verified, what
+        elif st.spec.accept == "none":
+            assert res.drafts_accepted == 0, what
+        # every request still produced exactly its max_tokens (rejected drafts were rolled back)
+        assert [h["req"] for h in res.hits] == [h["req"] for h in results[items.index((lay, replace(st, spec=None)))].hits]
+
+
+def test_hits_follow_the_release_eagle_rule(runs):
+    """Each admission's hit is what kvproof's rule for the release says (judge.spec_ideal_hit): the
+    largest multiple of the block below the common prefix, one unit less where the coordinator
+    drops for EAGLE (drop_eagle_block), past the hash lookahead where 0.33 hashes it."""
+    release, items, results = runs
+    for (lay, st), res in zip(items, results):
+        if lay is not FULL:
+            continue
+        eagle = st.spec is not None and st.spec.eagle
+        assert res.eagle_drop == (eagle and not res.hash_lookahead), (release, st.spec)
+        for h in res.hits:
+            assert h["hit"] == spec_ideal_hit(res, h["truth"], 16), (release, st.spec, h)
+        assert not res.by("spec_hit")
+
+
+def test_eagle_drops_a_block_on_the_mamba_hybrid(runs):
+    """The field reports (club-3090 #1262, vLLM #52244): under EAGLE-family drafts on an align-mode
+    hybrid a resend hits (floor(N/B) - 1) * B tokens, one block less than without drafts."""
+    release, items, results = runs
+    by = {(lay is HYBRID, st.spec): res for (lay, st), res in zip(items, results)}
+    plain, eagle = by[(True, None)], by[(True, Drafts("eagle", 2))]
+    p, e = plain.hits[1], eagle.hits[1]  # r1, the resend of r0's 263-token prompt
+    assert p["truth"] == e["truth"] == 262
+    assert p["hit"] == 256
+    if eagle.eagle_drop:
+        assert e["hit"] == (262 // 64 - 1) * 64 == 192
+    else:  # 0.33: lookahead hashing replaces the drop
+        assert e["hit"] == (262 - eagle.hash_lookahead) // 64 * 64

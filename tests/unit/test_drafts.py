@@ -1,0 +1,111 @@
+"""Speculative settings in a stream, the release differential's diff and the EAGLE ideal (no vLLM)."""
+
+import random
+
+import pytest
+
+from kvproof import compare
+from kvproof.consumer.drafts import Drafts, output_token, parse_drafts, wrong_token
+from kvproof.consumer.oracles import Observation
+from kvproof.consumer.result import ConsumerResult
+from kvproof.consumer.stream import Req, Stream, random_stream, shrink
+from kvproof.errors import LayoutError
+from kvproof.judge import spec_ideal_hit
+from kvproof.layout import Layout
+from kvproof.spec import facts
+
+
+def test_proposal_follows_the_acceptance_pattern():
+    assert Drafts("eagle", 3, "all").proposal("r0", 10) == [output_token(10), output_token(11), output_token(12)]
+    none = Drafts("eagle", 3, "none").proposal("r0", 10)
+    assert none[0] == wrong_token(10) != output_token(10)
+    seeded = Drafts("ngram", 4, "seeded", 0.5, 7)
+    # deterministic per (request, length), and accepted drafts are a prefix of the proposal
+    assert seeded.proposal("r1", 40) == seeded.proposal("r1", 40)
+    lens = {seeded.accepted(f"r{i}", 40, 4) for i in range(50)}
+    assert lens <= set(range(5)) and len(lens) > 2
+
+
+@pytest.mark.parametrize("spec,needle", [
+    ([], "must be an object"),
+    ({"method": "medusa"}, "method must be one of"),
+    ({"k": 0}, "k must be an integer"),
+    ({"k": facts.MAX_SPEC_TOKENS + 1}, "k must be an integer"),
+    ({"accept": "some"}, "accept must be one of"),
+    ({"p": 2}, "p must be a number"),
+    ({"seed": -1}, "seed must be"),
+    ({"bogus": 1}, "unknown field 'bogus'"),
+])
+def test_bad_spec_is_one_line(spec, needle):
+    with pytest.raises(LayoutError) as err:
+        Stream.from_dict({"requests": [{"suffix_len": 4}], "spec": spec})
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_extension_prompt_is_the_previous_turn_with_its_outputs():
+    s = Stream.from_dict({"prefixes": [20], "requests": [
+        {"prefix_len": 20, "suffix_len": 3, "max_tokens": 5},
+        {"extends": 0, "suffix_len": 4, "arrival": 9}], "spec": {"method": "eagle3", "k": 2}})
+    first, second = s.prompt(0), s.prompt(1)
+    assert second[:23] == first and second[23:28] == [output_token(p) for p in range(23, 28)]
+    assert len(second) == 32 and s.spec == Drafts("eagle3", 2) and Stream.from_dict(s.to_dict()) == s
+    with pytest.raises(LayoutError, match="extends"):
+        Stream.from_dict({"requests": [{"suffix_len": 1, "extends": 0}]})
+
+
+def test_generated_streams_round_trip_and_carry_drafts_at_the_share():
+    rng = random.Random(1)
+    got = [random_stream(rng, 400, 0.4) for _ in range(300)]
+    assert all(Stream.from_dict(s.to_dict()) == s for s in got)
+    share = sum(s.spec is not None for s in got) / len(got)
+    assert 0.3 < share < 0.5
+    assert {s.spec.method for s in got if s.spec} == set(facts.SPEC_METHODS)
+    assert any(r.extends is not None for s in got for r in s.requests)
+
+
+def test_shrink_drops_drafts_and_remaps_extensions():
+    s = Stream((30,), (Req(0, 30, 2, 0, 2), Req(0, 10, 5, 1, 1), Req(suffix_len=3, arrival=4, extends=0)),
+               spec=Drafts("eagle", 4, "seeded", 0.5, 3))
+    # "fails" while some request extends the first one and drafts are on
+    small = shrink(s, lambda t: t.spec is not None and any(r.extends == 0 for r in t.requests))
+    assert small.spec == Drafts("eagle", 1, "all") and len(small.requests) == 2
+    assert small.requests[1].extends == 0 and small.prompt(1)[:small.requests[0].suffix_len] == small.prompt(0)[:small.requests[0].suffix_len]
+
+
+def test_ideal_hit_under_the_release_rules():
+    plain, eagle = ConsumerResult("x", "0.32.0"), ConsumerResult("x", "0.32.0", eagle_drop=True)
+    ahead = ConsumerResult("x", "0.33.0", hash_lookahead=1)
+    assert spec_ideal_hit(plain, 71, 16) == 64
+    assert spec_ideal_hit(eagle, 71, 16) == 48  # the field formula (floor(N/B) - 1) * B
+    assert spec_ideal_hit(eagle, 10, 16) == 0
+    assert spec_ideal_hit(ahead, 64, 16) == 48 and spec_ideal_hit(ahead, 65, 16) == 64
+
+
+def _res(hits, **kw):
+    r = ConsumerResult("x", "v", **kw)
+    r.hits = [{"step": 0, "req": q, "hit": h, "external": 0, "truth": 71} for q, h in hits]
+    return r
+
+
+def test_diff_names_the_first_bad_release_once_per_family():
+    lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}]})
+    st = Stream((71,), (Req(0, 71, 1), Req(0, 71, 1, 3)), spec=Drafts("eagle", 2))
+    runs = {"0.27.0": [_res([(0, 0), (1, 64)])], "0.28.0": [_res([(0, 0), (1, 64)])],
+            "0.32.0": [_res([(0, 0), (1, 48)])]}
+    rep = compare.diff([(lay, st)], runs, margin=0)
+    assert rep.requests_compared == 4
+    (key, regs), = rep.classes().items()
+    assert key == "consumer|regression:hits@0.32.0[eagle]||" and regs[0].before == 64 and regs[0].after == 48
+    assert not compare.diff([(lay, st)], runs, margin=16).regressions
+    raised = _res([(0, 0)])
+    raised.observations.append(Observation("exception", 1, "AssertionError"))
+    rep = compare.diff([(lay, st)], {"0.27.0": runs["0.27.0"], "0.32.0": [raised]}, margin=0)
+    assert rep.not_compared == {"raised or stalled": 1} and not rep.regressions
+
+
+def test_compare_usage_errors_are_one_line(capsys):
+    assert compare.main(["--from", "0.27.0"]) == 2
+    assert compare.main(["--from", "0.27.0", "--to", "0.28.0"]) == 2
+    assert compare.main(["--from", "0.27.0", "--to", "0.28.0", "--generated", "3", "--spec-share", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("kvproof compare:") for line in err)
