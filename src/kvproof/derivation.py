@@ -58,8 +58,10 @@ def _compression(g: dict[str, Any]) -> int | None:
 
 def layout_dict(groups: Sequence[dict[str, Any]], revision: str, *, cache_block_size: int,
                 enable_prefix_caching: bool, prefix_match_unit: int | None, mamba_cache_mode: str | None,
-                kv_connector: str | None, dcp: int, max_model_len: int) -> dict[str, Any]:
-    """A Layout dict (``Layout.from_dict`` accepts it) from recorded groups and cache settings."""
+                kv_connector: str | None, dcp: int, max_model_len: int,
+                speculative: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A Layout dict (``Layout.from_dict`` accepts it) from recorded groups and cache settings
+    (``speculative``: the engine's method and num_speculative_tokens, when it drafts)."""
     fields = facts.FIELDS[revision]
     out_groups = []
     for g in groups:
@@ -74,8 +76,11 @@ def layout_dict(groups: Sequence[dict[str, Any]], revision: str, *, cache_block_
             d["sliding_window"] = int(g["sliding_window"])
         if g["kind"] == "chunked_local" and g.get("attention_chunk_size"):
             d["attention_chunk_size"] = int(g["attention_chunk_size"])
+        if g.get("eagle"):
+            d["eagle"] = True
         out_groups.append(d)
-    return {
+    extra = {"speculative": dict(speculative)} if speculative else {}
+    return {**extra,
         "groups": out_groups,
         "cache": {"block_size": int(cache_block_size), "enable_prefix_caching": bool(enable_prefix_caching),
                   "prefix_match_unit": prefix_match_unit,

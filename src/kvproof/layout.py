@@ -22,9 +22,10 @@ MAX_BLOCK_SIZE = 1 << 24  # far above any real block size; keeps JSON sane
 META_KEY = "kvproof"  # corpus annotations ride along under this key, outside the hash
 
 _GROUP_KEYS = {"kind", "block_size", "prefix_cacheable", "dcp_sharded", "tokens_per_state",
-               "sliding_window", "attention_chunk_size", "mamba_cache_mode", "count"}
+               "sliding_window", "attention_chunk_size", "mamba_cache_mode", "count", "eagle"}
+_SPEC_KEYS = {"method", "num_speculative_tokens"}
 _CACHE_KEYS = {"block_size", "enable_prefix_caching", "prefix_match_unit", "mamba_cache_mode"}
-_TOP_KEYS = {"groups", "cache", "kv_connector", "dcp", "max_model_len", META_KEY}
+_TOP_KEYS = {"groups", "cache", "kv_connector", "dcp", "max_model_len", "speculative", META_KEY}
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class Group:
     tokens_per_state: int | None = None
     sliding_window: int | None = None
     attention_chunk_size: int | None = None
+    # KVCacheGroupSpec.is_eagle_group (0.27+): the drafter's group, the one the coordinator
+    # drops a unit past a hit for under EAGLE (None: not flagged; then every group drops)
+    eagle: bool | None = None
 
     @property
     def is_attention(self) -> bool:
@@ -60,12 +64,24 @@ class Cache:
 
 
 @dataclass(frozen=True)
+class Speculative:
+    """The engine's speculative decoding (``SpeculativeConfig.method``, ``num_speculative_tokens``)."""
+
+    method: str
+    num_speculative_tokens: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
+
+
+@dataclass(frozen=True)
 class Layout:
     groups: tuple[Group, ...]
     cache: Cache
     kv_connector: str | None = None
     dcp: int = 1
     max_model_len: int = 131072
+    speculative: Speculative | None = None
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     # --- JSON edge -------------------------------------------------------
@@ -90,6 +106,8 @@ class Layout:
             "dcp": self.dcp,
             "max_model_len": self.max_model_len,
         }
+        if self.speculative is not None:  # absent otherwise: layouts without drafts keep their hashes
+            out["speculative"] = self.speculative.to_dict()
         if with_meta and self.meta:
             out[META_KEY] = dict(self.meta)
         return out
@@ -126,7 +144,10 @@ class Layout:
             flags.append(f"conn={self.kv_connector}")
         if self.dcp != 1:
             flags.append(f"dcp={self.dcp}")
-        return groups_summary((g.kind + ("[ring]" if g.prefix_cacheable is False else ""), g.block_size)
+        if self.speculative is not None:
+            flags.append(f"spec={self.speculative.method}:{self.speculative.num_speculative_tokens}")
+        return groups_summary((g.kind + ("[ring]" if g.prefix_cacheable is False else "")
+                               + ("[eagle]" if g.eagle else ""), g.block_size)
                               for g in self.groups) + " " + " ".join(flags)
 
 
@@ -145,7 +166,7 @@ def groups_summary(groups: Iterable[tuple[str, int]]) -> str:
 def _group_dict(g: Group) -> dict[str, Any]:
     d: dict[str, Any] = {"kind": g.kind, "block_size": g.block_size}
     for name in ("prefix_cacheable", "dcp_sharded", "tokens_per_state", "sliding_window",
-                 "attention_chunk_size"):
+                 "attention_chunk_size", "eagle"):
         value = getattr(g, name)
         if value is not None:
             d[name] = value
@@ -214,6 +235,7 @@ def _parse_group(raw: Any, i: int) -> tuple[list[Group], str | None]:
         tokens_per_state=_opt_int(obj.get("tokens_per_state"), f"{where}.tokens_per_state"),
         sliding_window=_opt_int(obj.get("sliding_window"), f"{where}.sliding_window"),
         attention_chunk_size=_opt_int(obj.get("attention_chunk_size"), f"{where}.attention_chunk_size"),
+        eagle=_opt_bool(obj.get("eagle"), f"{where}.eagle"),
     )
     if g.sliding_window is not None and kind != "sliding_window":
         raise LayoutError(f"{where}.sliding_window is only valid on a sliding_window group")
@@ -273,8 +295,19 @@ def _parse_layout(data: Any) -> Layout:
         kv_connector=connector,
         dcp=_int(top.get("dcp", 1), "dcp", hi=64),
         max_model_len=_int(top.get("max_model_len", 131072), "max_model_len", hi=1 << 30),
+        speculative=_speculative(top.get("speculative")),
         meta=meta,
     )
+
+
+def _speculative(raw: Any) -> Speculative | None:
+    if raw is None:
+        return None
+    obj = _object(raw, "speculative", _SPEC_KEYS)
+    method = obj.get("method")
+    if not isinstance(method, str) or not method.replace("_", "").isalnum() or len(method) > 40:
+        raise LayoutError(f"speculative.method must be a vLLM speculative method name, got {json.dumps(method)[:40]}")
+    return Speculative(method, _int(obj.get("num_speculative_tokens", 1), "speculative.num_speculative_tokens", hi=64))
 
 
 def parse_groups_spec(spec: str) -> list[dict[str, Any]]:

@@ -232,7 +232,7 @@ def test_consumer_inputs_stay_within_the_block_budget():
     token scale, and the budget is what shrank the largest (they needed more at first)."""
     code = r"""
 import random, sys
-from kvproof.consumer.fuzz import BLOCK_BUDGET, decode_input, fit_stream, stream_scale
+from kvproof.consumer.fuzz import BLOCK_BUDGET, SPEC_SHARE, decode_input, fit_stream, stream_scale
 from kvproof.consumer.harness import Harness
 from kvproof.consumer.sizing import auto_blocks
 from kvproof.consumer.stream import random_stream
@@ -245,8 +245,8 @@ for _ in range(300):
     seed = rng.randrange(1 << 32)
     st = fit_stream(lay, seed)
     need = auto_blocks(lay, st)
-    over += need > BLOCK_BUDGET and st != random_stream(random.Random(seed), 16)
-    shrunk += need < auto_blocks(lay, random_stream(random.Random(seed), stream_scale(lay)))
+    over += need > BLOCK_BUDGET and st != random_stream(random.Random(seed), 16, SPEC_SHARE)
+    shrunk += need < auto_blocks(lay, random_stream(random.Random(seed), stream_scale(lay), SPEC_SHARE))
 print(over, shrunk, file=sys.__stdout__)
 """
     over, shrunk = map(int, _in_env("0.32.0", code).split())

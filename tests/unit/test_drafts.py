@@ -109,3 +109,28 @@ def test_compare_usage_errors_are_one_line(capsys):
     assert compare.main(["--from", "0.27.0", "--to", "0.28.0", "--generated", "3", "--spec-share", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("kvproof compare:") for line in err)
+
+
+def test_layout_states_the_engines_speculation():
+    from kvproof.consumer.drafts import effective_drafts
+    from kvproof.errors import NotExpressible
+    lay = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 64, "count": 3},
+                                       {"kind": "full_attention", "block_size": 64, "eagle": True}],
+                            "speculative": {"method": "mtp", "num_speculative_tokens": 2}})
+    assert lay.summary() == "mamba:64x3,full_attention[eagle]:64 cache=64 pc mamba=align spec=mtp:2"
+    assert Layout.from_dict(lay.to_dict()) == lay and lay.groups[3].eagle and not lay.groups[0].eagle
+    plain = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 64, "count": 3},
+                                         {"kind": "full_attention", "block_size": 64}]})
+    assert "speculative" not in plain.to_dict() and plain.content_hash() != lay.content_hash()
+    # the layout's method drafts when the stream names none; the stream's pattern wins otherwise
+    s = Stream((), (Req(suffix_len=8),))
+    assert effective_drafts(lay, s) == Drafts("mtp", 2) and effective_drafts(plain, s) is None
+    assert effective_drafts(lay, Stream((), (Req(suffix_len=8),), spec=Drafts("ngram", 3))) == Drafts("ngram", 3)
+    odd = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
+                            "speculative": {"method": "suffix"}})
+    with pytest.raises(NotExpressible, match="suffix"):
+        effective_drafts(odd, s)
+    for bad, needle in (({"method": 3}, "speculative.method"), ({"method": "mtp", "k": 1}, "unknown field"),
+                        ({"method": "mtp", "num_speculative_tokens": 0}, "num_speculative_tokens")):
+        with pytest.raises(LayoutError, match=needle):
+            Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}], "speculative": bad})

@@ -349,6 +349,14 @@ def _layout(kv_cache_config: Any, vllm_config: Any) -> tuple[dict[str, Any], lis
     cache = vllm_config.cache_config
     ktc = vllm_config.kv_transfer_config
     raw = [raw_group(g.kv_cache_spec, len(g.layer_names)) for g in kv_cache_config.kv_cache_groups]
+    for r, g in zip(raw, kv_cache_config.kv_cache_groups):
+        if getattr(g, "is_eagle_group", False):  # KVCacheGroupSpec.is_eagle_group (0.27+)
+            r["eagle"] = True
+    sc = vllm_config.speculative_config
+    spec = None
+    # extract_hidden_states is the hidden-states connector's own method: the connector says it
+    if sc is not None and getattr(sc, "method", None) and sc.method != "extract_hidden_states":
+        spec = {"method": str(sc.method), "num_speculative_tokens": int(sc.num_speculative_tokens or 1)}
     layout = layout_dict(
         raw, REVISION, cache_block_size=int(cache.block_size),
         enable_prefix_caching=bool(cache.enable_prefix_caching),
@@ -356,7 +364,7 @@ def _layout(kv_cache_config: Any, vllm_config: Any) -> tuple[dict[str, Any], lis
         mamba_cache_mode=getattr(cache, "mamba_cache_mode", None),
         kv_connector=getattr(ktc, "kv_connector", None) if ktc is not None else None,
         dcp=int(getattr(vllm_config.parallel_config, "decode_context_parallel_size", 1) or 1),
-        max_model_len=int(vllm_config.model_config.max_model_len))
+        max_model_len=int(vllm_config.model_config.max_model_len), speculative=spec)
     return layout, raw
 
 

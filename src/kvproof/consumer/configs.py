@@ -22,6 +22,7 @@ from vllm.v1 import kv_cache_interface as kvi
 from kvproof.bridge.build import Builder
 from kvproof.consumer import drafters
 from kvproof.consumer.compat import kwargs_for
+from kvproof.consumer.drafts import effective_drafts
 from kvproof.consumer.stream import Stream
 from kvproof.errors import NotExpressible
 from kvproof.layout import Layout
@@ -35,21 +36,21 @@ class EngineConfigs:
 
     def __init__(self, builder: Builder) -> None:
         self.builder = builder
-        self._model_config: Any = None
+        self._model_configs: dict[str, Any] = {}
         self.model_dir = tempfile.mkdtemp(prefix="kvproof-consumer-")
         self.storage = tempfile.mkdtemp(prefix="kvproof-consumer-storage-")
 
-    def model_config(self, max_model_len: int) -> Any:
-        if self._model_config is None:
-            # one KV head (MQA): the engine's dcp validation needs tensor_parallel_size > KV heads,
-            # and the harness sets tp = dcp; the KV cache specs come from the Layout, not this model
-            # 64 attention heads: tp = dcp up to 64 must divide them (ParallelConfig/ModelConfig
-            # validation "Total number of attention heads must be divisible by tensor parallel size")
-            with open(os.path.join(self.model_dir, "config.json"), "w") as f:
-                json.dump(drafters.TARGET_HF_CONFIG, f)
-            self._model_config = ModelConfig(model=self.model_dir, skip_tokenizer_init=True, dtype="float16",
-                                             max_model_len=MAX_MODEL_LEN_CEILING, seed=0)
-        mc = self._model_config
+    def model_config(self, max_model_len: int, target: str = "llama") -> Any:
+        """The target model's config (``drafters.TARGETS``); the KV cache specs come from the
+        Layout, not from this model."""
+        if target not in self._model_configs:
+            path = os.path.join(self.model_dir, f"target-{target}")
+            os.makedirs(path, exist_ok=True)
+            with open(os.path.join(path, "config.json"), "w") as f:
+                json.dump(drafters.TARGETS[target], f)
+            self._model_configs[target] = ModelConfig(model=path, skip_tokenizer_init=True, dtype="float16",
+                                                      max_model_len=MAX_MODEL_LEN_CEILING, seed=0)
+        mc = self._model_configs[target]
         mc.max_model_len = max_model_len
         return mc
 
@@ -59,7 +60,8 @@ class EngineConfigs:
         for i, g in enumerate(layout.groups):
             spec = self.builder.spec(g, mode)
             name = f"model.layers.{i}.attn"
-            groups.append(kvi.KVCacheGroupSpec([name], spec))
+            groups.append(kvi.KVCacheGroupSpec([name], spec, **kwargs_for(kvi.KVCacheGroupSpec,
+                                                                          is_eagle_group=bool(g.eagle))))
             page = spec.page_size_bytes
             # layer-outermost placement; field names differ by release (shared_by <= 0.28, layers 0.32)
             tensors.append(kvi.KVCacheTensor(**kwargs_for(
@@ -80,7 +82,7 @@ class EngineConfigs:
             max_num_batched_tokens=max(stream.max_num_batched_tokens, 1), enable_chunked_prefill=True,
             long_prefill_token_threshold=0))
         parallel = ParallelConfig(tensor_parallel_size=layout.dcp, decode_context_parallel_size=layout.dcp)
-        model_config = self.model_config(mml)
+        model_config = self.model_config(mml, drafters.target_for(effective_drafts(layout, stream)))
         speculative = self.speculative_config(layout, stream, model_config, parallel)
         kv_transfer = None
         if layout.kv_connector:
@@ -111,13 +113,13 @@ class EngineConfigs:
                     f"{layout.kv_connector} with {n} hidden-state groups: the engine's extract_hidden_states "
                     f"path adds exactly one HiddenStateCacheSpec group (the connector refuses any other "
                     f"count: 'Could not uniquely identify the extract-hidden-states group')")
-            if stream.spec is not None:
+            drafts = effective_drafts(layout, stream)
+            if drafts is not None:
                 raise NotExpressible("extract_hidden_states is the speculative method of this connector: "
-                                     f"the stream's {stream.spec.method} cannot run beside it")
+                                     f"{drafts.method} drafts cannot run beside it")
             return drafters.hidden_states(model_config, parallel)
-        if stream.spec is None:
-            return None
-        return drafters.build(stream.spec, model_config, parallel, self.model_dir)
+        drafts = effective_drafts(layout, stream)
+        return None if drafts is None else drafters.build(drafts, model_config, parallel, self.model_dir)
 
     def connector_extra(self, gpu_bytes: int | None) -> dict:
         """The connectors' extra config: an offload pool twice the GPU cache, at most

@@ -30,6 +30,25 @@ TARGET_HF_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama"
                     "torch_dtype": "float16"}
 
 
+# MTP drafts with the target's own next-token module (SpeculativeConfig takes the target's
+# path as the draft model and maps its model_type to the MTP one, deepseek_v3 -> deepseek_mtp):
+# a target with MTP layers, DeepSeek-V3-shaped (num_nextn_predict_layers), scaled down. Every
+# release 0.27-0.33 builds it; a Llama target is refused ("Unsupported speculative method").
+MTP_TARGET_HF_CONFIG = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 1024,
+                        "intermediate_size": 256, "moe_intermediate_size": 64, "num_attention_heads": 64,
+                        "num_key_value_heads": 64, "num_hidden_layers": 2, "vocab_size": 32000,
+                        "max_position_embeddings": 1 << 20, "torch_dtype": "float16", "num_nextn_predict_layers": 1,
+                        "kv_lora_rank": 64, "q_lora_rank": None, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32,
+                        "v_head_dim": 32, "n_routed_experts": 4, "num_experts_per_tok": 2, "first_k_dense_replace": 2,
+                        "n_group": 1, "topk_group": 1}
+TARGETS = {"llama": TARGET_HF_CONFIG, "mtp": MTP_TARGET_HF_CONFIG}
+
+
+def target_for(drafts: Drafts | None) -> str:
+    """Which target model (``TARGETS``) the drafter needs."""
+    return "mtp" if drafts is not None and drafts.method == "mtp" else "llama"
+
+
 def hidden_states(model_config: Any, parallel: Any) -> Any:
     """``extract_hidden_states`` as ``EngineArgs`` builds it from ``{"method": ...,
     "draft_model_config": {"hf_config": {aux layer ids}}}``."""
@@ -45,7 +64,7 @@ def build(drafts: Drafts, model_config: Any, parallel: Any, model_dir: str) -> A
                               target_model_config=model_config, target_parallel_config=parallel)
     if drafts.method == "ngram":
         kw.update(prompt_lookup_max=3, prompt_lookup_min=1)
-    else:
+    elif drafts.method != "mtp":  # mtp: the target's own path
         kw["model"] = draft_dir(drafts.method, model_dir)
     try:
         return SpeculativeConfig(**kwargs_for(SpeculativeConfig, **kw))
@@ -76,5 +95,4 @@ DRAFT_HF_CONFIGS = {
                    draft_vocab_size=32000),
     # a separate small draft model of the target's family
     "draft_model": dict(_HEAD, architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=1),
-    "mtp": dict(_HEAD, architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=1),
 }

@@ -104,3 +104,19 @@ def parse_drafts(data: Any, where: str = "spec") -> Drafts | None:
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 32:
         raise LayoutError(f"{where}.seed must be an integer in [0, 2^32), got {json.dumps(seed)[:40]}")
     return Drafts(method, k, accept, float(p), seed)
+
+
+def effective_drafts(layout: Any, stream: Any) -> Drafts | None:
+    """What drafts a run makes: the stream's, else the Layout's speculative method (the engine's,
+    from a derivation or a log line) with every draft accepted; NOT_EXPRESSIBLE for a method
+    the consumer tier cannot draft for."""
+    if stream.spec is not None:
+        return stream.spec
+    spec = getattr(layout, "speculative", None)
+    if spec is None:
+        return None
+    if spec.method not in facts.SPEC_METHODS:
+        from kvproof.errors import NotExpressible
+        raise NotExpressible(f"speculative method {spec.method}: the consumer tier drafts for "
+                             f"{', '.join(facts.SPEC_METHODS)} only")
+    return Drafts(spec.method, min(spec.num_speculative_tokens, facts.MAX_SPEC_TOKENS))

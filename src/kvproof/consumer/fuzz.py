@@ -43,6 +43,11 @@ TARGET = "consumers"
 # needed over 10,000 blocks, the largest 160,000). Past the budget the stream's token scale is
 # halved: every layout still runs, with prompts that span fewer of its largest blocks.
 BLOCK_BUDGET = 4096
+# Share of generated streams that carry speculative decoding (method, k, acceptance): the
+# consumer paths speculation changes (draft slots, rollback, the EAGLE drop, lookahead
+# hashing) are where the field reports are; a refusal by the release's own SpeculativeConfig
+# is NOT_EXPRESSIBLE (the engine premise: only what the release accepts).
+SPEC_SHARE = 0.4
 
 
 def stream_scale(layout: Any) -> int:
@@ -72,10 +77,10 @@ def fit_stream(layout: Any, seed: int) -> Any:
     from kvproof.consumer.stream import random_stream
 
     scale = stream_scale(layout)
-    stream = random_stream(random.Random(seed), scale)
+    stream = random_stream(random.Random(seed), scale, SPEC_SHARE)
     while scale > 16 and auto_blocks(layout, stream) > BLOCK_BUDGET:
         scale = max(16, scale // 2)
-        stream = random_stream(random.Random(seed), scale)
+        stream = random_stream(random.Random(seed), scale, SPEC_SHARE)
     return stream
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvproof.settings import use_release_cache_root
@@ -37,6 +37,7 @@ from kvproof.bridge.build import Builder  # noqa: E402
 from kvproof.consumer import compat, sizing, spies  # noqa: E402
 from kvproof.consumer.compat import kwargs_for  # noqa: E402
 from kvproof.consumer.configs import EngineConfigs  # noqa: E402
+from kvproof.consumer.drafts import effective_drafts  # noqa: E402
 from kvproof.consumer.driver import Driver  # noqa: E402
 from kvproof.consumer.oracles import Oracles, Recorder, local_chunks  # noqa: E402
 from kvproof.consumer.result import ConsumerResult  # noqa: E402
@@ -189,6 +190,16 @@ class Harness:
             st.res.not_expressible = ("every group opts out of prefix caching (CircularBufferSpec only): no "
                                       "model derives such a KV cache; they sit beside cacheable MLA/attention "
                                       "groups")
+            return
+        try:  # the Layout's speculative method (a derivation's) drafts when the stream names none
+            stream = replace(stream, spec=effective_drafts(layout, stream))
+        except NotExpressible as err:
+            st.res.not_expressible = str(err)
+            return
+        if any(g.eagle for g in layout.groups) and not (stream.spec is not None and stream.spec.eagle):
+            # kv_cache_utils.py annotates is_eagle_group only under use_eagle_block_drop()
+            st.res.not_expressible = ("a group flagged eagle without an EAGLE-family drafter: the engine sets "
+                                      "is_eagle_group only when it drafts with eagle, eagle3 or mtp")
             return
         if stream.spec is not None and self.draft_ids_cls is None:
             st.res.not_expressible = "this release's scheduler takes no draft token ids (no DraftTokenIds)"
