@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import shlex
 import sys
 from typing import Sequence
 
@@ -33,6 +34,7 @@ DELEGATED = {
     "bisect": ("kvproof.replay.bisect", "first managed release where a counterexample stops failing"),
     "selftest": ("kvproof.selftest.run", "seeded vLLM mutants: which layer catches each (kill matrix)"),
     "findings": ("kvproof.findings.cli", "the ledger of known finding classes (list, show, add, report)"),
+    "compare": ("kvproof.compare", "release differential: the same layouts and streams on two releases, hit by hit"),
 }
 
 
@@ -43,6 +45,45 @@ def _add_release_args(p: argparse.ArgumentParser) -> None:
                    help="an interpreter with your own vLLM installed (repeatable)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-manager", action="store_true", help="skip the KVCacheManager tier")
+
+
+# Subcommands whose --flags holds a vllm serve line (see _serve_flags_argv).
+SERVE_FLAGS_COMMANDS = ("check", "derive")
+SERVE_FLAGS_HELP = ("The word after --flags is always its value, so a single flag works too "
+                    "(--flags --enable-prefix-caching); or put the serve flags last, after a bare -- "
+                    "(like vllm serve MODEL FLAGS...): ... -- --enable-prefix-caching --mamba-cache-mode align")
+
+
+def _serve_flags_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the serve flags of ``check`` / ``derive`` made unambiguous for argparse:
+    ``--flags X`` becomes ``--flags=X`` (argparse reads a lone ``X`` starting with '-' as an
+    option and says "expected one argument"), and everything after a bare ``--`` becomes one
+    ``--flags=...`` (shell-quoted, split back by load_configs). Other commands are untouched."""
+    argv = list(argv)
+    if not argv or argv[0] not in SERVE_FLAGS_COMMANDS:
+        return argv
+    out: list[str] = []
+    given = False
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            if given:
+                raise UsageError(f"{argv[0]}: give the serve flags with --flags or after --, not both")
+            return out + ["--flags=" + shlex.join(argv[i + 1:])]
+        if tok == "--flags" and i + 1 < len(argv):
+            out.append("--flags=" + argv[i + 1])
+            given = True
+            i += 2
+            continue
+        given = given or tok.startswith("--flags=")
+        out.append(tok)
+        i += 1
+    return out
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    return _parser().parse_args(_serve_flags_argv(argv))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
                         "of them (repeatable)")
     c.add_argument("--flags", default="", metavar="'VLLM SERVE FLAGS'",
                    help="vllm serve flags for --config models, parsed by each release's own EngineArgs, "
-                        "e.g. '--enable-prefix-caching --mamba-cache-mode align'")
+                        "e.g. '--enable-prefix-caching --mamba-cache-mode align'. " + SERVE_FLAGS_HELP)
     c.add_argument("--no-consumer", action="store_true", help="--config: skip the consumer tier")
     _add_release_args(c)
     e = sub.add_parser("explain", help="turn a 'block_sizes=[...], hash_block_size=N' log line into a check")
@@ -83,7 +124,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --enumerate: derive the reference models (spec/models) under common flag sets "
                         "into spec/derived/models/RELEASE.json instead")
     d.add_argument("--flags", default="", metavar="'VLLM SERVE FLAGS'",
-                   help="vllm serve flags for a model config.json, parsed by each release's own EngineArgs")
+                   help="vllm serve flags for a model config.json, parsed by each release's own EngineArgs. "
+                        + SERVE_FLAGS_HELP)
     d.add_argument("--json", action="store_true", help="machine-readable output")
     env = sub.add_parser("env", help="manage vLLM environments")
     envsub = env.add_subparsers(dest="env_cmd", parser_class=Parser)
@@ -395,12 +437,12 @@ def _main(argv: Sequence[str] | None) -> int:
     if argv and argv[0] in DELEGATED:
         module = importlib.import_module(DELEGATED[argv[0]][0])
         return int(module.main(argv[1:]) or 0)
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     handlers = {"check": cmd_check, "explain": cmd_explain, "env": cmd_env, "contracts": cmd_contracts,
                 "derive": cmd_derive}
     if args.cmd not in handlers:
-        raise UsageError("kvproof: say check, explain, derive, env, contracts, verify, fuzz, replay, bisect or "
-                         "selftest (--help)")
+        raise UsageError("kvproof: say check, explain, derive, env, contracts, verify, fuzz, replay, bisect, "
+                         "selftest, findings or compare (--help)")
     return handlers[args.cmd](args)
 
 

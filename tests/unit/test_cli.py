@@ -87,3 +87,50 @@ def test_hostile_layout_files_are_one_line_exit_2(tmp_path, content, needle):
 def test_unknown_connector_inline_names_the_registered_ones():
     proc = run("check", "--groups", "mamba:16", "--kv-connector", "Bogus")
     assert proc.returncode == 2 and "OffloadingConnector" in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("cmd", [["check", "--config", "qwen3_5"], ["derive", "qwen3_5"]])
+@pytest.mark.parametrize("argv, flags", [
+    (["--flags", "--enable-prefix-caching"], "--enable-prefix-caching"),  # one flag: argparse read it as an option
+    (["--flags", "--enable-prefix-caching --mamba-cache-mode align"], "--enable-prefix-caching --mamba-cache-mode align"),
+    (["--flags=--enable-prefix-caching"], "--enable-prefix-caching"),
+    (["--flags", "-O3", "--vllm", "0.28.0"], "-O3"),  # the options after it are still options
+    (["--vllm", "0.28.0", "--", "--enable-prefix-caching", "--hf-overrides", '{"a": 1}'],
+     "--enable-prefix-caching --hf-overrides '{\"a\": 1}'"),
+    (["--"], ""),
+])
+def test_flags_take_any_serve_line_a_single_flag_included(cmd, argv, flags):
+    args = cli._parse(cmd + argv)
+    assert args.cmd == cmd[0] and args.flags == flags
+    if "--vllm" in argv:
+        assert args.vllm == ["0.28.0"]
+    import shlex
+    (_, config), = cli.load_configs(["qwen3_5"], args.flags)
+    assert config.flags == tuple(shlex.split(flags))
+
+
+def test_flags_after_a_bare_double_dash_keep_every_word():
+    args = cli._parse(["check", "--config", "qwen3_5", "--", "--enable-prefix-caching", "--hf-overrides", '{"a": 1}'])
+    (_, config), = cli.load_configs(args.config, args.flags)
+    assert config.flags == ("--enable-prefix-caching", "--hf-overrides", '{"a": 1}')
+
+
+def test_other_commands_keep_their_argv():
+    assert cli._serve_flags_argv(["explain", "--flags", "-x", "--", "y"]) == ["explain", "--flags", "-x", "--", "y"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    # parsed now; refused by the command itself (no vLLM needed): before, "expected one argument"
+    (["check", "--groups", "mamba:16", "--flags", "--enable-prefix-caching"], "check: --flags go with --config"),
+    (["check", "--groups", "mamba:16", "--", "--enable-prefix-caching"], "check: --flags go with --config"),
+    (["derive", "--flags", "--enable-prefix-caching"], "derive: give a Config"),
+    # bad input
+    (["check", "--config", "qwen3_5", "--flags"], "argument --flags: expected one argument"),
+    (["check", "--config", "qwen3_5", "--flags", "-O3", "--", "--enforce-eager"], "not both"),
+    (["derive", "qwen3_5", "--flags", "'unbalanced"], "--flags: No closing quotation"),
+])
+def test_flags_edges_are_one_line_exit_2(args, needle):
+    proc = run(*args)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr, proc.stderr
