@@ -202,7 +202,8 @@ class Stats:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.data: dict = {"target": target, "vllm": vllm, "pid": os.getpid(), "started": time.time(),
                            "execs": 0, "verdicts": {}, "latent": {}, "latent_classes": 0, "classes": {},
-                           "new": 0, "known": 0, "errors": {}, "first_crash_s": None, "bridge_errors": 0}
+                           "new": 0, "known": 0, "errors": {}, "first_crash_s": None, "bridge_errors": 0,
+                           "drafts": {}}
         self.t0 = time.monotonic()
         self._next = time.monotonic() + 1
         self._ledger = None

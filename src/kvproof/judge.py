@@ -242,7 +242,20 @@ def consumer_efficiency_line(r) -> str:
     return (f"{e.hit_tokens + e.external_tokens} of {e.reusable_tokens} reusable shared-prefix tokens hit "
             f"({e.recomputed_fraction:.1%} recomputed; {e.prompt_tokens} prompt tokens, {e.admissions} admissions)"
             + (f"; drafts {r.drafts_accepted} of {r.drafts_verified} accepted" if getattr(r, "drafts_verified", 0)
-               else ""))
+               else "") + _per_request(r))
+
+
+def _per_request(r) -> str:
+    """Each admission's hit against the release's ideal and the reusable tokens (up to 8)."""
+    g = getattr(r, "hash_block_size", None)
+    hits = getattr(r, "hits", None) or []
+    if not g or not hits or len(hits) > 8:
+        return ""
+    if not all({"req", "hit", "external", "truth"} <= set(h) for h in hits):
+        return ""
+    cells = [f"r{h['req']} {h['hit'] + h['external']}/{spec_ideal_hit(r, int(h['truth']), int(g))}/{h['truth']}"
+             for h in hits]
+    return "; per request hit/ideal/reusable: " + " ".join(cells)
 
 
 def _stage_error(oracle: str, detail: str) -> StageError:

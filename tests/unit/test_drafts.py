@@ -134,3 +134,29 @@ def test_layout_states_the_engines_speculation():
                         ({"method": "mtp", "num_speculative_tokens": 0}, "num_speculative_tokens")):
         with pytest.raises(LayoutError, match=needle):
             Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}], "speculative": bad})
+
+
+def test_spec_hit_oracle_fires_on_a_hit_that_keeps_the_eagle_unit():
+    """The oracle itself (kvproof's code, no vLLM): under the EAGLE drop a hit must leave the last
+    hash unit before min(common prefix, num_tokens - 1) to recompute."""
+    import hashlib
+    from types import SimpleNamespace
+
+    from kvproof.consumer.oracles import Oracles, Recorder
+    from kvproof.consumer.truth import HashIndex
+
+    def hb(parent, toks, ahead=()):
+        return hashlib.sha256(repr((parent, tuple(toks), tuple(ahead))).encode()).digest()
+
+    def run(eagle: bool, n: int):
+        res = ConsumerResult("x", "v", alignment=16, eagle_drop=eagle)
+        rec = Recorder(res.observations, res.counts)
+        o = Oracles(res, rec, HashIndex(16, hb), [16], [])
+        toks = list(range(1, 80))
+        o.truth.record("r0", toks, 79)
+        req = SimpleNamespace(request_id="r1", all_token_ids=toks[:72], num_tokens=72, num_prompt_tokens=72)
+        o.hit(req, n)
+        return res.counts.get("spec_hit", 0)
+
+    assert run(True, 48) == 0 and run(True, 56) == 0 and run(False, 64) == 0
+    assert run(True, 64) == 1  # 64 > min(72, 72) - 16: the drafter's unit was not given back

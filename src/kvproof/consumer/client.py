@@ -12,20 +12,22 @@ from kvproof.layout import Layout
 
 
 def default_stream(layout: Layout) -> Stream:
-    """A shared-prefix stream sized to the layout: full, partial and resent prefixes, some decode.
+    """A shared-prefix stream sized to the layout: full, partial and resent prefixes, some decode,
+    and a next turn of the first request (its prompt and outputs, then new tokens).
 
     The prefix is about four of the largest group blocks long (capped by
     max_model_len), so every release's hit alignment has room to land.
     """
     big = max(g.block_size for g in layout.groups)
-    # the longest request is p + 64 prompt tokens + 4 outputs (+1): it must fit max_model_len,
+    # the longest request is p + 64 prompt tokens + 4 outputs (+1) (the next turn: p + 28 + 2): it must fit max_model_len,
     # or the scheduler never finishes it (a harness stall, not a vLLM verdict)
     p = max(8, min(4 * big + 7, layout.max_model_len - 64 - 5))
     reqs = (Req(0, p, 16, 0, 4),
             Req(0, p, 32, 3, 2),
             Req(0, p // 2, 9, 5, 2),
             Req(0, p, 16, 8, 2, resend_at=None),
-            Req(0, p, 64, 10, 3, resend_at=30))
+            Req(0, p, 64, 10, 3, resend_at=30),
+            Req(suffix_len=8, arrival=36, max_tokens=2, extends=0))  # r0's next turn
     return Stream((p,), reqs, None, max(512, big), 8)
 
 

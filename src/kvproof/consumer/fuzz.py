@@ -124,6 +124,7 @@ class Target:
         s = self.stats
         s.data["steps"] += res.steps
         s.data["run_seconds"] = round(s.data["run_seconds"] + res.seconds, 3)
+        s.bump("drafts", stream.spec.method if stream.spec else "none")
         j = judge_consumer(res, layout)
         s.bump("verdicts", str(j.verdict))
         if j.verdict in CLASSED:

@@ -217,7 +217,9 @@ class Oracles:
         if not self.chunks:
             return 0
         m = max(request.num_tokens - 1, 0)
-        return min(m // c * c for c in self.chunks)
+        # null blocks up to the block holding the chunk start: (m // c * c) // B whole blocks of B
+        # tokens (local_attention_start_block_idx); a chunk smaller than a block ends inside one
+        return min(m // c * c // b * b for c, b in zip(self.chunks, self.group_sizes))
 
     def hit(self, request: Any, n: int) -> None:
         if n <= 0:
@@ -236,13 +238,16 @@ class Oracles:
             why = "the last must be computed" if ahead <= 1 else f"hash lookahead {ahead}: at most num_tokens - {ahead}"
             self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens covers the whole request "
                          f"({request.num_tokens} tokens; {why})")
-        if self.res.eagle_drop and n > max(0, min(true_len, request.num_tokens - 1) - self.index.h):
+        if self.res.eagle_drop and n > max(0, min(true_len, request.num_tokens) - self.index.h):
             # drop_eagle_block (single_type_kv_cache_manager.py find_longest_cache_hit): the hit
-            # gives back one hash unit (fine-grained) or one block, so the drafter's hidden states
-            # for the tokens before the generation point are recomputed
-            self.rec.add("spec_hit", f"{request.request_id}: hit {n} tokens under EAGLE, but the last "
-                         f"{self.index.h}-token unit before min(common prefix {true_len}, num_tokens - 1 = "
-                         f"{request.num_tokens - 1}) must be recomputed for the drafter")
+            # gives back one hash unit (fine-grained) or one block of what matched. The unitary
+            # coordinator matches up to num_tokens - 1; the hybrid one (0.32+, eagle_proof_margin in
+            # kv_cache_utils.py) up to the hashed tokens, so num_tokens - 1 itself can be its answer
+            # once the whole prompt is cached: the bound every release keeps is one unit below
+            # min(common prefix, num_tokens).
+            self.rec.add("spec_hit", f"{request.request_id}: hit {n} tokens under EAGLE, but one "
+                         f"{self.index.h}-token unit below min(common prefix {true_len}, num_tokens "
+                         f"{request.num_tokens}) must be given back for the drafter")
         if self.res.alignment and n % self.res.alignment and n != request.num_tokens - 1:
             self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens is not a multiple of the "
                          f"coordinator's alignment {self.res.alignment}")

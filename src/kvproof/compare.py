@@ -1,0 +1,220 @@
+"""The release differential: the same layouts and request streams on two or more releases, hit by hit.
+
+    kvproof compare --from 0.32.0 --to 0.33.0 [FILES...] [--generated N] [--spec-share F]
+    kvproof compare --vllm 0.27.0 --vllm 0.28.0 --vllm 0.32.0 --generated 40
+
+Each input (a Layout, a ledger entry or fuzz finding with its stream, or a
+generated one: reference layouts under seeded streams, a share of them with
+speculative decoding) runs at the consumer tier on every release, one worker
+call per release. Requests are matched by their index in the stream and their
+admission order (a resend is its own admission). A request whose prefix hit
+(local + external) on a release is more than ``--margin`` tokens below the
+release before is a regression, named by its first bad release: one class per
+(first bad release, drafter family), whatever the numbers. Runs that do not
+complete on both sides (not expressible, an exception, a harness error) are
+counted, never compared. Exit 1 when a regression was found, 0 when none, 2 on
+bad input. No vLLM import here.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from kvproof import envs
+from kvproof.cliutil import Parser, guarded
+from kvproof.consumer.client import default_stream, run_many
+from kvproof.consumer.result import ConsumerResult
+from kvproof.consumer.stream import Stream, random_stream
+from kvproof.errors import LayoutError, UsageError
+from kvproof.fsio import atomic_write
+from kvproof.inputs import load_files, parse_json
+from kvproof.layout import Layout
+from kvproof.spec import facts
+
+# Layouts the generated differential corpus covers: each consumer path the speculative work
+# touches (one full-attention group, sliding window beside full attention, a Mamba hybrid in
+# align mode, MLA, a Qwen3-Next-like hybrid at real block sizes).
+REFERENCE_LAYOUTS = (
+    {"groups": [{"kind": "full_attention", "block_size": 16}], "cache": {"block_size": 16}},
+    {"groups": [{"kind": "full_attention", "block_size": 16},
+                {"kind": "sliding_window", "block_size": 16, "sliding_window": 128}], "cache": {"block_size": 16}},
+    {"groups": [{"kind": "mamba", "block_size": 64}, {"kind": "full_attention", "block_size": 64}],
+     "cache": {"block_size": 64, "mamba_cache_mode": "align"}},
+    {"groups": [{"kind": "mla", "block_size": 64}], "cache": {"block_size": 64}},
+    {"groups": [{"kind": "mamba", "block_size": 544}] * 3 + [{"kind": "full_attention", "block_size": 544}],
+     "cache": {"block_size": 544, "mamba_cache_mode": "align"}},
+)
+
+
+@dataclass(frozen=True)
+class Regression:
+    release: str  # the first bad release
+    previous: str
+    input_hash: str
+    request: int
+    admission: int
+    before: int
+    after: int
+    truth: int
+    spec: str
+
+    @property
+    def family(self) -> str:
+        return self.spec.split(" ")[0] if self.spec else "no-drafts"
+
+    @property
+    def class_key(self) -> str:
+        return f"consumer|regression:hits@{self.release}[{self.family}]||"
+
+
+@dataclass
+class Report:
+    releases: list[str]
+    inputs: int = 0
+    requests_compared: int = 0
+    not_compared: dict[str, int] = field(default_factory=dict)
+    regressions: list[Regression] = field(default_factory=list)
+
+    def classes(self) -> dict[str, list[Regression]]:
+        out: dict[str, list[Regression]] = {}
+        for r in self.regressions:
+            out.setdefault(r.class_key, []).append(r)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"releases": self.releases, "inputs": self.inputs, "requests_compared": self.requests_compared,
+                "not_compared": self.not_compared,
+                "classes": {k: [r.__dict__ for r in v] for k, v in self.classes().items()}}
+
+
+def admissions(res: ConsumerResult) -> dict[tuple[int, int], dict[str, int]]:
+    """(request index, admission number) -> that admission's hit record."""
+    seen: dict[int, int] = {}
+    out = {}
+    for h in res.hits:
+        k = seen.get(h["req"], 0)
+        seen[h["req"]] = k + 1
+        out[(h["req"], k)] = h
+    return out
+
+
+def _complete(res: ConsumerResult) -> str | None:
+    """Why ``res`` cannot be compared, or None."""
+    if res.not_expressible:
+        return "not expressible"
+    if res.harness_error or res.setup_error:
+        return "error"
+    if any(o.oracle in ("exception", "stalled") for o in res.observations):
+        return "raised or stalled"
+    return None
+
+
+def diff(items: Sequence[tuple[Layout, Stream]], runs: dict[str, list[ConsumerResult]], margin: int) -> Report:
+    """Compare each release with the one before it (``runs`` in release order)."""
+    rels = list(runs)
+    rep = Report(rels, inputs=len(items))
+    for prev, cur in zip(rels, rels[1:]):
+        for (lay, st), a, b in zip(items, runs[prev], runs[cur]):
+            why = _complete(a) or _complete(b)
+            if why:
+                rep.not_compared[why] = rep.not_compared.get(why, 0) + 1
+                continue
+            before, after = admissions(a), admissions(b)
+            for key in sorted(set(before) & set(after)):
+                x, y = before[key], after[key]
+                rep.requests_compared += 1
+                got_x, got_y = x["hit"] + x["external"], y["hit"] + y["external"]
+                if got_x - got_y > margin:
+                    rep.regressions.append(Regression(cur, prev, lay.content_hash(), key[0], key[1], got_x, got_y,
+                                                      x["truth"], st.spec.label() if st.spec else ""))
+    return rep
+
+
+def generated(n: int, spec_share: float, seed: int = 0) -> list[tuple[Layout, Stream]]:
+    """``n`` inputs: the reference layouts in turn, each under a seeded stream."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        base = dict(REFERENCE_LAYOUTS[i % len(REFERENCE_LAYOUTS)])
+        base["cache"] = dict(base["cache"], enable_prefix_caching=True)
+        lay = Layout.from_dict(base)
+        big = max(g.block_size for g in lay.groups)
+        out.append((lay, random_stream(rng, max(64, min(3 * big, 2048)), spec_share)))
+    return out
+
+
+def load_inputs(paths: Sequence[str]) -> list[tuple[Layout, Stream]]:
+    """Layout files (default stream), ledger entries and fuzz findings (their stream), folders of them."""
+    def one(text: str, where: str) -> tuple[Layout, Stream]:
+        data = parse_json(text, where)
+        if not isinstance(data, dict):
+            raise LayoutError(f"{where}: not a JSON object")
+        lay = Layout.from_dict(data.get("layout", data))
+        raw = data.get("stream") or (data.get("meta") or {}).get("stream")
+        return lay, (Stream.from_dict(raw) if raw else default_stream(lay))
+    return [item for _, item in load_files(paths, one)]
+
+
+def _parse(argv: Sequence[str] | None) -> Any:
+    ap = Parser(prog="kvproof compare", description=__doc__.split("\n\n")[0])
+    ap.add_argument("inputs", nargs="*", metavar="FILE", help="layout / ledger / finding JSON files or folders")
+    ap.add_argument("--from", dest="old", metavar="RELEASE")
+    ap.add_argument("--to", dest="new", metavar="RELEASE")
+    ap.add_argument("--vllm", action="append", default=[], metavar="RELEASE",
+                    help="releases to chain (oldest first; a subset name like 'ci' works)")
+    ap.add_argument("--generated", type=int, default=0, metavar="N", help="N generated inputs (reference layouts)")
+    ap.add_argument("--spec-share", type=float, default=0.5, help="share of generated streams with drafts")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--margin", type=int, default=0, metavar="TOKENS", help="tokens a request may lose")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", metavar="FILE", help="also write the JSON report there")
+    args = ap.parse_args(argv)
+    rels = [r for x in ([args.old] if args.old else []) + args.vllm + ([args.new] if args.new else [])
+            for r in envs.resolve([x])]
+    if len(dict.fromkeys(rels)) < 2:
+        raise UsageError("kvproof compare: name two releases (--from A --to B, or --vllm twice)")
+    if not args.inputs and args.generated <= 0:
+        raise UsageError("kvproof compare: give input FILEs or --generated N")
+    if not 0.0 <= args.spec_share <= 1.0 or args.margin < 0:
+        raise UsageError("kvproof compare: --spec-share must be in [0, 1] and --margin >= 0")
+    args.releases = sorted(dict.fromkeys(rels), key=facts.release_key)
+    return args
+
+
+def print_report(rep: Report) -> None:
+    print(f"release differential {' -> '.join(rep.releases)}: {rep.inputs} inputs, "
+          f"{rep.requests_compared} request admissions compared"
+          + (f"; not compared: {', '.join(f'{v} {k}' for k, v in rep.not_compared.items())}" if rep.not_compared else ""))
+    classes = rep.classes()
+    if not classes:
+        print("  no regression: no request hit less on a newer release")
+    for key, regs in classes.items():
+        worst = max(regs, key=lambda r: r.before - r.after)
+        print(f"  REGRESSION {key}: first bad release {worst.release} (after {worst.previous}), {len(regs)} "
+              f"admissions; worst: input {worst.input_hash} request {worst.request} hit {worst.before} -> "
+              f"{worst.after} of {worst.truth} reusable ({worst.spec or 'no drafts'})")
+
+
+def _body(argv: Sequence[str] | None) -> int:
+    args = _parse(argv)
+    items = load_inputs(args.inputs) + generated(args.generated, args.spec_share, args.seed)
+    runs = {rel: run_many(items, envs.find(rel)) for rel in args.releases}
+    rep = diff(items, runs, args.margin)
+    if args.out:
+        atomic_write(args.out, json.dumps(rep.to_dict(), indent=1, sort_keys=True) + "\n")
+    if args.json:
+        print(json.dumps(rep.to_dict(), indent=1, sort_keys=True))
+    else:
+        print_report(rep)
+    return 1 if rep.regressions else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return guarded("kvproof compare", _body, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
