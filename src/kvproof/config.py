@@ -55,6 +55,17 @@ def reference_models() -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in models_dir().glob("*.json")))
 
 
+def reference_drafts() -> tuple[str, ...]:
+    """Names of the reference draft models (``spec/models/drafts/<name>.json``): what a
+    ``--speculative-config`` ``"model"`` may name instead of a hub id (no hub here)."""
+    return tuple(sorted(p.stem for p in (models_dir() / "drafts").glob("*.json")))
+
+
+def load_draft_config(name: str) -> dict[str, Any]:
+    """The HF config dict of the reference draft ``name`` (its ``_kvproof_source`` note removed)."""
+    return load_model_config(str(models_dir() / "drafts" / f"{name}.json"))
+
+
 def model_config_path(model: str) -> Path:
     """The ``config.json`` a Config's ``model`` names: a reference name, a file, or a folder with one."""
     ref = models_dir() / f"{model}.json"

@@ -160,3 +160,24 @@ def test_spec_hit_oracle_fires_on_a_hit_that_keeps_the_eagle_unit():
 
     assert run(True, 48) == 0 and run(True, 56) == 0 and run(False, 64) == 0
     assert run(True, 64) == 1  # 64 > min(72, 72) - 16: the drafter's unit was not given back
+
+
+def test_oracles_learn_tokens_appended_within_the_step_before_judging_a_hash():
+    """Accepted drafts append several tokens inside update_from_output, and vLLM may publish the
+    blocks they fill before the harness's stepped() runs (class a7ff9c65c29d on 0.33.0 was this lag)."""
+    import hashlib
+    from types import SimpleNamespace
+
+    from kvproof.consumer.oracles import Oracles, Recorder
+    from kvproof.consumer.truth import HashIndex
+
+    def hb(parent, toks, ahead=()):
+        return hashlib.sha256(repr((parent, tuple(toks), tuple(ahead))).encode()).digest()
+
+    res = ConsumerResult("x", "v")
+    o = Oracles(res, Recorder(res.observations, res.counts), HashIndex(4, hb), [4], [])
+    req = SimpleNamespace(request_id="r0", all_token_ids=[5, 6, 7, 8, 9], num_tokens=5, num_prompt_tokens=5)
+    o.admit("r0", req, list(req.all_token_ids))
+    req.all_token_ids += [10, 11, 12]  # two accepted drafts and a bonus token, not yet stepped()
+    second = hb(hb(None, [5, 6, 7, 8]), [9, 10, 11, 12])
+    assert o.index.locate(second) is None and o.locate(second)[1] == 8

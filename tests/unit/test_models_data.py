@@ -166,3 +166,18 @@ def test_c6_prefix_caching_off_expects_no_hits():
     assert judge_consumer(r, on).verdict == Verdict.WARN
     j = judge_consumer(r, off)
     assert j.verdict == Verdict.OK and "prefix caching is off" in j.note
+
+
+def test_reference_drafts_name_their_source_and_are_eagle3_heads():
+    """spec/models/drafts/: what a --speculative-config "model" may name (no hub here); the derive
+    bridge swaps the name for a folder holding the config (bridge/derive.py _reference_draft)."""
+    from kvproof.config import load_draft_config, reference_drafts
+    assert {"gpt_oss_eagle3", "qwen3_next_eagle3"} <= set(reference_drafts())
+    for name in reference_drafts():
+        raw = json.loads((models_dir() / "drafts" / f"{name}.json").read_text())
+        assert isinstance(raw.get(SOURCE_KEY), str) and len(raw[SOURCE_KEY]) > 20, name
+        cfg = load_draft_config(name)
+        assert SOURCE_KEY not in cfg and cfg["architectures"] == ["LlamaForCausalLMEagle3"], name
+        target = load_model_config(name.rsplit("_eagle3", 1)[0])
+        assert cfg["hidden_size"] == target["hidden_size"], name  # EAGLE-3 reads the target's hidden states
+    assert not set(reference_drafts()) & set(reference_models())

@@ -163,6 +163,7 @@ def serve_engine_args(config: Config) -> Any:
         text = err.getvalue().strip().splitlines()
         raise FlagError((text[-1] if text else str(exc)) or "the flags were refused") from None
     args = EngineArgs.from_cli_args(ns)
+    _reference_draft(args)
     args.load_format = "dummy"
     args.skip_tokenizer_init = True
     args.enforce_eager = True
@@ -170,6 +171,21 @@ def serve_engine_args(config: Config) -> Any:
     # is replaced by one computed from the model's own specs (_spec_bytes) before anything reads it.
     args.kv_cache_memory_bytes = 1 << 30
     return args
+
+
+def _reference_draft(args: Any) -> None:
+    """A ``--speculative-config`` whose ``"model"`` names a reference draft (spec/models/drafts/)
+    gets a folder with that ``config.json`` in its place, as a hub download would."""
+    from kvproof.config import load_draft_config, reference_drafts
+    sc = getattr(args, "speculative_config", None)
+    if not isinstance(sc, dict) or sc.get("model") not in reference_drafts():
+        return
+    hf = load_draft_config(sc["model"])
+    draft_dir = _WORKDIR / f"draft-{hashlib.sha256(json.dumps(hf, sort_keys=True).encode()).hexdigest()[:12]}"
+    if not (draft_dir / "config.json").exists():
+        draft_dir.mkdir(parents=True, exist_ok=True)
+        (draft_dir / "config.json").write_text(json.dumps(hf, indent=1))
+    args.speculative_config = dict(sc, model=str(draft_dir))
 
 
 @contextlib.contextmanager

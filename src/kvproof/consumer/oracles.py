@@ -206,6 +206,17 @@ class Oracles:
                 self.truth.record(rid, toks, min(req.num_computed_tokens, len(toks)))
                 self.chain(req)
 
+    def locate(self, hv: Any) -> Any:
+        """``index.locate(hv)``, after learning every live request's tokens when it misses: vLLM
+        may cache (and publish) blocks of tokens appended within the same ``update_from_output``
+        (accepted drafts), before the harness's ``stepped`` has seen them."""
+        loc = self.index.locate(hv)
+        if loc is None:
+            for rid, req in self.live.items():
+                self.index.extend(rid, list(req.all_token_ids))
+            loc = self.index.locate(hv)
+        return loc
+
     # --- (b) prefix hits and hash chains ------------------------------------------------
     def out_of_window(self, request: Any) -> int:
         """Tokens a lookup may count as computed without any cached block: with only chunked
@@ -298,12 +309,12 @@ class Oracles:
         if not toks and hashes:
             self.res.events_opaque += 1
             for k, hv in enumerate(hashes):
-                if index.locate(hv) is None:
+                if self.locate(hv) is None:
                     self.rec.add("kv_event", f"{where}: hash #{k} names no token prefix at granularity {index.h}")
             return
         start = 0
         if ev.parent_block_hash is not None:
-            p = index.locate(ev.parent_block_hash)
+            p = self.locate(ev.parent_block_hash)
             if p is None:
                 self.rec.add("kv_event", f"{where}: parent hash names no token prefix")
                 return
@@ -317,7 +328,7 @@ class Oracles:
             return
         prev_end = start
         for k, hv in enumerate(hashes):
-            loc = index.locate(hv)
+            loc = self.locate(hv)
             if loc is None:
                 self.rec.add("kv_event", f"{where}: hash #{k} names no token prefix at granularity {index.h}")
                 return
@@ -389,7 +400,7 @@ class Oracles:
         True when the key passed (nothing recorded).
         """
         index, group_sizes, live, memo = self.index, self.group_sizes, self.live, self.memo
-        loc = index.locate(hv)
+        loc = self.locate(hv)
         if loc is None:
             self.rec.add("connector", f"{label}: a {len(bytes(hv))}-byte hash names no token prefix at "
                          f"granularity {index.h}")
