@@ -284,6 +284,10 @@ UNSUPPORTED_BY_DESIGN: tuple[Refusal, ...] = (
     # hybrid KV cache manager on for a chunked-local model, which vllm/config/vllm.py turns off
     # unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (and always with EAGLE).
     Refusal("not compatible with chunked local attention", "v1/core/single_type_kv_cache_manager.py"),
+    # Same function (0.27-0.33) under an EAGLE-family drafter: the engine turns the hybrid manager
+    # off for chunked local attention with EAGLE, and no model is chunked-local alone (Llama 4 has
+    # global layers), so only a direct caller reaches it; the message names the limitation.
+    Refusal("not supported for eagle + chunked local attention", "v1/core/single_type_kv_cache_manager.py"),
     # Same function, the two asserts before it (0.27-0.32): chunked-local prefix lookups
     # refuse context parallelism; no engine validation refuses the configuration earlier.
     Refusal("DCP not support chunked local attn now", "v1/core/single_type_kv_cache_manager.py"),

@@ -181,3 +181,13 @@ def test_oracles_learn_tokens_appended_within_the_step_before_judging_a_hash():
     req.all_token_ids += [10, 11, 12]  # two accepted drafts and a bonus token, not yet stepped()
     second = hb(hb(None, [5, 6, 7, 8]), [9, 10, 11, 12])
     assert o.index.locate(second) is None and o.locate(second)[1] == 8
+
+
+def test_eagle_with_chunked_local_attention_alone_is_a_refusal_by_design():
+    from kvproof.contracts import refused_by_design
+    from kvproof.outcome import StageError
+    lay = Layout.from_dict({"groups": [{"kind": "chunked_local", "block_size": 8, "attention_chunk_size": 64}]})
+    err = StageError("AssertionError", "Hybrid KV cache is not supported for eagle + chunked local attention.",
+                     "vllm/v1/core/single_type_kv_cache_manager.py:1333 in find_longest_cache_hit")
+    assert refused_by_design(lay, err)
+    assert not refused_by_design(lay, StageError("AssertionError", "Each KV cache group's real block_size", err.frame))

@@ -282,6 +282,7 @@ class Harness:
         index = HashIndex(st.res.hash_block_size, self._hash_block(hash_fn), lookahead=st.res.hash_lookahead)
         oracles = Oracles(st.res, st.rec, index, self.builder.group_block_sizes(scheduler.kv_cache_config, layout.dcp),
                           local_chunks(scheduler.kv_cache_config))
+        oracles.mamba = layout.has_mamba
         spies.spy_lookups(mgr, oracles)
         spies.spy_allocations(mgr, oracles)
         spies.spy_events(scheduler.kv_event_publisher, oracles)

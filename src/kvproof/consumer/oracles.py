@@ -135,6 +135,7 @@ class Oracles:
         self.index = index
         self.group_sizes = group_sizes
         self.chunks = chunks
+        self.mamba = False  # a Mamba group is present (set by the harness; spec_hit does not judge it)
         self.truth = Truth()
         self.live: dict[str, Any] = {}  # request id -> the real Request, for every request sent
         self.memo = KeyMemo()
@@ -249,13 +250,14 @@ class Oracles:
             why = "the last must be computed" if ahead <= 1 else f"hash lookahead {ahead}: at most num_tokens - {ahead}"
             self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens covers the whole request "
                          f"({request.num_tokens} tokens; {why})")
-        if self.res.eagle_drop and n > max(0, min(true_len, request.num_tokens) - self.index.h):
+        if self.res.eagle_drop and not self.mamba and n > max(0, min(true_len, request.num_tokens) - self.index.h):
             # drop_eagle_block (single_type_kv_cache_manager.py find_longest_cache_hit): the hit
             # gives back one hash unit (fine-grained) or one block of what matched. The unitary
             # coordinator matches up to num_tokens - 1; the hybrid one (0.32+, eagle_proof_margin in
             # kv_cache_utils.py) up to the hashed tokens, so num_tokens - 1 itself can be its answer
             # once the whole prompt is cached: the bound every release keeps is one unit below
-            # min(common prefix, num_tokens).
+            # min(common prefix, num_tokens). MambaManager keeps its own rule (the state one block
+            # before the hit, no drop): layouts with a Mamba group are not judged here.
             self.rec.add("spec_hit", f"{request.request_id}: hit {n} tokens under EAGLE, but one "
                          f"{self.index.h}-token unit below min(common prefix {true_len}, num_tokens "
                          f"{request.num_tokens}) must be given back for the drafter")
@@ -413,7 +415,10 @@ class Oracles:
             fine = a < g and g % a == 0 and end % a == 0
             # stores: FullAttentionManager.cache_blocks registers the partial tail whenever
             # block_size != hash_block_size, whatever the alignment (GPU and CPU pools alike)
-            ok = self._partial_tail(end, seq, index.h, live, memo) if store else fine
+            # lookups: an interior hash boundary in fine-grained mode, or a key a partial-tail store
+            # registers (the EAGLE margin of 0.32+ looks the whole prompt's tail up, prompt // h * h)
+            ok = self._partial_tail(end, seq, index.h, live, memo) if store else (
+                fine or self._partial_tail(end, seq, index.h, live, memo))
             if not ok:
                 what = "a stored key that is no request's prompt tail" if fine else f"{end} is not a block boundary"
                 self.rec.add("connector", f"{label}: hash of tokens [0, {end}) paired with group {group} whose "
