@@ -22,7 +22,6 @@ from vllm.v1 import kv_cache_interface as kvi
 from kvproof.bridge.build import Builder
 from kvproof.consumer import drafters
 from kvproof.consumer.compat import kwargs_for
-from kvproof.consumer.drafts import effective_drafts
 from kvproof.consumer.stream import Stream
 from kvproof.errors import NotExpressible
 from kvproof.layout import Layout
@@ -82,7 +81,7 @@ class EngineConfigs:
             max_num_batched_tokens=max(stream.max_num_batched_tokens, 1), enable_chunked_prefill=True,
             long_prefill_token_threshold=0))
         parallel = ParallelConfig(tensor_parallel_size=layout.dcp, decode_context_parallel_size=layout.dcp)
-        model_config = self.model_config(mml, drafters.target_for(effective_drafts(layout, stream)))
+        model_config = self.model_config(mml, drafters.target_for(stream.spec))
         speculative = self.speculative_config(layout, stream, model_config, parallel)
         kv_transfer = None
         if layout.kv_connector:
@@ -102,7 +101,8 @@ class EngineConfigs:
         return cfg
 
     def speculative_config(self, layout: Layout, stream: Stream, model_config: Any, parallel: Any) -> Any:
-        """The stream's speculative decoding, or hidden-state extraction for its connector."""
+        """The stream's speculative decoding (the harness has put the Layout's method there,
+        ``drafts.effective_drafts``), or hidden-state extraction for its connector."""
         hidden = layout.kv_connector == facts.HIDDEN_STATES_CONNECTOR
         if hidden:
             # What the engine builds for hidden-state extraction: the speculative method
@@ -113,13 +113,11 @@ class EngineConfigs:
                     f"{layout.kv_connector} with {n} hidden-state groups: the engine's extract_hidden_states "
                     f"path adds exactly one HiddenStateCacheSpec group (the connector refuses any other "
                     f"count: 'Could not uniquely identify the extract-hidden-states group')")
-            drafts = effective_drafts(layout, stream)
-            if drafts is not None:
+            if stream.spec is not None:
                 raise NotExpressible("extract_hidden_states is the speculative method of this connector: "
-                                     f"{drafts.method} drafts cannot run beside it")
+                                     f"{stream.spec.method} drafts cannot run beside it")
             return drafters.hidden_states(model_config, parallel)
-        drafts = effective_drafts(layout, stream)
-        return None if drafts is None else drafters.build(drafts, model_config, parallel, self.model_dir)
+        return None if stream.spec is None else drafters.build(stream.spec, model_config, parallel, self.model_dir)
 
     def connector_extra(self, gpu_bytes: int | None) -> dict:
         """The connectors' extra config: an offload pool twice the GPU cache, at most

@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from kvproof.errors import LayoutError
+from kvproof.errors import LayoutError, NotExpressible
 from kvproof.spec import facts
 
 VOCAB = 30000
@@ -116,7 +116,6 @@ def effective_drafts(layout: Any, stream: Any) -> Drafts | None:
     if spec is None:
         return None
     if spec.method not in facts.SPEC_METHODS:
-        from kvproof.errors import NotExpressible
         raise NotExpressible(f"speculative method {spec.method}: the consumer tier drafts for "
                              f"{', '.join(facts.SPEC_METHODS)} only")
     return Drafts(spec.method, min(spec.num_speculative_tokens, facts.MAX_SPEC_TOKENS))

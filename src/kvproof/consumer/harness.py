@@ -111,6 +111,11 @@ def needs() -> list[compat.Need]:
     rows += [n(f"{spy}:spy_lookups", getattr(KVCacheManager, name), positional=("request",),
                     forwards=True)
              for name in facts.PREFIX_LOOKUP_METHODS if hasattr(KVCacheManager, name)]
+    draft_ids = _draft_ids_cls()
+    if draft_ids is not None:  # the fake model runner's drafts (a release without them: NOT_EXPRESSIBLE)
+        rows += [n(f"{run}:FakeModelRunner.propose", sched_mod.Scheduler.update_draft_token_ids,
+                   positional=("draft_token_ids",)),
+                 n(f"{run}:FakeModelRunner.propose", draft_ids, provides=("req_ids", "draft_token_ids"))]
     try:
         from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
     except ImportError:
@@ -281,8 +286,7 @@ class Harness:
         st.res.hash_lookahead = int(getattr(scheduler, "num_hash_lookahead_tokens", 0) or 0)
         index = HashIndex(st.res.hash_block_size, self._hash_block(hash_fn), lookahead=st.res.hash_lookahead)
         oracles = Oracles(st.res, st.rec, index, self.builder.group_block_sizes(scheduler.kv_cache_config, layout.dcp),
-                          local_chunks(scheduler.kv_cache_config))
-        oracles.mamba = layout.has_mamba
+                          local_chunks(scheduler.kv_cache_config), mamba=layout.has_mamba)
         spies.spy_lookups(mgr, oracles)
         spies.spy_allocations(mgr, oracles)
         spies.spy_events(scheduler.kv_event_publisher, oracles)

@@ -129,13 +129,13 @@ class Oracles:
     """
 
     def __init__(self, res: Any, rec: Recorder, index: HashIndex, group_sizes: list[int],
-                 chunks: list[int]) -> None:
+                 chunks: list[int], mamba: bool = False) -> None:
         self.res = res
         self.rec = rec
         self.index = index
         self.group_sizes = group_sizes
         self.chunks = chunks
-        self.mamba = False  # a Mamba group is present (set by the harness; spec_hit does not judge it)
+        self.mamba = mamba  # a Mamba group is present (spec_hit does not judge it)
         self.truth = Truth()
         self.live: dict[str, Any] = {}  # request id -> the real Request, for every request sent
         self.memo = KeyMemo()
