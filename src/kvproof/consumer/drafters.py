@@ -31,16 +31,18 @@ TARGET_HF_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama"
 
 
 # MTP drafts with the target's own next-token module (SpeculativeConfig takes the target's
-# path as the draft model and maps its model_type to the MTP one, deepseek_v3 -> deepseek_mtp):
-# a target with MTP layers, DeepSeek-V3-shaped (num_nextn_predict_layers), scaled down. Every
+# path as the draft model and maps its model_type to the MTP one, glm4_moe -> glm4_moe_mtp):
+# a target with MTP layers (num_nextn_predict_layers), GLM-4.5-shaped and scaled down. Every
 # release 0.27-0.33 builds it; a Llama target is refused ("Unsupported speculative method").
-MTP_TARGET_HF_CONFIG = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 1024,
+# Not an MLA target (DeepSeek-V3): on CPU the platform hook (vllm/platforms/cpu.py
+# check_and_update_config) turns chunked prefill and prefix caching off for any MLA model, which
+# no GPU engine does, so the scheduler would hold every prompt longer than the batch forever.
+MTP_TARGET_HF_CONFIG = {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "hidden_size": 1024,
                         "intermediate_size": 256, "moe_intermediate_size": 64, "num_attention_heads": 64,
-                        "num_key_value_heads": 64, "num_hidden_layers": 2, "vocab_size": 32000,
+                        "num_key_value_heads": 1, "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 32000,
                         "max_position_embeddings": 1 << 20, "torch_dtype": "float16", "num_nextn_predict_layers": 1,
-                        "kv_lora_rank": 64, "q_lora_rank": None, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32,
-                        "v_head_dim": 32, "n_routed_experts": 4, "num_experts_per_tok": 2, "first_k_dense_replace": 2,
-                        "n_group": 1, "topk_group": 1}
+                        "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
+                        "first_k_dense_replace": 2, "n_group": 1, "topk_group": 1, "partial_rotary_factor": 0.5}
 TARGETS = {"llama": TARGET_HF_CONFIG, "mtp": MTP_TARGET_HF_CONFIG}
 
 
