@@ -206,6 +206,11 @@ EAGLE_METHODS = ("eagle", "eagle3", "mtp")
 # accepted with probability ``p`` from a seeded RNG (the stream carries the seed).
 SPEC_ACCEPT = ("all", "none", "seeded")
 MAX_SPEC_TOKENS = 8
+# Reference models (spec/models/) with MTP layers, whose model type SpeculativeConfig maps to an
+# MTP draft (qwen3_next -> qwen3_next_mtp, qwen3_5 -> qwen3_5_mtp, deepseek_v4 ->
+# DeepSeekV4MTPModel; vllm/config/speculative.py hf_config_override): the derivation tables sweep
+# their MTP depth (kvproof.derivation.model_flag_sets).
+MTP_REFERENCE_MODELS = ("deepseek_v4", "qwen3_5", "qwen3_next")
 # Where a KV cache coordinator keeps the groups that drop the unit past a hit for EAGLE:
 # 0.33 drop_eagle_group_ids (empty when lookahead hashing replaces the drop), 0.27-0.32
 # eagle_group_ids (every group when use_eagle and no KVCacheGroupSpec.is_eagle_group is set).

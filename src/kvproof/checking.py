@@ -153,19 +153,34 @@ def write_table(release: str, folder: Path | None = None, budget: int | None = N
     return atomic_write((folder or table_dir()) / f"{release}.json", text + "\n")
 
 
-def write_model_table(release: str, folder: Path | None = None) -> Path:
-    """Derive every reference model under the common flag sets on ``release``; write
-    ``<folder>/models/<release>.json`` (with each derivation's seconds and peak RSS)."""
+def write_model_table(release: str, folder: Path | None = None, keep: bool = False) -> Path:
+    """Derive every reference model under its flag sets on ``release``; write
+    ``<folder>/models/<release>.json`` (with each derivation's seconds and peak RSS). ``keep``:
+    keep the rows the table already has, when it was derived on this CPU (derivation.host_cpu),
+    and derive only the Configs it lacks; rows for Configs no longer listed are dropped."""
     from kvproof.fsio import atomic_write
-    derived = derive_all(release, model_configs())
+    path = (folder or table_dir()) / "models" / f"{release}.json"
+    configs = model_configs()
+    old: dict[str, dict] = {}
+    if keep and path.exists():
+        table = json.loads(path.read_text())
+        if table.get("cpu") == host_cpu():
+            old = {json.dumps(e["config"], sort_keys=True): e for e in table["entries"]}
+    key = lambda c: json.dumps(c.to_dict(minimal=True), sort_keys=True)  # noqa: E731
+    fresh = iter(derive_all(release, [c for c in configs if key(c) not in old]))
     # group_layers: each group's layer count, where a draft's layers show when they join a target's
     # group of the same spec (qwen3_next + MTP: full attention 12 -> 13 layers, same block sizes).
-    entries = [dict(table_entry(d), seconds=d.seconds, peak_rss_mb=d.peak_rss_mb, log_line=d.log_line(),
-                    stand_in_backend=d.stand_in, group_layers=[g.get("layers") for g in d.raw.get("groups") or []])
-               for d in derived]
+    entries = []
+    for c in configs:
+        if key(c) in old:
+            entries.append(old[key(c)])
+            continue
+        d = next(fresh)
+        entries.append(dict(table_entry(d), seconds=d.seconds, peak_rss_mb=d.peak_rss_mb, log_line=d.log_line(),
+                            stand_in_backend=d.stand_in, group_layers=[g.get("layers") for g in d.raw.get("groups") or []]))
     text = json.dumps({"release": release, "revision": _revision(release), "cpu": host_cpu(), "entries": entries},
                       indent=1, sort_keys=True)
-    return atomic_write((folder or table_dir()) / "models" / f"{release}.json", text + "\n")
+    return atomic_write(path, text + "\n")
 
 
 # --- check --config: derive, then judge every tier with the one judge --------------

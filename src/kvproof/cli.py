@@ -123,6 +123,9 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--models", action="store_true",
                    help="with --enumerate: derive the reference models (spec/models) under common flag sets "
                         "into spec/derived/models/RELEASE.json instead")
+    d.add_argument("--keep", action="store_true",
+                   help="with --enumerate --models: keep the table's rows (derived on this CPU) and derive "
+                        "only the Configs it lacks")
     d.add_argument("--flags", default="", metavar="'VLLM SERVE FLAGS'",
                    help="vllm serve flags for a model config.json, parsed by each release's own EngineArgs. "
                         + SERVE_FLAGS_HELP)
@@ -372,15 +375,17 @@ def cmd_derive(args: argparse.Namespace) -> int:
     if args.enumerate:
         if args.config:
             raise UsageError("derive: give a Config or --enumerate, not both")
+        if args.keep and not args.models:
+            raise UsageError("derive: --keep goes with --enumerate --models")
         for release in args.vllm or list(envs.SUPPORTED):
             envs.find(release)
             if args.models:
-                print(f"reference-model derivations for vLLM {release}: {write_model_table(release)}")
+                print(f"reference-model derivations for vLLM {release}: {write_model_table(release, keep=args.keep)}")
             else:
                 print(f"derivation table for vLLM {release}: {write_table(release)}")
         return 0
-    if args.models:
-        raise UsageError("derive: --models goes with --enumerate")
+    if args.models or args.keep:
+        raise UsageError(f"derive: {'--models' if args.models else '--keep'} goes with --enumerate")
     if not args.config:
         raise UsageError("derive: give a Config (JSON file or inline object), a model config.json, "
                          "a reference model or --enumerate")

@@ -279,10 +279,35 @@ def host_cpu() -> str:
     return isa + ("+AMX" if "amx_tile" in flags else "")
 
 
+def _spec_flags(spec: dict[str, Any]) -> tuple[str, ...]:
+    return ("--enable-prefix-caching", "--speculative-config", json.dumps(spec))
+
+
+# The speculative sets a model gets beyond MODEL_FLAG_SETS (whose MTP k=1 row every model has):
+# MTP at k = 2 and 3 where the model has MTP layers (facts.MTP_REFERENCE_MODELS: k beyond the
+# model's one next-token module runs it several times, the release warns, and num_spec changes
+# the Mamba state shape), and EAGLE-3 with the model's reference draft (spec/models/drafts/
+# <model>_eagle3.json), both with prefix caching, where the drafters' hit rules apply.
+MTP_DEPTHS = (2, 3)
+EAGLE3_TOKENS = 3
+
+
+def model_flag_sets(model: str) -> tuple[tuple[str, ...], ...]:
+    """The flag sets the reference model ``model`` is derived under, in table order."""
+    from kvproof.config import reference_drafts
+    extra: list[tuple[str, ...]] = []
+    if model in facts.MTP_REFERENCE_MODELS:
+        extra += [_spec_flags({"method": "mtp", "num_speculative_tokens": k}) for k in MTP_DEPTHS]
+    if f"{model}_eagle3" in reference_drafts():
+        extra.append(_spec_flags({"method": "eagle3", "model": f"{model}_eagle3",
+                                  "num_speculative_tokens": EAGLE3_TOKENS}))
+    return MODEL_FLAG_SETS + tuple(extra)
+
+
 def model_configs() -> list[Config]:
-    """Every reference model under every flag set of :data:`MODEL_FLAG_SETS`."""
+    """Every reference model under each of its flag sets (:func:`model_flag_sets`)."""
     from kvproof.config import reference_models
-    return [Config(model=m, flags=f) for m in reference_models() for f in MODEL_FLAG_SETS]
+    return [Config(model=m, flags=f) for m in reference_models() for f in model_flag_sets(m)]
 
 
 @dataclass(frozen=True)

@@ -181,3 +181,33 @@ def test_reference_drafts_name_their_source_and_are_eagle3_heads():
         target = load_model_config(name.rsplit("_eagle3", 1)[0])
         assert cfg["hidden_size"] == target["hidden_size"], name  # EAGLE-3 reads the target's hidden states
     assert not set(reference_drafts()) & set(reference_models())
+
+
+def test_reference_flag_sets_sweep_mtp_depth_and_eagle3_where_the_model_has_them():
+    """MTP k=1 for every model (the release refuses models without MTP layers), k=2,3 only for
+    the MTP architectures, EAGLE-3 only where a reference draft exists; every draft it names
+    is one the derivation bridge can find (spec/models/drafts/)."""
+    from kvproof.config import reference_drafts
+    from kvproof.derivation import MODEL_FLAG_SETS, model_configs, model_flag_sets
+    from kvproof.spec import facts
+
+    def specs(model):
+        return [json.loads(f[f.index("--speculative-config") + 1]) for f in model_flag_sets(model)
+                if "--speculative-config" in f]
+    for model in reference_models():
+        sets = model_flag_sets(model)
+        assert sets[:len(MODEL_FLAG_SETS)] == MODEL_FLAG_SETS and len(set(sets)) == len(sets)
+        mtp = sorted(s["num_speculative_tokens"] for s in specs(model) if s["method"] == "mtp")
+        assert mtp == ([1, 2, 3] if model in facts.MTP_REFERENCE_MODELS else [1]), model
+        eagle3 = [s for s in specs(model) if s["method"] == "eagle3"]
+        assert [s["model"] for s in eagle3] == ([f"{model}_eagle3"] if f"{model}_eagle3" in reference_drafts() else [])
+    assert set(facts.MTP_REFERENCE_MODELS) <= set(reference_models())
+    assert {"gpt_oss_eagle3", "qwen3_next_eagle3"} <= set(reference_drafts())  # a window model, a Mamba hybrid
+    names = [c.model for c in model_configs()]
+    assert len(model_configs()) == sum(len(model_flag_sets(m)) for m in reference_models()) == len(names)
+
+
+def test_derive_keep_needs_enumerate_models(capsys):
+    from kvproof.cli import main
+    assert main(["derive", "--keep", "--enumerate"]) == 2
+    assert "--keep goes with --enumerate --models" in capsys.readouterr().err
