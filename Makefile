@@ -53,6 +53,7 @@ replay: envs
 
 matrix: envs-all
 	$(VPY) -m kvproof bisect --matrix $(MATRIX)
+	$(VPY) -m kvproof compare --models --vllm all
 
 # Every file in bench/results is written by one of these scripts (each reads the
 # machine's load itself). BENCH=short (default: ~15 min on 2 shared cores) or BENCH=full.

@@ -2,6 +2,7 @@
 
     kvproof compare --from 0.32.0 --to 0.33.0 [FILES...] [--generated N] [--spec-share F]
     kvproof compare --vllm 0.27.0 --vllm 0.28.0 --vllm 0.32.0 --generated 40
+    kvproof compare --models --vllm all     (hits per release, reference models with drafts)
 
 Each input (a Layout, a ledger entry or fuzz finding with its stream, or a
 generated one: reference layouts under seeded streams, a share of them with
@@ -112,6 +113,14 @@ def _complete(res: ConsumerResult) -> str | None:
     return None
 
 
+def _spec_label(lay: Layout, st: Stream) -> str:
+    """The drafts a run used: the stream's, else the engine's (``Layout.speculative``), else none."""
+    if st.spec:
+        return st.spec.label()
+    sp = lay.speculative
+    return f"{sp.method} k={sp.num_speculative_tokens}" if sp else ""
+
+
 def diff(items: Sequence[tuple[Layout, Stream]], runs: dict[str, list[ConsumerResult]], margin: int) -> Report:
     """Compare each release with the one before it (``runs`` in release order)."""
     rels = list(runs)
@@ -129,7 +138,7 @@ def diff(items: Sequence[tuple[Layout, Stream]], runs: dict[str, list[ConsumerRe
                 got_x, got_y = x["hit"] + x["external"], y["hit"] + y["external"]
                 if got_x - got_y > margin:
                     rep.regressions.append(Regression(cur, prev, lay.content_hash(), key[0], key[1], got_x, got_y,
-                                                      x["truth"], st.spec.label() if st.spec else ""))
+                                                      x["truth"], _spec_label(lay, st)))
     return rep
 
 
@@ -169,15 +178,20 @@ def _parse(argv: Sequence[str] | None) -> Any:
     ap.add_argument("--spec-share", type=float, default=0.5, help="share of generated streams with drafts")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--margin", type=int, default=0, metavar="TOKENS", help="tokens a request may lose")
+    ap.add_argument("--models", action="store_true",
+                    help="the reference models under their speculative flag sets, derived by each release, "
+                         "one stream per configuration: print the hits per release, then the differential")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", metavar="FILE", help="also write the JSON report there")
     args = ap.parse_args(argv)
     rels = [r for x in ([args.old] if args.old else []) + args.vllm + ([args.new] if args.new else [])
             for r in envs.resolve([x])]
-    if len(dict.fromkeys(rels)) < 2:
+    if len(dict.fromkeys(rels)) < (1 if args.models else 2):
         raise UsageError("kvproof compare: name two releases (--from A --to B, or --vllm twice)")
-    if not args.inputs and args.generated <= 0:
-        raise UsageError("kvproof compare: give input FILEs or --generated N")
+    if args.models and (args.inputs or args.generated):
+        raise UsageError("kvproof compare: --models derives its own inputs (no FILEs, no --generated)")
+    if not args.models and not args.inputs and args.generated <= 0:
+        raise UsageError("kvproof compare: give input FILEs, --generated N or --models")
     if not 0.0 <= args.spec_share <= 1.0 or args.margin < 0:
         raise UsageError("kvproof compare: --spec-share must be in [0, 1] and --margin >= 0")
     args.releases = sorted(dict.fromkeys(rels), key=facts.release_key)
@@ -198,10 +212,28 @@ def print_report(rep: Report) -> None:
               f"{worst.after} of {worst.truth} reusable ({worst.spec or 'no drafts'})")
 
 
+def _models(args: Any) -> tuple[list[tuple[Layout, Stream]], dict[str, list[ConsumerResult]]]:
+    """The reference-model matrix (:mod:`kvproof.hitmatrix`), printed, as differential inputs:
+    a configuration a release refused is a run that is not compared."""
+    from kvproof import hitmatrix
+    configs, cells, streams = hitmatrix.build(args.releases)
+    if not args.json:
+        hitmatrix.print_matrix(configs, cells)
+    keep = [i for i, st in enumerate(streams) if st is not None]
+    newest = {i: next(cells[r][i].layout for r in reversed(args.releases) if cells[r][i].layout) for i in keep}
+    items = [(newest[i], streams[i]) for i in keep]
+    refused = ConsumerResult("", "", not_expressible="the release refused the configuration")
+    runs = {r: [cells[r][i].result or refused for i in keep] for r in args.releases}
+    return items, runs
+
+
 def _body(argv: Sequence[str] | None) -> int:
     args = _parse(argv)
-    items = load_inputs(args.inputs) + generated(args.generated, args.spec_share, args.seed)
-    runs = {rel: run_many(items, envs.find(rel)) for rel in args.releases}
+    if args.models:
+        items, runs = _models(args)
+    else:
+        items = load_inputs(args.inputs) + generated(args.generated, args.spec_share, args.seed)
+        runs = {rel: run_many(items, envs.find(rel)) for rel in args.releases}
     rep = diff(items, runs, args.margin)
     if args.out:
         atomic_write(args.out, json.dumps(rep.to_dict(), indent=1, sort_keys=True) + "\n")

@@ -211,3 +211,12 @@ def test_derive_keep_needs_enumerate_models(capsys):
     from kvproof.cli import main
     assert main(["derive", "--keep", "--enumerate"]) == 2
     assert "--keep goes with --enumerate --models" in capsys.readouterr().err
+
+
+def test_hit_matrix_rows_are_each_speculative_models_drafts_in_table_order():
+    from kvproof.hitmatrix import _label, speculative_configs
+    labels = [_label(c) for c in speculative_configs()]
+    assert labels[labels.index("qwen3_next mtp k=1"):][:4] == [
+        "qwen3_next mtp k=1", "qwen3_next mtp k=2", "qwen3_next mtp k=3", "qwen3_next eagle3 k=3"]
+    assert "gpt_oss eagle3 k=3" in labels and not any(lab.startswith("gemma2") for lab in labels)
+    assert labels == sorted(labels, key=lambda lab: lab.split()[0]) and len(set(labels)) == len(labels)

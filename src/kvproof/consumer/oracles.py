@@ -139,6 +139,7 @@ class Oracles:
         self.truth = Truth()
         self.live: dict[str, Any] = {}  # request id -> the real Request, for every request sent
         self.memo = KeyMemo()
+        self.chained: dict[str, tuple[Any, int]] = {}  # request id -> (Request, hashes compared)
         self.pending_hit: dict[str, tuple[int, int]] = {}  # req id -> (local, truth) from get_computed_blocks
         self.ext_hit: dict[str, int] = {}
         # req id -> local lookups since its latest async claim (a claim follows its own lookup)
@@ -267,9 +268,14 @@ class Oracles:
 
     def chain(self, req: Any) -> None:
         index = self.index
-        real = list(req.block_hashes)
+        real = req.block_hashes
         mine = index.chains.get(req.request_id, [])
-        for k, (a, b) in enumerate(zip(real, mine)):
+        # block hashes only ever append to a request's list, so each is compared once
+        seen, start = self.chained.get(req.request_id, (None, 0))
+        start = start if seen is req else 0  # a resend is a new Request under the same id
+        self.chained[req.request_id] = (req, min(len(real), len(mine)))
+        for k in range(start, min(len(real), len(mine))):
+            a, b = real[k], mine[k]
             if bytes(a) != bytes(b):
                 self.rec.add("hash_chain", f"{req.request_id}: block_hashes[{k}] is not the hash of tokens "
                              f"[{k * index.h}, {(k + 1) * index.h})")

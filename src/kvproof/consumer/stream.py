@@ -92,7 +92,8 @@ class Stream:
             n = len(prev) + self.requests[r.extends].max_tokens
             head = list(prev) + [output_token(k) for k in range(len(prev), n)]
         else:
-            head = [prefix_token(r.prefix, k) for k in range(r.prefix_len)]
+            c, m = 1009 * (r.prefix + 1), VOCAB - 1  # prefix_token, inlined: the fuzzer builds many
+            head = [1 + (31 * k + c) % m for k in range(r.prefix_len)]
         tail = [1 + (7919 * (i + 1) + 104729 * k + 17) % (VOCAB - 1) for k in range(r.suffix_len)]
         return tuple(head + tail)
 

@@ -1,0 +1,87 @@
+"""Hits per release for the reference models under their speculative flag sets (``make matrix``).
+
+    kvproof compare --models [--vllm R ...]
+
+Each release derives the speculative reference Configs itself (MTP at every depth for the MTP
+architectures, EAGLE-3 with the reference drafts: ``derivation.model_flag_sets``), one worker
+call per release; every Config that derives runs at the consumer tier under ONE stream on every
+release (``default_stream`` of the largest layout any release derived for it), so a column is
+the same configuration and traffic on another release. The differential of
+:mod:`kvproof.compare` then judges consecutive releases admission by admission: a release
+that hits less than the one before is a regression class named by its first bad release.
+No vLLM import here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Sequence
+
+from kvproof.config import Config
+from kvproof.consumer.client import default_stream, run_many
+from kvproof.consumer.result import ConsumerResult
+from kvproof.consumer.stream import Stream
+from kvproof.derivation import MODEL_FLAG_SETS, model_configs
+from kvproof.layout import Layout
+
+
+def speculative_configs() -> list[Config]:
+    """The reference Configs whose flag sets carry drafts beyond the all-models MTP k=1 set,
+    and the MTP k=1 set of the models that have those (what a deployer of them would run)."""
+    extra = [c for c in model_configs() if c.flags not in MODEL_FLAG_SETS]
+    models = {c.model for c in extra}
+    base_mtp = MODEL_FLAG_SETS[-1]
+    return [c for c in model_configs() if c.model in models and (c.flags == base_mtp or c in extra)]
+
+
+@dataclass(frozen=True)
+class Cell:
+    layout: Layout | None
+    refusal: str = ""
+    result: ConsumerResult | None = None
+
+    def text(self) -> str:
+        if self.layout is None:
+            return "refused"
+        r = self.result
+        if r is None or r.setup_error or r.harness_error or r.not_expressible:
+            return "not run"
+        e = r.efficiency
+        return f"{e.hit_tokens}/{e.reusable_tokens} ({100 * e.recomputed_fraction:.1f}%) B={max(g.block_size for g in self.layout.groups)}"
+
+
+def _label(c: Config) -> str:
+    spec = json.loads(c.flags[c.flags.index("--speculative-config") + 1])
+    return f"{c.model} {spec['method']} k={spec['num_speculative_tokens']}"
+
+
+def build(releases: Sequence[str]) -> tuple[list[Config], dict[str, list[Cell]], list[Stream | None]]:
+    """Derive on every release, pick one stream per Config, run the consumer tier per release."""
+    from kvproof import envs
+    from kvproof.checking import derive_all
+    configs = speculative_configs()
+    derived = {rel: derive_all(rel, configs) for rel in releases}
+    streams: list[Stream | None] = []
+    for i in range(len(configs)):
+        lays = [derived[rel][i].layout for rel in releases if derived[rel][i].layout is not None]
+        streams.append(default_stream(max(lays, key=lambda lay: max(g.block_size for g in lay.groups)))
+                       if lays else None)
+    cells: dict[str, list[Cell]] = {}
+    for rel in releases:
+        todo = [(i, d.layout) for i, d in enumerate(derived[rel]) if d.layout is not None and streams[i]]
+        results = run_many([(lay, streams[i]) for i, lay in todo], envs.find(rel)) if todo else []
+        by_i = {i: res for (i, _), res in zip(todo, results)}
+        cells[rel] = [Cell(d.layout, d.error.line() if d.error else "", by_i.get(i))
+                      for i, d in enumerate(derived[rel])]
+    return configs, cells, streams
+
+
+def print_matrix(configs: Sequence[Config], cells: dict[str, list[Cell]]) -> None:
+    rels = list(cells)
+    print("hits per release (hit/reusable shared-prefix tokens, recomputed share, scheduler block), "
+          "one stream per configuration:")
+    width = max(len(_label(c)) for c in configs)
+    print(f"  {'configuration':<{width}}  " + "  ".join(f"{r:>24}" for r in rels))
+    for i, c in enumerate(configs):
+        print(f"  {_label(c):<{width}}  " + "  ".join(f"{cells[r][i].text():>24}" for r in rels))
