@@ -166,14 +166,14 @@ def write_model_table(release: str, folder: Path | None = None, keep: bool = Fal
         table = json.loads(path.read_text())
         if table.get("cpu") == host_cpu():
             old = {json.dumps(e["config"], sort_keys=True): e for e in table["entries"]}
-    key = lambda c: json.dumps(c.to_dict(minimal=True), sort_keys=True)  # noqa: E731
-    fresh = iter(derive_all(release, [c for c in configs if key(c) not in old]))
+    keys = [json.dumps(c.to_dict(minimal=True), sort_keys=True) for c in configs]
+    fresh = iter(derive_all(release, [c for c, k in zip(configs, keys) if k not in old]))
     # group_layers: each group's layer count, where a draft's layers show when they join a target's
     # group of the same spec (qwen3_next + MTP: full attention 12 -> 13 layers, same block sizes).
     entries = []
-    for c in configs:
-        if key(c) in old:
-            entries.append(old[key(c)])
+    for k in keys:
+        if k in old:
+            entries.append(old[k])
             continue
         d = next(fresh)
         entries.append(dict(table_entry(d), seconds=d.seconds, peak_rss_mb=d.peak_rss_mb, log_line=d.log_line(),

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 from kvproof import envs
 from kvproof.cliutil import Parser, guarded
 from kvproof.consumer.client import default_stream, run_many
+from kvproof.consumer.drafts import effective_drafts
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream, random_stream
 from kvproof.errors import LayoutError, UsageError
@@ -113,12 +114,10 @@ def _complete(res: ConsumerResult) -> str | None:
     return None
 
 
-def _spec_label(lay: Layout, st: Stream) -> str:
-    """The drafts a run used: the stream's, else the engine's (``Layout.speculative``), else none."""
-    if st.spec:
-        return st.spec.label()
-    sp = lay.speculative
-    return f"{sp.method} k={sp.num_speculative_tokens}" if sp else ""
+def _drafts_label(lay: Layout, st: Stream) -> str:
+    """The drafts a compared run used (the harness's rule: the stream's, else the Layout's)."""
+    drafts = effective_drafts(lay, st)
+    return drafts.label() if drafts else ""
 
 
 def diff(items: Sequence[tuple[Layout, Stream]], runs: dict[str, list[ConsumerResult]], margin: int) -> Report:
@@ -138,7 +137,7 @@ def diff(items: Sequence[tuple[Layout, Stream]], runs: dict[str, list[ConsumerRe
                 got_x, got_y = x["hit"] + x["external"], y["hit"] + y["external"]
                 if got_x - got_y > margin:
                     rep.regressions.append(Regression(cur, prev, lay.content_hash(), key[0], key[1], got_x, got_y,
-                                                      x["truth"], _spec_label(lay, st)))
+                                                      x["truth"], _drafts_label(lay, st)))
     return rep
 
 
@@ -150,7 +149,7 @@ def generated(n: int, spec_share: float, seed: int = 0) -> list[tuple[Layout, St
         base = dict(REFERENCE_LAYOUTS[i % len(REFERENCE_LAYOUTS)])
         base["cache"] = dict(base["cache"], enable_prefix_caching=True)
         lay = Layout.from_dict(base)
-        big = max(g.block_size for g in lay.groups)
+        big = lay.largest_block
         out.append((lay, random_stream(rng, max(64, min(3 * big, 2048)), spec_share)))
     return out
 

@@ -29,16 +29,15 @@ from kvproof.layout import Layout
 def speculative_configs() -> list[Config]:
     """The reference Configs whose flag sets carry drafts beyond the all-models MTP k=1 set,
     and the MTP k=1 set of the models that have those (what a deployer of them would run)."""
-    extra = [c for c in model_configs() if c.flags not in MODEL_FLAG_SETS]
-    models = {c.model for c in extra}
+    every = model_configs()
+    models = {c.model for c in every if c.flags not in MODEL_FLAG_SETS}
     base_mtp = MODEL_FLAG_SETS[-1]
-    return [c for c in model_configs() if c.model in models and (c.flags == base_mtp or c in extra)]
+    return [c for c in every if c.model in models and (c.flags == base_mtp or c.flags not in MODEL_FLAG_SETS)]
 
 
 @dataclass(frozen=True)
 class Cell:
-    layout: Layout | None
-    refusal: str = ""
+    layout: Layout | None  # None: the release refused the configuration
     result: ConsumerResult | None = None
 
     def text(self) -> str:
@@ -48,7 +47,7 @@ class Cell:
         if r is None or r.setup_error or r.harness_error or r.not_expressible:
             return "not run"
         e = r.efficiency
-        return f"{e.hit_tokens}/{e.reusable_tokens} ({100 * e.recomputed_fraction:.1f}%) B={max(g.block_size for g in self.layout.groups)}"
+        return f"{e.hit_tokens}/{e.reusable_tokens} ({100 * e.recomputed_fraction:.1f}%) B={r.scheduler_block_size}"
 
 
 def _label(c: Config) -> str:
@@ -65,14 +64,14 @@ def build(releases: Sequence[str]) -> tuple[list[Config], dict[str, list[Cell]],
     streams: list[Stream | None] = []
     for i in range(len(configs)):
         lays = [derived[rel][i].layout for rel in releases if derived[rel][i].layout is not None]
-        streams.append(default_stream(max(lays, key=lambda lay: max(g.block_size for g in lay.groups)))
+        streams.append(default_stream(max(lays, key=lambda lay: lay.largest_block))
                        if lays else None)
     cells: dict[str, list[Cell]] = {}
     for rel in releases:
         todo = [(i, d.layout) for i, d in enumerate(derived[rel]) if d.layout is not None and streams[i]]
         results = run_many([(lay, streams[i]) for i, lay in todo], envs.find(rel)) if todo else []
         by_i = {i: res for (i, _), res in zip(todo, results)}
-        cells[rel] = [Cell(d.layout, d.error.line() if d.error else "", by_i.get(i))
+        cells[rel] = [Cell(d.layout, by_i.get(i))
                       for i, d in enumerate(derived[rel])]
     return configs, cells, streams
 

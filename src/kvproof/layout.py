@@ -128,6 +128,11 @@ class Layout:
         return self.cache.enable_prefix_caching or self.kv_connector is not None
 
     @property
+    def largest_block(self) -> int:
+        """The largest group block size (what the consumer streams are scaled to)."""
+        return max(g.block_size for g in self.groups)
+
+    @property
     def has_mamba(self) -> bool:
         return any(g.kind == "mamba" for g in self.groups)
 

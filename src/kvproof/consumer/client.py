@@ -18,7 +18,7 @@ def default_stream(layout: Layout) -> Stream:
     The prefix is about four of the largest group blocks long (capped by
     max_model_len), so every release's hit alignment has room to land.
     """
-    big = max(g.block_size for g in layout.groups)
+    big = layout.largest_block
     # the longest request is p + 64 prompt tokens + 4 outputs (+1) (the next turn: p + 28 + 2): it must fit max_model_len,
     # or the scheduler never finishes it (a harness stall, not a vLLM verdict)
     p = max(8, min(4 * big + 7, layout.max_model_len - 64 - 5))

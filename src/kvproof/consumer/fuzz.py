@@ -52,7 +52,7 @@ SPEC_SHARE = 0.4
 
 
 def stream_scale(layout: Any) -> int:
-    big = max(g.block_size for g in layout.groups)
+    big = layout.largest_block
     return max(16, min(3 * big, 4096, layout.max_model_len // 4))
 
 

@@ -92,8 +92,7 @@ class Stream:
             n = len(prev) + self.requests[r.extends].max_tokens
             head = list(prev) + [output_token(k) for k in range(len(prev), n)]
         else:
-            c, m = 1009 * (r.prefix + 1), VOCAB - 1  # prefix_token, inlined: the fuzzer builds many
-            head = [1 + (31 * k + c) % m for k in range(r.prefix_len)]
+            head = prefix_tokens(r.prefix, r.prefix_len)
         tail = [1 + (7919 * (i + 1) + 104729 * k + 17) % (VOCAB - 1) for k in range(r.suffix_len)]
         return tuple(head + tail)
 
@@ -129,8 +128,10 @@ class Stream:
                 f"blocks={self.num_blocks or 'auto'}, batch={self.max_num_batched_tokens}{spec}")
 
 
-def prefix_token(p: int, k: int) -> int:
-    return 1 + (31 * k + 1009 * (p + 1)) % (VOCAB - 1)
+def prefix_tokens(p: int, n: int) -> list[int]:
+    """The first ``n`` tokens of shared prefix ``p`` (one list: the fuzzer builds many)."""
+    c, m = 1009 * (p + 1), VOCAB - 1
+    return [1 + (31 * k + c) % m for k in range(n)]
 
 
 # --- validation ---------------------------------------------------------------
