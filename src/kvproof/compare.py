@@ -62,6 +62,7 @@ class Regression:
     after: int
     truth: int
     spec: str
+    blocks: tuple[int | None, int | None] = (None, None)  # scheduler block size before, after
 
     @property
     def family(self) -> str:
@@ -137,7 +138,8 @@ def diff(items: Sequence[tuple[Layout, Stream]], runs: dict[str, list[ConsumerRe
                 got_x, got_y = x["hit"] + x["external"], y["hit"] + y["external"]
                 if got_x - got_y > margin:
                     rep.regressions.append(Regression(cur, prev, lay.content_hash(), key[0], key[1], got_x, got_y,
-                                                      x["truth"], _drafts_label(lay, st)))
+                                                      x["truth"], _drafts_label(lay, st),
+                                                      (a.scheduler_block_size, b.scheduler_block_size)))
     return rep
 
 
@@ -208,7 +210,9 @@ def print_report(rep: Report) -> None:
         worst = max(regs, key=lambda r: r.before - r.after)
         print(f"  REGRESSION {key}: first bad release {worst.release} (after {worst.previous}), {len(regs)} "
               f"admissions; worst: input {worst.input_hash} request {worst.request} hit {worst.before} -> "
-              f"{worst.after} of {worst.truth} reusable ({worst.spec or 'no drafts'})")
+              f"{worst.after} of {worst.truth} reusable ({worst.spec or 'no drafts'})"
+              + (f"; the release built another layout: scheduler block {worst.blocks[0]} -> {worst.blocks[1]}"
+                 if worst.blocks[0] != worst.blocks[1] else ""))
 
 
 def _models(args: Any) -> tuple[list[tuple[Layout, Stream]], dict[str, list[ConsumerResult]]]:

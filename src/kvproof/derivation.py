@@ -283,12 +283,13 @@ def _spec_flags(spec: dict[str, Any]) -> tuple[str, ...]:
     return ("--enable-prefix-caching", "--speculative-config", json.dumps(spec))
 
 
-# The speculative sets a model gets beyond MODEL_FLAG_SETS (whose MTP k=1 row every model has):
-# MTP at k = 2 and 3 where the model has MTP layers (facts.MTP_REFERENCE_MODELS: k beyond the
-# model's one next-token module runs it several times, the release warns, and num_spec changes
-# the Mamba state shape), and EAGLE-3 with the model's reference draft (spec/models/drafts/
-# <model>_eagle3.json), both with prefix caching, where the drafters' hit rules apply.
-MTP_DEPTHS = (2, 3)
+# The speculative sets a model gets beyond MODEL_FLAG_SETS (whose MTP k=1 row, with the release's
+# default prefix caching, every model has): MTP at k = 1, 2 and 3 where the model has MTP layers
+# (facts.MTP_REFERENCE_MODELS: k beyond the model's one next-token module runs it several times,
+# the release warns, and num_spec changes the Mamba state shape), and EAGLE-3 with the model's
+# reference draft (spec/models/drafts/<model>_eagle3.json), all with prefix caching on, where the
+# drafters' hit rules apply (0.27 turns it off for hybrids by default: mamba_cache_mode none).
+MTP_DEPTHS = (1, 2, 3)
 EAGLE3_TOKENS = 3
 
 

@@ -198,7 +198,7 @@ def test_reference_flag_sets_sweep_mtp_depth_and_eagle3_where_the_model_has_them
         sets = model_flag_sets(model)
         assert sets[:len(MODEL_FLAG_SETS)] == MODEL_FLAG_SETS and len(set(sets)) == len(sets)
         mtp = sorted(s["num_speculative_tokens"] for s in specs(model) if s["method"] == "mtp")
-        assert mtp == ([1, 2, 3] if model in facts.MTP_REFERENCE_MODELS else [1]), model
+        assert mtp == ([1, 1, 2, 3] if model in facts.MTP_REFERENCE_MODELS else [1]), model  # k=1: default pc, pc on
         eagle3 = [s for s in specs(model) if s["method"] == "eagle3"]
         assert [s["model"] for s in eagle3] == ([f"{model}_eagle3"] if f"{model}_eagle3" in reference_drafts() else [])
     assert set(facts.MTP_REFERENCE_MODELS) <= set(reference_models())
@@ -219,4 +219,6 @@ def test_hit_matrix_rows_are_each_speculative_models_drafts_in_table_order():
     assert labels[labels.index("qwen3_next mtp k=1"):][:4] == [
         "qwen3_next mtp k=1", "qwen3_next mtp k=2", "qwen3_next mtp k=3", "qwen3_next eagle3 k=3"]
     assert "gpt_oss eagle3 k=3" in labels and not any(lab.startswith("gemma2") for lab in labels)
+    assert "gpt_oss mtp k=1" not in labels  # only the sets beyond the common ones
+    assert all("--enable-prefix-caching" in c.flags for c in speculative_configs())
     assert labels == sorted(labels, key=lambda lab: lab.split()[0]) and len(set(labels)) == len(labels)
