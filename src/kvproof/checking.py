@@ -18,8 +18,8 @@ from typing import Any, Sequence
 from kvproof import contracts
 from kvproof.bridge.client import Worker, start_all
 from kvproof.config import Config
-from kvproof.derivation import (Derived, DeriveError, _revision, enumerate_configs, host_cpu, model_configs,
-                                table_dir, table_entry)
+from kvproof.derivation import (Derived, DeriveError, _revision, config_key, enumerate_configs, host_cpu,
+                                model_configs, table_dir, table_entry)
 from kvproof.envs import Env
 from kvproof.judge import Judgement, judge as judge_outcome
 from kvproof.layout import Layout
@@ -165,8 +165,8 @@ def write_model_table(release: str, folder: Path | None = None, keep: bool = Fal
     if keep and path.exists():
         table = json.loads(path.read_text())
         if table.get("cpu") == host_cpu():
-            old = {json.dumps(e["config"], sort_keys=True): e for e in table["entries"]}
-    keys = [json.dumps(c.to_dict(minimal=True), sort_keys=True) for c in configs]
+            old = {config_key(Config.from_dict(e["config"])): e for e in table["entries"]}
+    keys = [config_key(c) for c in configs]
     fresh = iter(derive_all(release, [c for c, k in zip(configs, keys) if k not in old]))
     # group_layers: each group's layer count, where a draft's layers show when they join a target's
     # group of the same spec (qwen3_next + MTP: full attention 12 -> 13 layers, same block sizes).

@@ -182,6 +182,8 @@ def _parse(argv: Sequence[str] | None) -> Any:
     ap.add_argument("--models", action="store_true",
                     help="the reference models under their speculative flag sets, derived by each release, "
                          "one stream per configuration: print the hits per release, then the differential")
+    ap.add_argument("--derive", action="store_true",
+                    help="--models: derive every configuration now, not from the checked-in model tables")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", metavar="FILE", help="also write the JSON report there")
     args = ap.parse_args(argv)
@@ -189,6 +191,8 @@ def _parse(argv: Sequence[str] | None) -> Any:
             for r in envs.resolve([x])]
     if len(dict.fromkeys(rels)) < (1 if args.models else 2):
         raise UsageError("kvproof compare: name two releases (--from A --to B, or --vllm twice)")
+    if args.derive and not args.models:
+        raise UsageError("kvproof compare: --derive goes with --models")
     if args.models and (args.inputs or args.generated):
         raise UsageError("kvproof compare: --models derives its own inputs (no FILEs, no --generated)")
     if not args.models and not args.inputs and args.generated <= 0:
@@ -219,7 +223,7 @@ def _models(args: Any) -> tuple[list[tuple[Layout, Stream]], dict[str, list[Cons
     """The reference-model matrix (:mod:`kvproof.hitmatrix`), printed, as differential inputs:
     a configuration a release refused is a run that is not compared."""
     from kvproof import hitmatrix
-    configs, cells, streams = hitmatrix.build(args.releases)
+    configs, cells, streams = hitmatrix.build(args.releases, fresh=args.derive)
     if not args.json:
         hitmatrix.print_matrix(configs, cells)
     keep = [i for i, st in enumerate(streams) if st is not None]

@@ -374,6 +374,22 @@ def load_model_table(release: str) -> tuple[TableRow, ...]:
     return _table_rows(release, path)
 
 
+def config_key(c: Config) -> str:
+    """A Config as a model table keys its rows."""
+    return json.dumps(c.to_dict(minimal=True), sort_keys=True)
+
+
+def model_rows_here(release: str) -> dict[str, TableRow]:
+    """The checked-in reference-model rows of ``release`` by :func:`config_key`, when the table
+    was derived on this machine's CPU kind (``host_cpu``: a hybrid's block sizes follow it);
+    empty otherwise."""
+    from kvproof.inputs import parse_json, read_text
+    path = table_dir() / "models" / f"{release}.json"
+    if not path.exists() or parse_json(read_text(path), str(path)).get("cpu") != host_cpu():
+        return {}
+    return {config_key(row.config): row for row in load_model_table(release)}
+
+
 def tables_for(revision: str) -> list[TableRow]:
     """Rows of every checked-in table whose release runs ``revision``: the reference-model
     tables (real architectures, spec/derived/models/) first, then the tiny families' tables."""

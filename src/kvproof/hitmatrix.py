@@ -4,7 +4,8 @@
 
 Each release derives the speculative reference Configs itself (MTP at every depth for the MTP
 architectures, EAGLE-3 with the reference drafts: ``derivation.model_flag_sets``), one worker
-call per release; every Config that derives runs at the consumer tier under ONE stream on every
+call per release, or reads them from its checked-in model table when that was derived on this CPU
+kind (``--derive`` derives anew); every Config that derives runs at the consumer tier under ONE stream on every
 release (``default_stream`` of the largest layout any release derived for it), so a column is
 the same configuration and traffic on another release. The differential of
 :mod:`kvproof.compare` then judges consecutive releases admission by admission: a release
@@ -22,7 +23,7 @@ from kvproof.config import Config
 from kvproof.consumer.client import default_stream, run_many
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream
-from kvproof.derivation import MODEL_FLAG_SETS, model_configs
+from kvproof.derivation import MODEL_FLAG_SETS, Derived, config_key, model_configs, model_rows_here
 from kvproof.layout import Layout
 
 
@@ -52,12 +53,28 @@ def _label(c: Config) -> str:
     return f"{c.model} {spec['method']} k={spec['num_speculative_tokens']}"
 
 
-def build(releases: Sequence[str]) -> tuple[list[Config], dict[str, list[Cell]], list[Stream | None]]:
+def derived_on(release: str, configs: Sequence[Config], fresh: bool = False) -> list[Derived]:
+    """Each Config's derivation on ``release``: the checked-in model table's row where it was
+    derived on this CPU kind (``derivation.model_rows_here``; the table tests re-derive samples of
+    it on the real release), the release's worker for the rest (all of them with ``fresh``)."""
+    from kvproof.checking import derive_all
+    rows = {} if fresh else model_rows_here(release)
+    todo = [c for c in configs if config_key(c) not in rows]
+    new = iter(derive_all(release, todo) if todo else [])
+    out = []
+    for c in configs:
+        row = rows.get(config_key(c))
+        out.append(next(new) if row is None else
+                   Derived(c, row.layout, None, row.scheduler_block_size, row.hash_block_size))
+    return out
+
+
+def build(releases: Sequence[str], fresh: bool = False
+          ) -> tuple[list[Config], dict[str, list[Cell]], list[Stream | None]]:
     """Derive on every release, pick one stream per Config, run the consumer tier per release."""
     from kvproof import envs
-    from kvproof.checking import derive_all
     configs = speculative_configs()
-    derived = {rel: derive_all(rel, configs) for rel in releases}
+    derived = {rel: derived_on(rel, configs, fresh) for rel in releases}
     streams: list[Stream | None] = []
     for i in range(len(configs)):
         lays = [derived[rel][i].layout for rel in releases if derived[rel][i].layout is not None]

@@ -222,3 +222,31 @@ def test_hit_matrix_rows_are_each_speculative_models_drafts_in_table_order():
     assert "gpt_oss mtp k=1" not in labels  # only the sets beyond the common ones
     assert all("--enable-prefix-caching" in c.flags for c in speculative_configs())
     assert labels == sorted(labels, key=lambda lab: lab.split()[0]) and len(set(labels)) == len(labels)
+
+
+def test_the_hit_matrix_reads_layouts_from_a_table_derived_on_this_cpu_kind(monkeypatch):
+    """make matrix reuses the checked-in derivations (the table tests re-derive samples of them);
+    a table derived on another CPU kind, or --derive, sends every Config to the release."""
+    from kvproof import checking, derivation, hitmatrix
+    rel = "0.32.0"
+    table = derivation.load_model_table(rel)
+    configs = [c for c in hitmatrix.speculative_configs()
+               if derivation.config_key(c) in {derivation.config_key(r.config) for r in table}]
+    assert configs, "the 0.32.0 model table has the speculative rows"
+    asked: list = []
+
+    def derive_all(release, todo, worker=None):
+        asked.extend(todo)
+        return [derivation.Derived(c, None, None) for c in todo]
+
+    monkeypatch.setattr(checking, "derive_all", derive_all)
+    cpu = json.loads((derivation.table_dir() / "models" / f"{rel}.json").read_text())["cpu"]
+    monkeypatch.setattr(derivation, "host_cpu", lambda: cpu)
+    got = hitmatrix.derived_on(rel, configs)
+    rows = {derivation.config_key(r.config): r for r in table}
+    assert not asked and [d.layout for d in got] == [rows[derivation.config_key(c)].layout for c in configs]
+    hitmatrix.derived_on(rel, configs, fresh=True)
+    assert asked == configs
+    asked.clear()
+    monkeypatch.setattr(derivation, "host_cpu", lambda: "AVX2-not-" + cpu)
+    assert [d.layout for d in hitmatrix.derived_on(rel, configs)] == [None] * len(configs) and asked == configs
