@@ -61,8 +61,8 @@ def _releases(args) -> list[str]:
     from kvproof import envs
 
     if args.vllm:
-        return list(args.vllm)
-    have = [e["release"] for e in envs.installed(disk=False) if e.get("release")]
+        return envs.resolve(args.vllm)  # a subset name (all, ci, ...) works as elsewhere
+    have = [e["vllm"] for e in envs.installed(disk=False) if e.get("status") == "ready" and e.get("vllm") != "-"]
     if not have:
         raise UsageError("no vLLM environment installed (kvproof env create)")
     return have

@@ -55,6 +55,8 @@ class Entry:
     premise_fact: str = ""
     layout: dict = field(default_factory=dict)
     stream: dict | None = None
+    was: tuple[str, ...] = ()  # former ids: the class before its key was refined (findings/key.py)
+    workaround: str = ""  # what a user of an affected release can do today (measured, like the rest)
 
     @property
     def id(self) -> str:
@@ -81,6 +83,10 @@ class Entry:
              "why": self.why, "upstream": self.upstream, "fixed_in": self.fixed_in, "releases": self.releases,
              "reachability": self.reachability, "witness_config": self.witness_config,
              "premise_fact": self.premise_fact, "layout": self.layout, "stream": self.stream}
+        if self.was:
+            d["was"] = list(self.was)
+        if self.workaround:
+            d["workaround"] = self.workaround
         return d
 
     @classmethod
@@ -90,9 +96,20 @@ class Entry:
                        why=d["why"], upstream=d.get("upstream") or "unreported", fixed_in=d.get("fixed_in"),
                        releases=dict(d.get("releases") or {}), reachability=d.get("reachability") or "",
                        witness_config=d.get("witness_config"), premise_fact=d.get("premise_fact") or "",
-                       layout=d.get("layout") or {}, stream=d.get("stream"))
+                       layout=d.get("layout") or {}, stream=d.get("stream"),
+                       was=tuple(str(x) for x in d.get("was") or ()), workaround=d.get("workaround") or "")
         except (KeyError, TypeError, ValueError) as err:
             raise UsageError(f"ledger entry not understood ({type(err).__name__}: {err})") from None
+
+    def known_line(self) -> str:
+        """What ``kvproof check`` says of a result in this class: id, status, title, where the
+        report is, and the workaround."""
+        status = f"fixed in {self.fixed_in}" if self.status == Status.FIXED else str(self.status)
+        up = "" if self.status in (Status.BY_DESIGN, Status.HARNESS, Status.UNREACHABLE) else \
+            f", upstream {self.upstream}"
+        out = (f"known class {self.id} ({status}{up}): {self.title}; "
+               f"report: kvproof findings report {self.id}")
+        return out + (f"; workaround: {self.workaround}" if self.workaround else "")
 
     def line(self) -> str:
         status = f"fixed in {self.fixed_in}" if self.status == Status.FIXED else str(self.status)
@@ -123,8 +140,8 @@ class Ledger:
         return self._by_key.get(key)
 
     def find(self, ident: str) -> Entry:
-        """An entry by id (a unique prefix will do)."""
-        hits = [e for e in self._by_key.values() if e.id.startswith(ident)]
+        """An entry by id or a former id (a unique prefix will do)."""
+        hits = [e for e in self._by_key.values() if any(i.startswith(ident) for i in (e.id,) + e.was)]
         if len(hits) != 1:
             raise UsageError(f"{ident!r} names {'no' if not hits else 'more than one'} ledger entry "
                              f"(kvproof findings list)")

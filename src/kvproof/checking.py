@@ -10,6 +10,7 @@ so ``check --config``, ``derive``, ``explain`` and the derivation tables share i
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,13 @@ class Row:
     def warnings(self) -> tuple[contracts.Violation, ...]:
         return self.judgement.warnings
 
+    def known(self) -> Any:
+        """The ledger entry of this row's class, for a row that observed something, or None."""
+        from kvproof.findings.key import class_key
+        if self.verdict < Verdict.UNSUPPORTED or self.judgement.observed is None:
+            return None
+        return ledger().get(class_key(self.judgement, self.layout))
+
     def message(self) -> str:
         o = self.outcome
         if not o.expressible:
@@ -79,7 +87,17 @@ class Row:
             "warnings": [{"contract": w.contract.id, "detail": w.detail} for w in j.warnings],
             "by_design": j.by_design, "note": j.note,
             "outcome": self.outcome.to_dict(),
+            "known": None if (k := self.known()) is None else {
+                "id": k.id, "status": str(k.status), "title": k.title, "upstream": k.upstream,
+                "fixed_in": k.fixed_in, "workaround": k.workaround},
         }
+
+
+@functools.lru_cache(maxsize=1)
+def ledger() -> Any:
+    """The ledger (``KVPROOF_LEDGER`` or the checked-in one), read once per process."""
+    from kvproof.findings.ledger import Ledger
+    return Ledger.load()
 
 
 def judge(name: str, layout: Layout, env_name: str, outcome: Outcome) -> Row:

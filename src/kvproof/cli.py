@@ -190,6 +190,8 @@ def _print_table(rows: Sequence[checking.Row], info: dict) -> None:
             # FAIL names the tier that observed it; LATENT rows name the contract in the message.
             verdict = f"{r.verdict} ({r.tier})" if r.verdict == Verdict.FAIL else str(r.verdict)
             print(f"  {r.layout.summary():<{width}}  {s:>9}  {h:>7}  {verdict:<16} {r.message()}")
+            if (k := r.known()) is not None:
+                print(f"  {'':<{width}}  {'':>9}  {'':>7}  {'':<16} {k.known_line()}")
         print()
 
 
@@ -256,6 +258,8 @@ def _print_config_checks(checks: Sequence[checking.ConfigCheck]) -> None:
         for r in c.rows:
             verdict = f"{r.verdict} ({r.tier})"
             print(f"  {verdict:<22} {r.message()}")
+            if (k := r.known()) is not None:
+                print(f"  {'':<22} {k.known_line()}")
         print()
 
 

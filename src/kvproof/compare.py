@@ -11,10 +11,12 @@ call per release. Requests are matched by their index in the stream and their
 admission order (a resend is its own admission). A request whose prefix hit
 (local + external) on a release is more than ``--margin`` tokens below the
 release before is a regression, named by its first bad release: one class per
-(first bad release, drafter family), whatever the numbers. Runs that do not
+(first bad release, drafter family), whatever the numbers, or per (first bad release,
+``scheduler-block``) when the newer release built another scheduler block. The ledger's
+regression classes are known: reported, never failing the run. Runs that do not
 complete on both sides (not expressible, an exception, a harness error) are
-counted, never compared. Exit 1 when a regression was found, 0 when none, 2 on
-bad input. No vLLM import here.
+counted, never compared. Exit 1 when a regression class the ledger does not know
+was found, 0 when none, 2 on bad input. No vLLM import here.
 """
 
 from __future__ import annotations
@@ -69,8 +71,15 @@ class Regression:
         return self.spec.split(" ")[0] if self.spec else "no-drafts"
 
     @property
+    def cause(self) -> str:
+        """What the class is keyed by: the drafter family when both releases built the same
+        scheduler block; ``scheduler-block`` when the newer release built another layout (one
+        cause, whatever drafts ride on it)."""
+        return "scheduler-block" if self.blocks[0] != self.blocks[1] else self.family
+
+    @property
     def class_key(self) -> str:
-        return f"consumer|regression:hits@{self.release}[{self.family}]||"
+        return f"consumer|regression:hits@{self.release}[{self.cause}]||"
 
 
 @dataclass
@@ -90,7 +99,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {"releases": self.releases, "inputs": self.inputs, "requests_compared": self.requests_compared,
                 "not_compared": self.not_compared,
-                "classes": {k: [r.__dict__ for r in v] for k, v in self.classes().items()}}
+                "classes": {k: [dict(r.__dict__, cause=r.cause) for r in v] for k, v in self.classes().items()}}
 
 
 def admissions(res: ConsumerResult) -> dict[tuple[int, int], dict[str, int]]:
@@ -203,16 +212,25 @@ def _parse(argv: Sequence[str] | None) -> Any:
     return args
 
 
-def print_report(rep: Report) -> None:
+def new_classes(rep: Report, ledger: Any) -> list[str]:
+    """The report's regression classes the ledger does not know."""
+    from kvproof.findings.key import ClassKey
+    return [k for k in rep.classes() if ClassKey.parse(k) not in ledger]
+
+
+def print_report(rep: Report, ledger: Any = None) -> None:
     print(f"release differential {' -> '.join(rep.releases)}: {rep.inputs} inputs, "
           f"{rep.requests_compared} request admissions compared"
           + (f"; not compared: {', '.join(f'{v} {k}' for k, v in rep.not_compared.items())}" if rep.not_compared else ""))
     classes = rep.classes()
     if not classes:
         print("  no regression: no request hit less on a newer release")
+    from kvproof.findings.key import ClassKey
     for key, regs in classes.items():
         worst = max(regs, key=lambda r: r.before - r.after)
-        print(f"  REGRESSION {key}: first bad release {worst.release} (after {worst.previous}), {len(regs)} "
+        entry = ledger.get(ClassKey.parse(key)) if ledger is not None else None
+        known = f" known {entry.id} ({entry.status})" if entry else " NEW"
+        print(f"  REGRESSION{known} {key}: first bad release {worst.release} (after {worst.previous}), {len(regs)} "
               f"admissions; worst: input {worst.input_hash} request {worst.request} hit {worst.before} -> "
               f"{worst.after} of {worst.truth} reusable ({worst.spec or 'no drafts'})"
               + (f"; the release built another layout: scheduler block {worst.blocks[0]} -> {worst.blocks[1]}"
@@ -242,13 +260,16 @@ def _body(argv: Sequence[str] | None) -> int:
         items = load_inputs(args.inputs) + generated(args.generated, args.spec_share, args.seed)
         runs = {rel: run_many(items, envs.find(rel)) for rel in args.releases}
     rep = diff(items, runs, args.margin)
+    from kvproof.findings.ledger import Ledger
+    ledger = Ledger.load()
+    new = new_classes(rep, ledger)
     if args.out:
         atomic_write(args.out, json.dumps(rep.to_dict(), indent=1, sort_keys=True) + "\n")
     if args.json:
         print(json.dumps(rep.to_dict(), indent=1, sort_keys=True))
     else:
-        print_report(rep)
-    return 1 if rep.regressions else 0
+        print_report(rep, ledger)
+    return 1 if new else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -258,8 +258,9 @@ def _per_request(r) -> str:
     return "; per request hit/ideal/reusable: " + " ".join(cells)
 
 
-def _stage_error(oracle: str, detail: str) -> StageError:
-    """An observation as a StageError: an exception keeps type/message/frame."""
+def _stage_error(oracle: str, detail: str, cause: str = "") -> StageError:
+    """An observation as a StageError: an exception keeps type/message/frame; an oracle's
+    ``frame`` is its cause ("rule|where", :class:`kvproof.consumer.oracles.Observation`)."""
     if oracle == "exception":
         body = detail.split(": ", 1)[1] if detail.startswith(("resolver: ", "Scheduler(): ")) else detail
         head, _, frame = body.rpartition(" @ ")
@@ -267,7 +268,7 @@ def _stage_error(oracle: str, detail: str) -> StageError:
             head, frame = body, ""
         typ, _, msg = head.partition(": ")
         return StageError(typ, msg, frame)
-    return StageError(f"oracle:{oracle}", detail)
+    return StageError(f"oracle:{oracle}", detail, cause)
 
 
 def consumer_outcome(r, layout: Layout | None = None) -> Outcome:
@@ -295,7 +296,7 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
     warns = tuple(contracts.warnings(layout, out)) if out is not None and out.resolved else ()
     if hard:
         first = hard[0]
-        err = _stage_error(first.oracle, first.detail)
+        err = _stage_error(first.oracle, first.detail, getattr(first, "cause", ""))
         more = sum(r.counts.get(k, 0) for k in _HARD_ORACLES) - 1
         note = f"{first.oracle} at step {first.step}" + (f" (+{more} more observations)" if more > 0 else "")
         if first.oracle == "exception" and first.detail.startswith("resolver: "):

@@ -103,6 +103,24 @@ def test_diff_names_the_first_bad_release_once_per_family():
     assert rep.not_compared == {"raised or stalled": 1} and not rep.regressions
 
 
+def test_a_release_that_built_another_scheduler_block_is_one_class_whatever_the_drafts(tmp_path):
+    from kvproof.findings.key import ClassKey
+    from kvproof.findings.ledger import Entry, Ledger, Status
+    lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}]})
+    items, runs = [], {"0.28.0": [], "0.29.0": []}
+    for method in ("mtp", "eagle3"):
+        items.append((lay, Stream((71,), (Req(0, 71, 1), Req(0, 71, 1, 3)), spec=Drafts(method, 2))))
+        runs["0.28.0"].append(_res([(0, 0), (1, 64)], scheduler_block_size=16))
+        runs["0.29.0"].append(_res([(0, 0), (1, 48)], scheduler_block_size=48))
+    rep = compare.diff(items, runs, margin=0)
+    (key, regs), = rep.classes().items()
+    assert key == "consumer|regression:hits@0.29.0[scheduler-block]||" and len(regs) == 2
+    ledger = Ledger(tmp_path, {})
+    assert compare.new_classes(rep, ledger) == [key]
+    ledger.add(Entry(ClassKey.parse(key), Status.BY_DESIGN, "t", "w"))
+    assert compare.new_classes(rep, Ledger.load(tmp_path)) == []
+
+
 def test_compare_usage_errors_are_one_line(capsys):
     assert compare.main(["--from", "0.27.0"]) == 2
     assert compare.main(["--from", "0.27.0", "--to", "0.28.0"]) == 2

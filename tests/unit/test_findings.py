@@ -56,14 +56,20 @@ def test_an_unexplained_exception_is_keyed_by_its_stem_and_frame():
     assert frame_key("vllm/v1/x.py:12 in f") == "vllm/v1/x.py:f"
 
 
-def test_consumer_oracle_observations_are_keyed_by_the_oracle():
+def test_consumer_oracle_observations_are_keyed_by_the_oracle_and_its_cause():
     from kvproof.consumer.oracles import Observation
     from kvproof.consumer.result import ConsumerResult, Efficiency
 
-    r = ConsumerResult("x", "t", [Observation("kv_event", 3, "BlockStored(...): hash #0 names 12 tokens")],
-                       {"kv_event": 1}, Efficiency(100, 50, 50, 0, 2), scheduler_block_size=16, hash_block_size=16)
-    j = judge_consumer(r)
-    assert class_key(j) == ClassKey("consumer", "oracle:kv_event")
+    def key(cause):
+        r = ConsumerResult("x", "t", [Observation("kv_event", 3, "BlockStored(...): hash #0 names 12 tokens", cause)],
+                           {"kv_event": 1}, Efficiency(100, 50, 50, 0, 2), scheduler_block_size=16,
+                           hash_block_size=16)
+        return class_key(judge_consumer(r))
+
+    assert key("") == ClassKey("consumer", "oracle:kv_event")
+    assert key("hash-vs-tokens|BlockStored[GPU] SlidingWindowSpec") == ClassKey(
+        "consumer", "oracle:kv_event", "hash-vs-tokens", "BlockStored[GPU] SlidingWindowSpec")
+    assert key("hash-vs-tokens|BlockStored[GPU] SlidingWindowSpec") != key("hash-vs-tokens|BlockStored[CPU] FullAttentionSpec")
 
 
 def test_ledger_round_trip_and_lookup(tmp_path):
@@ -80,6 +86,14 @@ def test_ledger_round_trip_and_lookup(tmp_path):
     assert e.bug_on("0.27.1") and not e.bug_on("0.28.0") and not e.bug_on("0.32.0")
     with pytest.raises(UsageError):
         again.find("zzzz")
+
+
+def test_a_refined_class_is_still_found_by_its_former_id(tmp_path):
+    old = ClassKey("consumer", "oracle:kv_event")
+    new = ClassKey("consumer", "oracle:kv_event", "hash-vs-tokens", "BlockStored[GPU] SlidingWindowSpec")
+    Ledger.load(tmp_path).add(Entry(new, Status.BUG, "t", "w", was=(old.id,)))
+    led = Ledger.load(tmp_path)
+    assert led.find(old.id).key == new and led.find(new.id).key == new and old not in led
 
 
 def test_bad_ledger_entry_is_one_line_exit_2(tmp_path, capsys):
@@ -124,3 +138,27 @@ def test_a_fixed_class_met_on_its_fix_release_is_a_regression(tmp_path):
     text, n_new = report(tmp_path / "work", ledger, "0.28.0")
     assert n_new == 1 and text.splitlines()[0] == "NEW classes: 1"
     assert "REGRESSION of 'the seed bug' (ledger: fixed in 0.28.0)" in text.splitlines()[1]
+
+
+def test_check_names_the_known_class_of_a_result():
+    """issue 25 item 0: a check row whose class is in the ledger says which it is."""
+    from kvproof.checking import Row
+    from kvproof.consumer.oracles import Observation
+    from kvproof.consumer.result import ConsumerResult
+    from kvproof.outcome import Outcome
+
+    lay = Layout.from_dict({"groups": [{"kind": "sliding_window", "block_size": 16, "sliding_window": 4096}],
+                            "cache": {"block_size": 16, "enable_prefix_caching": True},
+                            "kv_connector": "SimpleCPUOffloadConnector"})
+    frame = "/env/lib/python3.12/site-packages/vllm/v1/simple_kv_offload/manager.py:88 in __init__"
+    r = ConsumerResult("x", "0.33.0", [Observation("exception", 0, f"AssertionError:  @ {frame}")], {"exception": 1})
+    j = judge_consumer(r, lay)
+    row = Row("mistral", lay, "vllm-0.33.0", Outcome(lay.content_hash(), "0.33.0"), j)
+    k = row.known()
+    assert k is not None and k.id == "cd75d4f67114"
+    line = k.known_line()
+    assert line.startswith("known class cd75d4f67114 (bug, upstream ") and k.title in line
+    assert "report: kvproof findings report cd75d4f67114" in line
+    ok = Row("mistral", lay, "vllm-0.33.0", Outcome(lay.content_hash(), "0.33.0"),
+             judge_consumer(ConsumerResult("x", "0.33.0"), lay))
+    assert ok.known() is None and row.to_dict()["known"]["id"] == "cd75d4f67114"

@@ -285,8 +285,11 @@ class Harness:
         st.res.eagle_drop = self._eagle_drop(mgr.coordinator)
         st.res.hash_lookahead = int(getattr(scheduler, "num_hash_lookahead_tokens", 0) or 0)
         index = HashIndex(st.res.hash_block_size, self._hash_block(hash_fn), lookahead=st.res.hash_lookahead)
-        oracles = Oracles(st.res, st.rec, index, self.builder.group_block_sizes(scheduler.kv_cache_config, layout.dcp),
-                          local_chunks(scheduler.kv_cache_config), mamba=layout.has_mamba)
+        kcc = scheduler.kv_cache_config
+        oracles = Oracles(st.res, st.rec, index, self.builder.group_block_sizes(kcc, layout.dcp),
+                          local_chunks(kcc), mamba=layout.has_mamba,
+                          specs=[type(g.kv_cache_spec).__name__ for g in kcc.kv_cache_groups],
+                          coordinator=type(mgr.coordinator).__name__)
         spies.spy_lookups(mgr, oracles)
         spies.spy_allocations(mgr, oracles)
         spies.spy_events(scheduler.kv_event_publisher, oracles)

@@ -30,7 +30,7 @@ verdict is the judge's business (``kvproof.judge``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from kvproof.consumer.truth import HashIndex, KeyMemo, Truth, iter_hashes
 
@@ -42,13 +42,20 @@ class Observation:
     oracle: str
     step: int
     detail: str
+    # "rule|where", number-free: the rule that broke and what produced the wrong thing (the
+    # event's medium and group spec, the connector method, the coordinator). A finding's class
+    # carries it, so a second fault of one oracle is not counted under a known first one.
+    cause: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"oracle": self.oracle, "step": self.step, "detail": self.detail}
+        d = {"oracle": self.oracle, "step": self.step, "detail": self.detail}
+        if self.cause:
+            d["cause"] = self.cause
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Observation":
-        return cls(str(d["oracle"]), int(d["step"]), str(d["detail"]))
+        return cls(str(d["oracle"]), int(d["step"]), str(d["detail"]), str(d.get("cause", "")))
 
 
 @dataclass
@@ -88,11 +95,11 @@ class Recorder:
     counts: dict[str, int] = field(default_factory=dict)
     step: int = 0
 
-    def add(self, oracle: str, detail: str, step: int | None = None) -> None:
+    def add(self, oracle: str, detail: str, step: int | None = None, cause: str = "") -> None:
         n = self.counts.get(oracle, 0)
         self.counts[oracle] = n + 1
         if n < MAX_OBS_PER_ORACLE:
-            self.observations.append(Observation(oracle, self.step if step is None else step, detail))
+            self.observations.append(Observation(oracle, self.step if step is None else step, detail, cause))
 
 
 def local_chunks(kv_cache_config: Any) -> list[int]:
@@ -129,13 +136,16 @@ class Oracles:
     """
 
     def __init__(self, res: Any, rec: Recorder, index: HashIndex, group_sizes: list[int],
-                 chunks: list[int], mamba: bool = False) -> None:
+                 chunks: list[int], mamba: bool = False, specs: Sequence[str] = (),
+                 coordinator: str = "") -> None:
         self.res = res
         self.rec = rec
         self.index = index
         self.group_sizes = group_sizes
         self.chunks = chunks
         self.mamba = mamba  # a Mamba group is present (spec_hit does not judge it)
+        self.specs = list(specs)  # each group's KV cache spec class (vLLM's name), for causes
+        self.coordinator = coordinator  # the coordinator class: who answered a lookup
         self.truth = Truth()
         self.live: dict[str, Any] = {}  # request id -> the real Request, for every request sent
         self.memo = KeyMemo()
@@ -145,6 +155,17 @@ class Oracles:
         # req id -> local lookups since its latest async claim (a claim follows its own lookup)
         self.lookups_after_claim: dict[str, int] = {}
         self.first_seen: set[str] = set()
+
+    # --- causes: what produced the wrong thing (the class key's rule and where) -----------
+    def spec(self, group: Any) -> str:
+        """The KV cache spec class of group ``group`` ("?" when unknown)."""
+        ok = isinstance(group, int) and 0 <= group < len(self.specs)
+        return self.specs[group] if ok else "?"
+
+    def via(self) -> str:
+        """The connector a run has, as a cause suffix."""
+        name = getattr(self.res, "connector_class", "") or ""
+        return f" via {name}" if name else ""
 
     # --- what the stream and the scheduler did ----------------------------------------
     def admit(self, rid: str, req: Any, prompt: list[int]) -> None:
@@ -243,14 +264,15 @@ class Oracles:
             true_len = n  # only null blocks left of the local chunk: exact by design (see out_of_window)
         if n > true_len:
             self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens but the longest common prefix with "
-                         f"computed KV is {true_len} (prompt {request.num_prompt_tokens})")
+                         f"computed KV is {true_len} (prompt {request.num_prompt_tokens})",
+                         cause=f"beyond-common-prefix|{self.coordinator}{self.via()}")
         ahead = self.index.lookahead
         if n > request.num_tokens - max(1, ahead):
             # the last token must be computed; with hash lookahead L (0.33+) a block's hash needs the
             # L tokens after it, so no hit reaches past num_tokens - L (the proof limit)
             why = "the last must be computed" if ahead <= 1 else f"hash lookahead {ahead}: at most num_tokens - {ahead}"
             self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens covers the whole request "
-                         f"({request.num_tokens} tokens; {why})")
+                         f"({request.num_tokens} tokens; {why})", cause=f"whole-request|{self.coordinator}{self.via()}")
         if self.res.eagle_drop and not self.mamba and n > max(0, min(true_len, request.num_tokens) - self.index.h):
             # drop_eagle_block (single_type_kv_cache_manager.py find_longest_cache_hit): the hit
             # gives back one hash unit (fine-grained) or one block of what matched. The unitary
@@ -261,10 +283,11 @@ class Oracles:
             # before the hit, no drop): layouts with a Mamba group are not judged here.
             self.rec.add("spec_hit", f"{request.request_id}: hit {n} tokens under EAGLE, but one "
                          f"{self.index.h}-token unit below min(common prefix {true_len}, num_tokens "
-                         f"{request.num_tokens}) must be given back for the drafter")
+                         f"{request.num_tokens}) must be given back for the drafter",
+                         cause=f"eagle-drop|{self.coordinator}{self.via()}")
         if self.res.alignment and n % self.res.alignment and n != request.num_tokens - 1:
             self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens is not a multiple of the "
-                         f"coordinator's alignment {self.res.alignment}")
+                         f"coordinator's alignment {self.res.alignment}", cause=f"alignment|{self.coordinator}{self.via()}")
 
     def chain(self, req: Any) -> None:
         index = self.index
@@ -277,8 +300,9 @@ class Oracles:
         for k in range(start, min(len(real), len(mine))):
             a, b = real[k], mine[k]
             if bytes(a) != bytes(b):
+                part = "prompt" if (k + 1) * index.h <= req.num_prompt_tokens else "output"
                 self.rec.add("hash_chain", f"{req.request_id}: block_hashes[{k}] is not the hash of tokens "
-                             f"[{k * index.h}, {(k + 1) * index.h})")
+                             f"[{k * index.h}, {(k + 1) * index.h})", cause=f"{part}-block|Request.block_hashes")
                 break
 
     # --- (d) KV events ----------------------------------------------------------------------
@@ -312,49 +336,56 @@ class Oracles:
         gidx = getattr(ev, "group_idx", None)
         gsize = group_sizes[gidx] if gidx is not None and 0 <= gidx < len(group_sizes) else None
         where = f"BlockStored(group={gidx}, block_size={bs}, {len(hashes)} hashes, {len(toks)} tokens)"
+        medium = getattr(ev, "medium", None) or "GPU"
+        source = f"BlockStored[{medium}] {self.spec(gidx)}{self.via()}"
+
+        def bad(rule: str, text: str) -> None:
+            # one rule for "a hash names other tokens than the event's" (another position or
+            # another request's): one fault shows as either, depending on whose block it reused
+            self.rec.add("kv_event", f"{where}: {text}", cause=f"{rule}|{source}")
         if not hashes:
             self.res.events_without_hashes += 1
         if not toks and hashes:
             self.res.events_opaque += 1
             for k, hv in enumerate(hashes):
                 if self.locate(hv) is None:
-                    self.rec.add("kv_event", f"{where}: hash #{k} names no token prefix at granularity {index.h}")
+                    bad("unknown-hash", f"hash #{k} names no token prefix at granularity {index.h}")
             return
         start = 0
         if ev.parent_block_hash is not None:
             p = self.locate(ev.parent_block_hash)
             if p is None:
-                self.rec.add("kv_event", f"{where}: parent hash names no token prefix")
+                bad("unknown-parent", "parent hash names no token prefix")
                 return
             start = p[1]
         partial = gsize is not None and bs != gsize and len(hashes) == 1 and len(toks) == bs
         if gsize is not None and not partial and bs != gsize:
-            self.rec.add("kv_event", f"{where}: block_size disagrees with group block size {gsize}")
+            bad("block-size", f"block_size disagrees with group block size {gsize}")
             return
         if bs <= 0 or len(toks) % bs or len(hashes) > len(toks) // bs:
-            self.rec.add("kv_event", f"{where}: {len(toks)} token ids cannot hold {len(hashes)} blocks of {bs}")
+            bad("token-count", f"{len(toks)} token ids cannot hold {len(hashes)} blocks of {bs}")
             return
         prev_end = start
         for k, hv in enumerate(hashes):
             loc = self.locate(hv)
             if loc is None:
-                self.rec.add("kv_event", f"{where}: hash #{k} names no token prefix at granularity {index.h}")
+                bad("unknown-hash", f"hash #{k} names no token prefix at granularity {index.h}")
                 return
             _, end, seq, _ = loc
             if partial:
                 if end % index.h:
-                    self.rec.add("kv_event", f"{where}: partial tail ends at {end}, off the hash granularity {index.h}")
+                    bad("partial-granularity", f"partial tail ends at {end}, off the hash granularity {index.h}")
                 if end != start + bs:
-                    self.rec.add("kv_event", f"{where}: partial tail hash ends at {end}, event covers [{start}, "
+                    bad("partial-span", f"partial tail hash ends at {end}, event covers [{start}, "
                                  f"{start + bs})")
                     return
             elif (end - start) % bs or end <= prev_end or end > start + len(toks):
-                self.rec.add("kv_event", f"{where}: hash #{k} ends at token {end}, not a block boundary of {bs} "
+                bad("hash-vs-tokens", f"hash #{k} ends at token {end}, not a block boundary of {bs} "
                              f"after {prev_end} within [{start}, {start + len(toks)})")
                 return
             off = end - start
             if list(seq[end - bs:end]) != toks[off - bs:off]:
-                self.rec.add("kv_event", f"{where}: hash #{k} names tokens [{end - bs}, {end}) but the event "
+                bad("hash-vs-tokens", f"hash #{k} names tokens [{end - bs}, {end}) but the event "
                              f"carries other token ids there")
             prev_end = end
 
@@ -379,7 +410,8 @@ class Oracles:
             if num_computed_tokens + n > true_len:
                 self.rec.add("connector", f"{conn_name} claims {n} external tokens after "
                              f"{num_computed_tokens} local for {request.request_id}, beyond the "
-                             f"true common prefix {true_len}")
+                             f"true common prefix {true_len}",
+                             cause=f"claim-beyond-common-prefix|{conn_name}.get_num_new_matched_tokens")
 
     def connector_args(self, label: str, store: bool, vals: tuple[Any, ...]) -> None:
         """A method of a connector's inner pieces (``label``) was called with ``vals``: check every
@@ -411,7 +443,7 @@ class Oracles:
         loc = self.locate(hv)
         if loc is None:
             self.rec.add("connector", f"{label}: a {len(bytes(hv))}-byte hash names no token prefix at "
-                         f"granularity {index.h}")
+                         f"granularity {index.h}", cause=f"unknown-hash|{label}{self.via()}")
             return False
         passed = True
         start, end, seq, group = loc
@@ -428,12 +460,13 @@ class Oracles:
             if not ok:
                 what = "a stored key that is no request's prompt tail" if fine else f"{end} is not a block boundary"
                 self.rec.add("connector", f"{label}: hash of tokens [0, {end}) paired with group {group} whose "
-                             f"blocks are {g} tokens ({what})")
+                             f"blocks are {g} tokens ({what})",
+                             cause=f"off-block-boundary|{label} {self.spec(group)}{self.via()}")
                 passed = False
         if owner is not None:
             if not memo.same_prefix(owner, seq, end):
                 self.rec.add("connector", f"{label}: hash of tokens [0, {end}) used for {owner.request_id}, "
-                             f"whose tokens differ there")
+                             f"whose tokens differ there", cause=f"other-request|{label}{self.via()}")
                 passed = False
         return passed
 
