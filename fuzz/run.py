@@ -48,6 +48,9 @@ swapped in by rename). Everything lives in
 the runner at any point loses at most the current epoch's unmerged inputs,
 and the next start resumes from the folder. ``--seconds 0`` runs until
 killed. Totals over all sessions of a campaign: ``<workdir>/campaign.json``.
+A continuous ``consumers`` campaign runs its stored corpus on the release before
+after each merge (``kvproof.fuzz.differential``; ``--diff-against``, ``--diff-max``):
+each hit regression class is a campaign class.
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from kvproof.fuzz import differential
 
 from kvproof import envs
 from kvproof.bridge.client import worker_env
@@ -471,6 +476,7 @@ class Campaign:
               f"({self.args.parallel} mode), campaign {self.workdir}"
               + (f", {total} s" if total else ", until killed"), flush=True)
         end = time.monotonic() + total if total else None
+        diff = differential.setup(self)  # None: off, or skipped (one line says why)
         epoch = 0
         try:
             while end is None or time.monotonic() < end - 5:
@@ -491,6 +497,8 @@ class Campaign:
                 print(self.status(), flush=True)
                 if count_files(self.corpus) > 1:
                     self.merge()
+                if diff is not None:  # the stored corpus on the release before: regressions are classes
+                    diff.epoch(epoch)
                 epoch += 1
         except KeyboardInterrupt:
             print("[fuzz] interrupted; the campaign folder resumes on the next start", flush=True)
@@ -523,8 +531,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-seeds", action="store_true", help="do not read the checked-in seed corpus")
     p.add_argument("--expect-violation", action="store_true",
                    help="time-boxed canary on a buggy release: exit 0 when a new class is found, 1 when not")
+    differential.add_arguments(p)
     p.add_argument("libfuzzer", nargs="*", help="extra libFuzzer flags after --")
     args = p.parse_args(argv)
+    differential.check_args(args)
     # Every campaign path absolute, once, here: the harness runs with cwd=<workdir>/logs.
     for name in ("workdir", "corpus_dir", "crash_dir", "python"):
         if getattr(args, name):

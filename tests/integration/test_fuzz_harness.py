@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -225,6 +226,26 @@ def test_consumers_target_smoke(tmp_path, release):
     assert (proc.returncode == 1) == bool(classes), proc.stdout[-2000:]
     for c, layout in classes:
         assert layout.meta["vllm"] == release and "stream" in layout.meta, c
+
+
+def test_continuous_consumers_campaign_runs_the_differential_against_the_release_before(tmp_path):
+    """After the epoch's merge the stored corpus runs on 0.32.0 (the release before 0.33.0, by
+    default) and on 0.33.0 through the consumer worker: one status line with the counts; a
+    regression found is a campaign class (exit 1), never a stop."""
+    for release in ("0.32.0", "0.33.0"):
+        require_env(release)
+    proc = _run(["--vllm", "0.33.0", "--target", "consumers", "--continuous", "--jobs", "1", "--seconds", "25",
+                 "--merge-every", "20", "--diff-max", "5"], tmp_path, 600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode in (0, 1), out[-3000:]
+    m = re.search(r"^\[fuzz differential 0\.32\.0 -> 0\.33\.0\] epoch 0: inputs compared (\d+) .*"
+                  r"admissions compared (\d+), regressions (\d+)", proc.stdout, re.MULTILINE)
+    assert m, out[-3000:]
+    assert 0 < int(m.group(1)) <= 5 and int(m.group(2)) > 0, m.group(0)
+    state = json.loads((tmp_path / "work" / "stats" / "differential.json").read_text())
+    assert len(state["compared"]["0.32.0"]) == int(m.group(1))
+    diff_classes = [c for c in state["classes"].values() if c["check"].startswith("regression:hits@0.33.0[")]
+    assert len(diff_classes) == len(state["classes"]) and (int(m.group(3)) > 0) == bool(diff_classes)
 
 
 def test_consumer_inputs_stay_within_the_block_budget():

@@ -50,6 +50,20 @@ def run_many(items: Sequence[tuple[Layout, Stream]], env: Env) -> list[ConsumerR
         return w.run(items)
 
 
+def run_each(items: Sequence[tuple[Layout, Stream]], envs: Sequence[Env]) -> list[list[ConsumerResult]]:
+    """``run_many`` on each environment, their workers importing vLLM in parallel."""
+    workers = [ConsumerWorker(env) for env in envs]
+    try:
+        for w in workers:
+            w.spawn()
+        for w in workers:
+            w.handshake()
+        return [w.run(items) for w in workers]
+    finally:
+        for w in workers:
+            w.close()
+
+
 def run(layout: Layout, stream: Stream | None, env: Env) -> ConsumerResult:
     """One consumer-tier run of ``layout`` under ``stream`` (default: ``default_stream``) on ``env``."""
     return run_many([(layout, stream or default_stream(layout))], env)[0]

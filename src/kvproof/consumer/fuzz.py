@@ -60,9 +60,14 @@ def decode_input(data: bytes, caps: Any, premise: str = "engine") -> tuple[Any, 
     """Bytes -> (Layout with an optional connector, Stream). Needs atheris (FuzzedDataProvider)."""
     import atheris
 
+    return decode_choices(atheris.FuzzedDataProvider(data), caps, premise)
+
+
+def decode_choices(fdp: Any, caps: Any, premise: str = "engine") -> tuple[Any, Any]:
+    """``decode_input`` from any provider with atheris' API (``kvproof.fuzz.provider.PyFDP``
+    outside a vLLM environment: the same bytes give the same input)."""
     from kvproof.fuzz.decode import decode
 
-    fdp = atheris.FuzzedDataProvider(data)
     seed = fdp.ConsumeIntInRange(0, (1 << 32) - 1)
     conn = fdp.ConsumeIntInRange(0, len(facts.CONSUMER_CONNECTORS))
     layout = decode(fdp, caps, premise)
