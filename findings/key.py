@@ -10,12 +10,12 @@ ClusterFuzz keys a crash by its type and top frames; here a class is
   behind one assertion), an oracle (``oracle:kv_event``), or for an exception no contract
   explains, the words its message starts with (``raise:<stem>``, names and numbers cut;
   ``by-design:<stem>`` for a refusal by design, whose assertion may be a failure on other layouts);
-- ``exc_type``: the exception's type; for an oracle observation, the rule that broke
-  (``hash-vs-tokens``, ``off-block-boundary``, ...);
+- ``exc_type``: the exception's type ("" for an oracle observation);
 - ``frame``: the vLLM ``file:function`` that raised, without the line number; for an oracle
-  observation, what produced the wrong thing, in vLLM's names: the event's medium and group
-  spec (``BlockStored[GPU] SlidingWindowSpec via SimpleCPUOffloadConnector``), the connector
-  method, or the coordinator that answered the lookup (google/oss-fuzz#8389: a key too coarse
+  observation, who produced the wrong thing, in vLLM's names: the block pool or the connector
+  that published the event and its medium (``SimpleCPUOffloadConnector (BlockStored[CPU])``),
+  the connector and its inner method (``SimpleCPUOffloadConnector: BlockHashToBlockMap.insert``),
+  or the coordinator that answered the lookup (google/oss-fuzz#8389: a key too coarse
   merges two bugs; here a known kv_event bug would swallow every later one).
 
 Pure Python, no vLLM.
@@ -106,10 +106,12 @@ def class_key(j: Judgement, layout: Layout | None = None) -> ClassKey:
     if err is None:
         return ClassKey(tier, (j.contract or str(j.verdict)) + _mode(layout))
     if err.type.startswith("oracle:"):
-        # the oracle, then the rule that broke and what produced the wrong thing (its frame is
-        # the observation's "rule|where"): two faults one oracle sees are two classes
-        rule, _, where = err.frame.partition("|")
-        return ClassKey(tier, err.type, rule, where)
+        # the oracle and who produced the wrong thing (the observation's cause is "rule|producer").
+        # Not the rule, nor the group spec: one fault breaks several rules on several specs (a
+        # seeded off-by-one in the block pool's BlockStored payload met "hash-vs-tokens" and
+        # "token-count" on seven specs: 31 classes, one cause)
+        producer = err.frame.partition("|")[2]
+        return ClassKey(tier, err.type, "", producer)
     frame = frame_key(err.frame)
     if j.explained and j.verdict == Verdict.FAIL:
         check = j.explained[0].contract.id + _mode(layout)

@@ -19,7 +19,7 @@ def test_compare_two_releases_over_generated_and_ledger_inputs(tmp_path, capsys)
         require_env(release)
     out = tmp_path / "cmp.json"
     rc = compare.main(["--from", "0.27.0", "--to", "0.28.0", "--generated", "4", "--spec-share", "1",
-                       "findings/ledger/3566a8839d7f.json", "--out", str(out)])
+                       "findings/ledger/9a8b69482973.json", "--out", str(out)])
     report = json.loads(out.read_text())
     assert rc == (1 if report["classes"] else 0)
     assert report["releases"] == ["0.27.0", "0.28.0"] and report["inputs"] == 5

@@ -67,9 +67,10 @@ def test_consumer_oracle_observations_are_keyed_by_the_oracle_and_its_cause():
         return class_key(judge_consumer(r))
 
     assert key("") == ClassKey("consumer", "oracle:kv_event")
-    assert key("hash-vs-tokens|BlockStored[GPU] SlidingWindowSpec") == ClassKey(
-        "consumer", "oracle:kv_event", "hash-vs-tokens", "BlockStored[GPU] SlidingWindowSpec")
-    assert key("hash-vs-tokens|BlockStored[GPU] SlidingWindowSpec") != key("hash-vs-tokens|BlockStored[CPU] FullAttentionSpec")
+    assert key("hash-vs-tokens|BlockPool (BlockStored[GPU])") == ClassKey(
+        "consumer", "oracle:kv_event", "", "BlockPool (BlockStored[GPU])")
+    assert key("token-count|BlockPool (BlockStored[GPU])") == key("hash-vs-tokens|BlockPool (BlockStored[GPU])")
+    assert key("hash-vs-tokens|BlockPool (BlockStored[GPU])") != key("hash-vs-tokens|X (BlockStored[CPU])")
 
 
 def test_ledger_round_trip_and_lookup(tmp_path):
@@ -90,7 +91,7 @@ def test_ledger_round_trip_and_lookup(tmp_path):
 
 def test_a_refined_class_is_still_found_by_its_former_id(tmp_path):
     old = ClassKey("consumer", "oracle:kv_event")
-    new = ClassKey("consumer", "oracle:kv_event", "hash-vs-tokens", "BlockStored[GPU] SlidingWindowSpec")
+    new = ClassKey("consumer", "oracle:kv_event", "", "SimpleCPUOffloadConnector (BlockStored[CPU])")
     Ledger.load(tmp_path).add(Entry(new, Status.BUG, "t", "w", was=(old.id,)))
     led = Ledger.load(tmp_path)
     assert led.find(old.id).key == new and led.find(new.id).key == new and old not in led

@@ -47,19 +47,20 @@ def test_a_correct_event_records_nothing():
     assert not res.observations
 
 
-def test_two_faults_of_one_oracle_are_two_classes_and_numbers_never_split_one():
+def test_two_producers_one_oracle_are_two_classes_and_rules_specs_numbers_never_split_one():
     o1, r1, toks = oracles("SimpleCPUOffloadConnector")
     o1.event(stored(o1, toks, [0, 1], 1, medium="CPU", token_ids=[9] * 8))  # other tokens
-    o2, r2, _ = oracles()
-    o2.event(stored(o2, toks, [1], 0, parent=b"\x01" * 32))  # a parent that names nothing
-    o3, r3, _ = oracles("SimpleCPUOffloadConnector")
-    o3.event(stored(o3, toks, [2, 3], 1, medium="CPU", token_ids=[7] * 8, parent=o3.index.chains["r0"][1]))
+    o2, r2, _ = oracles("SimpleCPUOffloadConnector")
+    o2.event(stored(o2, toks, [1], 0, parent=b"\x01" * 32))  # the block pool's event: a parent naming nothing
+    o3, r3, _ = oracles("SimpleCPUOffloadConnector")  # another spec, blocks, rule: the same producer
+    o3.event(stored(o3, toks, [2, 3], 0, medium="CPU", token_ids=[7] * 4, parent=o3.index.chains["r0"][1]))
     k1, k2, k3 = key_of(o1, r1), key_of(o2, r2), key_of(o3, r3)
-    assert k1.check == k2.check == "oracle:kv_event"
-    assert (k1.exc_type, k1.frame) == ("hash-vs-tokens", "BlockStored[CPU] SlidingWindowSpec via SimpleCPUOffloadConnector")
-    assert (k2.exc_type, k2.frame) == ("unknown-parent", "BlockStored[GPU] FullAttentionSpec")
+    assert k1.check == k2.check == "oracle:kv_event" and k1.exc_type == k2.exc_type == ""
+    assert k1.frame == "SimpleCPUOffloadConnector (BlockStored[CPU])" and k2.frame == "BlockPool (BlockStored[GPU])"
     assert k1 != k2 and k1.id != k2.id
-    assert k3 == k1  # other blocks, other numbers: the same class
+    assert r1.observations[0].cause.startswith("hash-vs-tokens|") and r3.observations[0].cause.startswith("token-count|")
+    assert k3 == k1
+    assert "of SlidingWindowSpec" in r1.observations[0].detail  # the spec is in the words, not the key
 
 
 def test_a_hit_cause_names_the_coordinator_and_the_rule():
@@ -68,12 +69,13 @@ def test_a_hit_cause_names_the_coordinator_and_the_rule():
     req = SimpleNamespace(request_id="r1", all_token_ids=toks, num_tokens=16, num_prompt_tokens=16)
     o.hit(req, 12)  # only 8 tokens were computed
     k = key_of(o, res)
-    assert (k.check, k.exc_type, k.frame) == ("oracle:prefix_hit", "beyond-common-prefix", "HybridKVCacheCoordinator")
+    assert (k.check, k.exc_type, k.frame) == ("oracle:prefix_hit", "", "HybridKVCacheCoordinator")
+    assert res.observations[0].cause == "beyond-common-prefix|HybridKVCacheCoordinator"
 
 
 def test_the_cause_survives_the_worker_round_trip():
     o, res, toks = oracles()
     o.event(stored(o, toks, [0], 0, token_ids=[3, 3, 3, 3]))
     back = ConsumerResult.from_dict(res.to_dict())
-    assert back.observations[0].cause == res.observations[0].cause == "hash-vs-tokens|BlockStored[GPU] FullAttentionSpec"
+    assert back.observations[0].cause == res.observations[0].cause == "hash-vs-tokens|BlockPool (BlockStored[GPU])"
     assert key_of(o, back) == key_of(o, res)

@@ -40,12 +40,14 @@ def judge_event(o: Any, ev: Any) -> None:
     gsize = group_sizes[gidx] if gidx is not None and 0 <= gidx < len(group_sizes) else None
     where = f"BlockStored(group={gidx}, block_size={bs}, {len(hashes)} hashes, {len(toks)} tokens)"
     medium = getattr(ev, "medium", None) or "GPU"
-    source = f"BlockStored[{medium}] {o.spec(gidx)}{o.via()}"
+    # the producer: the block pool publishes GPU-medium events; another medium is a connector's
+    source = "BlockPool (BlockStored[GPU])" if medium == "GPU" else \
+        f"{getattr(o.res, 'connector_class', None) or '?'} (BlockStored[{medium}])"
 
     def bad(rule: str, text: str) -> None:
         # one rule for "a hash names other tokens than the event's" (another position or
         # another request's): one fault shows as either, depending on whose block it reused
-        o.rec.add("kv_event", f"{where}: {text}", cause=f"{rule}|{source}")
+        o.rec.add("kv_event", f"{where} of {o.spec(gidx)}: {text}", cause=f"{rule}|{source}")
     if not hashes:
         o.res.events_without_hashes += 1
     if not toks and hashes:

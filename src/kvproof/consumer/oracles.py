@@ -111,6 +111,23 @@ def local_chunks(kv_cache_config: Any) -> list[int]:
     return chunks if ok else []
 
 
+def mamba_checkpoint_position(num_prompt_tokens: int, h: int, eagle_drop: bool, lookahead: int = 0) -> int:
+    """Where an align-mode MambaManager keys its prompt-tail state (0.30+): vLLM's
+    ``get_mamba_prefill_checkpoint_position(num_prompt_tokens, hash_block_size,
+    drop_eagle_checkpoint_block, num_hash_lookahead_tokens)`` (kv_cache_interface.py:1169, 0.33;
+    :1110, 0.32), read by ``MambaManager._cache_partial_tail_block`` as
+    ``latest_prompt_hash_boundary`` (single_type_kv_cache_manager.py:2087, 0.33; :2069, 0.32).
+    Under EAGLE's block drop (the coordinator sets ``drop_eagle_checkpoint_block`` whenever it
+    drops, "Match Mamba checkpoints to Eagle's attention replay boundary", kv_cache_coordinator.py
+    :177, 0.33; :173, 0.32) the state sits one hash unit below the whole prompt's last boundary,
+    where a resend's hit lands after the drop: ``n//h*h - h``. Otherwise one token (0.33: the
+    hash lookahead, at least one) is left to recompute: ``(n - max(1, L))//h*h``. The CoW copy of
+    that state is handed to connectors (boundary-state offloads) under this key."""
+    if eagle_drop:
+        return max(num_prompt_tokens // h * h - h, 0)
+    return max((num_prompt_tokens - max(1, lookahead)) // h * h, 0)
+
+
 _CONTAINERS = (list, tuple, set, frozenset, dict)
 
 
@@ -157,16 +174,16 @@ class Oracles:
         self.lookups_after_claim: dict[str, int] = {}
         self.first_seen: set[str] = set()
 
-    # --- causes: what produced the wrong thing (the class key's rule and where) -----------
+    # --- causes: the rule that broke, and who produced the wrong thing (the class key's frame) ----
     def spec(self, group: Any) -> str:
         """The KV cache spec class of group ``group`` ("?" when unknown)."""
         ok = isinstance(group, int) and 0 <= group < len(self.specs)
         return self.specs[group] if ok else "?"
 
-    def via(self) -> str:
-        """The connector a run has, as a cause suffix."""
+    def conn(self) -> str:
+        """The run's connector, as the prefix of a connector method's name in a cause."""
         name = getattr(self.res, "connector_class", "") or ""
-        return f" via {name}" if name else ""
+        return f"{name}: " if name else ""
 
     # --- what the stream and the scheduler did ----------------------------------------
     def admit(self, rid: str, req: Any, prompt: list[int]) -> None:
@@ -266,14 +283,14 @@ class Oracles:
         if n > true_len:
             self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens but the longest common prefix with "
                          f"computed KV is {true_len} (prompt {request.num_prompt_tokens})",
-                         cause=f"beyond-common-prefix|{self.coordinator}{self.via()}")
+                         cause=f"beyond-common-prefix|{self.coordinator}")
         ahead = self.index.lookahead
         if n > request.num_tokens - max(1, ahead):
             # the last token must be computed; with hash lookahead L (0.33+) a block's hash needs the
             # L tokens after it, so no hit reaches past num_tokens - L (the proof limit)
             why = "the last must be computed" if ahead <= 1 else f"hash lookahead {ahead}: at most num_tokens - {ahead}"
             self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens covers the whole request "
-                         f"({request.num_tokens} tokens; {why})", cause=f"whole-request|{self.coordinator}{self.via()}")
+                         f"({request.num_tokens} tokens; {why})", cause=f"whole-request|{self.coordinator}")
         if self.res.eagle_drop and not self.mamba and n > max(0, min(true_len, request.num_tokens) - self.index.h):
             # drop_eagle_block (single_type_kv_cache_manager.py find_longest_cache_hit): the hit
             # gives back one hash unit (fine-grained) or one block of what matched. The unitary
@@ -285,10 +302,10 @@ class Oracles:
             self.rec.add("spec_hit", f"{request.request_id}: hit {n} tokens under EAGLE, but one "
                          f"{self.index.h}-token unit below min(common prefix {true_len}, num_tokens "
                          f"{request.num_tokens}) must be given back for the drafter",
-                         cause=f"eagle-drop|{self.coordinator}{self.via()}")
+                         cause=f"eagle-drop|{self.coordinator}")
         if self.res.alignment and n % self.res.alignment and n != request.num_tokens - 1:
             self.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens is not a multiple of the "
-                         f"coordinator's alignment {self.res.alignment}", cause=f"alignment|{self.coordinator}{self.via()}")
+                         f"coordinator's alignment {self.res.alignment}", cause=f"alignment|{self.coordinator}")
 
     def chain(self, req: Any) -> None:
         index = self.index
@@ -358,14 +375,15 @@ class Oracles:
         probes every interior hash boundary (FullAttentionManager phase 2, MambaManager
         right-to-left), so a lookup may end at any multiple of ``a``; and a store off a block
         boundary must be a partial prompt tail (``_cache_partial_tail_block``: the last hash
-        boundary of a request's prompt, ``(prompt-1)//h*h``, or ``prompt//h*h`` with EAGLE).
+        boundary of a request's prompt, ``(prompt-1)//h*h``, or ``prompt//h*h`` with EAGLE; a
+        Mamba group's also at its prefill checkpoint, ``mamba_checkpoint_position``).
         True when the key passed (nothing recorded).
         """
         index, group_sizes, live, memo = self.index, self.group_sizes, self.live, self.memo
         loc = self.locate(hv)
         if loc is None:
             self.rec.add("connector", f"{label}: a {len(bytes(hv))}-byte hash names no token prefix at "
-                         f"granularity {index.h}", cause=f"unknown-hash|{label}{self.via()}")
+                         f"granularity {index.h}", cause=f"unknown-hash|{self.conn()}{label}")
             return False
         passed = True
         start, end, seq, group = loc
@@ -377,25 +395,34 @@ class Oracles:
             # block_size != hash_block_size, whatever the alignment (GPU and CPU pools alike)
             # lookups: an interior hash boundary in fine-grained mode, or a key a partial-tail store
             # registers (the EAGLE margin of 0.32+ looks the whole prompt's tail up, prompt // h * h)
-            ok = self._partial_tail(end, seq, index.h, live, memo) if store else (
-                fine or self._partial_tail(end, seq, index.h, live, memo))
+            tail = self._partial_tail(end, seq, group)
+            ok = tail if store else (fine or tail)
             if not ok:
                 what = "a stored key that is no request's prompt tail" if fine else f"{end} is not a block boundary"
                 self.rec.add("connector", f"{label}: hash of tokens [0, {end}) paired with group {group} whose "
                              f"blocks are {g} tokens ({what})",
-                             cause=f"off-block-boundary|{label} {self.spec(group)}{self.via()}")
+                             cause=f"off-block-boundary|{self.conn()}{label}")
                 passed = False
         if owner is not None:
             if not memo.same_prefix(owner, seq, end):
                 self.rec.add("connector", f"{label}: hash of tokens [0, {end}) used for {owner.request_id}, "
-                             f"whose tokens differ there", cause=f"other-request|{label}{self.via()}")
+                             f"whose tokens differ there", cause=f"other-request|{self.conn()}{label}")
                 passed = False
         return passed
 
-    @staticmethod
-    def _partial_tail(end: int, seq: list[int], h: int, live: dict[str, Any], memo: KeyMemo) -> bool:
-        for req in live.values():
+    def _partial_tail(self, end: int, seq: list[int], group: int) -> bool:
+        """Whether ``end`` is the partial prompt tail of a live request whose tokens ``seq`` holds,
+        for group ``group``: ``(prompt-1)//h*h`` or ``prompt//h*h`` (FullAttentionManager, and
+        MambaManager up to 0.29), or for a Mamba group its prefill checkpoint position (0.30+,
+        ``mamba_checkpoint_position``: ``prompt//h*h - h`` under EAGLE's block drop)."""
+        h, memo = self.index.h, self.memo
+        spec = self.spec(group)
+        mamba = spec == "MambaSpec" or (spec == "?" and self.mamba)
+        for req in self.live.values():
             n = req.num_prompt_tokens
-            if end in ((n - 1) // h * h, n // h * h) and memo.same_prefix(req, seq, end):
+            tails = {(n - 1) // h * h, n // h * h}
+            if mamba:
+                tails.add(mamba_checkpoint_position(n, h, bool(self.res.eagle_drop), self.index.lookahead))
+            if end in tails and memo.same_prefix(req, seq, end):
                 return True
         return False
