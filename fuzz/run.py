@@ -175,7 +175,7 @@ def report(workdir: Path, ledger, release: str | None = None) -> tuple[str, int]
     lines = [f"NEW classes: {len(new)}" if new else "No new class (every FAIL is in the ledger)"]
     for c in new:
         was = f" REGRESSION of {c['entry'].title!r} (ledger: fixed in {c['entry'].fixed_in})" if c["regression"] else ""
-        lines += [f"NEW ({c['tier']}) {c['check']} {c['exc_type']} at {c['frame'] or '?'}  [{c['premise']}]  "
+        lines += [f"NEW ({c['tier']}) {' '.join(x for x in (c['check'], c['exc_type']) if x)} at {c['frame'] or '?'}  [{c['premise']}]  "
                   f"id {c['id']}{was}",
                   f"  first at {c['first_s']} s, {c['count']} hits: {c['layout']}",
                   f"  {c['detail']}"]

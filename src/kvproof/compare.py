@@ -35,8 +35,10 @@ from kvproof.consumer.stream import Stream, random_stream
 from kvproof.errors import LayoutError, UsageError
 from kvproof.fsio import atomic_write
 from kvproof.inputs import load_files, parse_json
+from kvproof.judge import judge_consumer
 from kvproof.layout import Layout
 from kvproof.spec import facts
+from kvproof.verdicts import Verdict
 
 # Layouts the generated differential corpus covers: each consumer path the speculative work
 # touches (one full-attention group, sliding window beside full attention, a Mamba hybrid in
@@ -89,6 +91,10 @@ class Report:
     requests_compared: int = 0
     not_compared: dict[str, int] = field(default_factory=dict)
     regressions: list[Regression] = field(default_factory=list)
+    # inputs the judge passes on a release and FAILs on the next (an exception or a hard
+    # oracle): (release, previous, input hash, the judgement's line) -- what a PR gate must
+    # not let through
+    newly_failing: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     def classes(self) -> dict[str, list[Regression]]:
         out: dict[str, list[Regression]] = {}
@@ -98,7 +104,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         return {"releases": self.releases, "inputs": self.inputs, "requests_compared": self.requests_compared,
-                "not_compared": self.not_compared,
+                "not_compared": self.not_compared, "newly_failing": [list(x) for x in self.newly_failing],
                 "classes": {k: [dict(r.__dict__, cause=r.cause) for r in v] for k, v in self.classes().items()}}
 
 
@@ -136,6 +142,9 @@ def diff(items: Sequence[tuple[Layout, Stream]], runs: dict[str, list[ConsumerRe
     rep = Report(rels, inputs=len(items))
     for prev, cur in zip(rels, rels[1:]):
         for (lay, st), a, b in zip(items, runs[prev], runs[cur]):
+            ja, jb = judge_consumer(a, lay), judge_consumer(b, lay)
+            if ja.verdict < Verdict.FAIL <= jb.verdict:
+                rep.newly_failing.append((cur, prev, lay.content_hash(), jb.line()[:300]))
             why = _complete(a) or _complete(b)
             if why:
                 rep.not_compared[why] = rep.not_compared.get(why, 0) + 1
@@ -222,6 +231,8 @@ def print_report(rep: Report, ledger: Any = None) -> None:
     print(f"release differential {' -> '.join(rep.releases)}: {rep.inputs} inputs, "
           f"{rep.requests_compared} request admissions compared"
           + (f"; not compared: {', '.join(f'{v} {k}' for k, v in rep.not_compared.items())}" if rep.not_compared else ""))
+    for rel, prev, h, what in rep.newly_failing:
+        print(f"  NEWLY FAILING on {rel} (passed on {prev}): input {h}: {what}")
     classes = rep.classes()
     if not classes:
         print("  no regression: no request hit less on a newer release")

@@ -101,6 +101,13 @@ def test_diff_names_the_first_bad_release_once_per_family():
     raised.observations.append(Observation("exception", 1, "AssertionError"))
     rep = compare.diff([(lay, st)], {"0.27.0": runs["0.27.0"], "0.32.0": [raised]}, margin=0)
     assert rep.not_compared == {"raised or stalled": 1} and not rep.regressions
+    assert [(r, p) for r, p, _, _ in rep.newly_failing] == [("0.32.0", "0.27.0")]
+    wrong = _res([(0, 0), (1, 64)])
+    wrong.observations.append(Observation("kv_event", 1, "BlockStored(...): hash #0 names other tokens"))
+    wrong.counts["kv_event"] = 1
+    rep = compare.diff([(lay, st)], {"0.27.0": runs["0.27.0"], "0.32.0": [wrong]}, margin=0)
+    assert len(rep.newly_failing) == 1 and "kv_event" in rep.newly_failing[0][3] and not rep.regressions
+    assert not compare.diff([(lay, st)], {"0.27.0": [wrong], "0.32.0": [wrong]}, margin=0).newly_failing
 
 
 def test_a_release_that_built_another_scheduler_block_is_one_class_whatever_the_drafts(tmp_path):
