@@ -29,7 +29,7 @@ from kvproof.layout import Layout
 from kvproof.spec import facts, premise
 from kvproof.spec.properties import BY_KEY
 from kvproof.spec.revisions import revision_for
-from conftest import worker_for
+from conftest import RELEASES as TEST_RELEASES, worker_for
 
 RELEASES = ("0.27.0", "0.28.0", "0.32.0")  # tiny-family tables
 # the releases with a checked-in reference-model table (spec/derived/models/R.json)
@@ -126,7 +126,9 @@ def test_the_baseline_cites_reachable_findings():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("release", ALL_RELEASES)
+# re-derived on the releases the tests run on (KVPROOF_RELEASES: make test builds those); the
+# static checks above read every table
+@pytest.mark.parametrize("release", [r for r in ALL_RELEASES if r in TEST_RELEASES])
 def test_table_entries_derive_the_same_on_real_vllm(release, workers):
     # a seeded sample of the toy table (where the release has one), one reference-model row that
     # derived a layout on any CPU, and every baseline witness on this release
