@@ -189,6 +189,32 @@ def test_simple_cpu_offload_loads_reported_once():
     assert res.efficiency.external_tokens > 0  # CPU loads really happened
 
 
+@pytest.mark.parametrize("release", ["0.32.0", "0.33.0"])
+def test_simple_cpu_offload_connector_stores_the_mamba_eagle_checkpoint(release):
+    """(c) class a7ff9c65c29d, ours: under EAGLE an align-mode MambaManager keys the prompt's tail
+    state at ``get_mamba_prefill_checkpoint_position`` = n//h*h - h (336 for a 353-token prompt,
+    hash 16, Mamba block 32; kv_cache_interface.py:1110 0.32 / :1169 0.33), the resend's hit after
+    EAGLE's drop; the CoW copy goes to the connector as a boundary-state offload
+    (single_type_kv_cache_manager.py:1887 0.32 / :1904 0.33) and SimpleCPUOffload inserts it under
+    that key (simple_kv_offload/manager.py:1082 0.32 / :1117 0.33). The oracle took the key for no
+    prompt tail; the third request (its GPU copy evicted) loads the 336 tokens from the CPU."""
+    layout = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16},
+                                          {"kind": "mamba", "block_size": 32}],
+                               "cache": {"block_size": 16, "enable_prefix_caching": True,
+                                         "mamba_cache_mode": "align"}, "kv_connector": SIMPLE})
+    stream = Stream.from_dict({"prefixes": [400, 400], "num_blocks": 40, "max_num_batched_tokens": 4096,
+                               "requests": [{"prefix": 0, "prefix_len": 353, "suffix_len": 0, "max_tokens": 4},
+                                            {"prefix": 1, "prefix_len": 353, "suffix_len": 0, "arrival": 6,
+                                             "max_tokens": 4},
+                                            {"prefix": 0, "prefix_len": 353, "suffix_len": 0, "arrival": 14,
+                                             "max_tokens": 2}],
+                               "spec": {"method": "eagle3", "k": 2, "accept": "all"}})
+    res = _run(release, layout, stream)
+    assert res.eagle_drop and res.alignment == 16
+    assert not _hard(res), _hard(res)
+    assert [(h["hit"], h["external"]) for h in res.hits] == [(0, 0), (0, 0), (0, 336)]
+
+
 def test_all_groups_non_cacheable_is_outside_every_model():
     """(b, e) full_attention groups that all opt out of prefix caching (CircularBufferSpec) exist in
     no model; vLLM 0.32.0 then raises in the first reader of the cacheable groups."""
