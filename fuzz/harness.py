@@ -234,13 +234,13 @@ class Stats:
             "frame": key.frame, "verdict": str(j.verdict), "status": status, "count": 1,
             "first_s": round(time.monotonic() - self.t0, 2), "layout": layout.summary(), "detail": detail[:300],
             "premise": premise_label(layout, self.data["vllm"], self.premise), **{k: v for k, v in meta.items()
-                                                                                  if k == "stream_summary"}}
+                                                                                  if k in ("stream_summary", "stream_as_found")}}
         if entry is not None:
             if rec["verdict"] == "FAIL":
                 self.data["known"] += 1
             return False
         if self.store is not None:
-            extra = {k: v for k, v in meta.items() if k != "stream_summary"}
+            extra = {k: v for k, v in meta.items() if k not in ("stream_summary",)}
             path, _ = self.store.record(layout, key.id, j.contract or key.check, detail, data, verdict=str(j.verdict),
                                                tier=str(j.tier), signature=signature(j), **{"class": str(key)},
                                                **extra)

@@ -179,6 +179,8 @@ def report(workdir: Path, ledger, release: str | None = None) -> tuple[str, int]
                   f"id {c['id']}{was}",
                   f"  first at {c['first_s']} s, {c['count']} hits: {c['layout']}",
                   f"  {c['detail']}"]
+        if c.get("stream_as_found"):
+            lines.append(f"  stream shrunk: {c['stream_as_found']} -> {c.get('stream_summary')}")
         if c.get("path"):
             lines.append(f"  stored: {c['path']}")
     bugs = sorted((c for c in classes if _bug_on(c["entry"], release)), key=lambda c: -c["count"])

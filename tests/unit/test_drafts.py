@@ -216,3 +216,34 @@ def test_eagle_with_chunked_local_attention_alone_is_a_refusal_by_design():
                      "vllm/v1/core/single_type_kv_cache_manager.py:1333 in find_longest_cache_hit")
     assert refused_by_design(lay, err)
     assert not refused_by_design(lay, StageError("AssertionError", "Each KV cache group's real block_size", err.frame))
+
+
+def test_a_new_consumer_class_is_stored_with_the_shortest_stream_that_keeps_its_class():
+    """consumer.fuzz.Target.minimal: kvproof's greedy stream shrinker driven by the class key (the
+    harness's run stands in here: a kv_event FAIL whenever a request of 40+ prompt tokens runs,
+    an exception otherwise on three requests or more -- another class, which must not be kept)."""
+    from kvproof.consumer.fuzz import Target
+    from kvproof.findings.key import class_key
+    from kvproof.judge import judge_consumer
+
+    lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}]})
+
+    def run(layout, st):
+        r = ConsumerResult("x", "v")
+        if any(len(st.prompt(i)) >= 40 for i in range(len(st.requests))):
+            r.observations.append(Observation("kv_event", 0, "BlockStored(...): other tokens",
+                                              "hash-vs-tokens|BlockPool (BlockStored[GPU])"))
+            r.counts["kv_event"] = 1
+        elif len(st.requests) >= 3:
+            r.observations.append(Observation("exception", 0, "AssertionError:  @ vllm/v1/x.py:1 in f"))
+        return r
+
+    t = object.__new__(Target)
+    t.run = run
+    big = Stream((64, 64), (Req(0, 64, 30, 0, 3), Req(1, 50, 10, 2, 2, resend_at=5), Req(0, 20, 8, 4, 1)),
+                 spec=Drafts("eagle3", 3, "none"))
+    key = class_key(judge_consumer(run(lay, big), lay), lay)
+    small = t.minimal(lay, big, key)
+    assert class_key(judge_consumer(run(lay, small), lay), lay) == key
+    assert len(small.requests) == 1 and small.spec is None and len(small.prompt(0)) < 80
+    assert small.requests[0].resend_at is None and small.requests[0].arrival == 0

@@ -27,12 +27,13 @@ from __future__ import annotations
 import os
 import random
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from kvproof.spec import facts
-
+from kvproof.verdicts import Verdict
 
 TARGET = "consumers"
 
@@ -49,6 +50,10 @@ BLOCK_BUDGET = 2048
 # hashing) are where the field reports are; a refusal by the release's own SpeculativeConfig
 # is NOT_EXPRESSIBLE (the engine premise: only what the release accepts).
 SPEC_SHARE = 0.4
+# A new class's stream is shrunk before it is stored (a maintainer reads the shortest stream
+# that still fails): greedy, bounded so a campaign loses seconds, not minutes, per new class.
+SHRINK_RUNS = 80
+SHRINK_SECONDS = 30.0
 
 
 def stream_scale(layout: Any) -> int:
@@ -93,12 +98,12 @@ def fit_stream(layout: Any, seed: int) -> Any:
 class Target:
     def __init__(self, workdir: Path | None = None) -> None:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+        import vllm
+
         from kvproof.consumer.harness import Harness  # imports vLLM
         from kvproof.fuzz.harness import Stats, instrument_covered, release_caps
         from kvproof.fuzz.store import FindingStore
         from kvproof.settings import HarnessSettings
-
-        import vllm
         opts = HarnessSettings.from_environ()
         self.version = vllm.__version__
         self.harness = Harness()
@@ -134,9 +139,32 @@ class Target:
         j = judge_consumer(res, layout)
         s.bump("verdicts", str(j.verdict))
         if j.verdict in CLASSED:
-            s.meet(j, class_key(j, layout), layout, data, f"[{j.tier}] {j.line()}", stream=stream.to_dict(),
-                   stream_summary=stream.summary())
+            key = class_key(j, layout)
+            extra = {}
+            if j.verdict == Verdict.FAIL and key.id not in s.data["classes"] and s.ledger.get(key) is None:
+                small = self.minimal(layout, stream, key)  # a new class is stored with its shortest stream
+                if small != stream:
+                    extra = {"stream_as_found": stream.summary()}
+                    stream = small
+            s.meet(j, key, layout, data, f"[{j.tier}] {j.line()}", stream=stream.to_dict(),
+                   stream_summary=stream.summary(), **extra)
         return res
+
+    def minimal(self, layout: Any, stream: Any, key: Any) -> Any:
+        """The shortest stream (``stream.shrink``: fewer requests, shorter prompts, earlier
+        arrivals, no drafts, aborts or resends that do not matter) that still FAILs in class
+        ``key`` on this release; at most SHRINK_RUNS runs and SHRINK_SECONDS."""
+        from kvproof.consumer.stream import shrink
+        from kvproof.findings.key import class_key
+        from kvproof.judge import judge_consumer
+        end = time.monotonic() + SHRINK_SECONDS
+
+        def same_class(cand: Any) -> bool:
+            if time.monotonic() > end:
+                return False
+            j = judge_consumer(self.run(layout, cand), layout)
+            return j.verdict == Verdict.FAIL and class_key(j, layout) == key
+        return shrink(stream, same_class, budget=SHRINK_RUNS)
 
     def test_one_input(self, data: bytes) -> None:
         try:
