@@ -68,6 +68,7 @@ BENCH_CROSS   := --timeout 60
 BENCH_CONSUMERS :=
 BENCH_SELFTEST  :=
 BENCH_CONT    := --seconds 600 --box 60
+BENCH_DIFF    := --campaign-seconds 300 --max 300
 else
 BENCH_BRIDGE  := --n 500 --naive 1
 BENCH_VERIFY  := --max-n 4 --timeout 10
@@ -77,6 +78,7 @@ BENCH_CROSS   := --timeout 10
 BENCH_CONSUMERS := --n 1000 --seconds 120
 BENCH_SELFTEST  := --seconds 3
 BENCH_CONT    := --seconds 120 --box 30
+BENCH_DIFF    := --campaign-seconds 60 --max 50
 endif
 
 bench: envs
@@ -89,6 +91,8 @@ bench: envs
 	if [ -f bench/bench_selftest.py ]; then $(VPY) bench/bench_selftest.py $(BENCH_SELFTEST); fi
 	$(VPY) bench/bench_continuous.py $(BENCH_CONT)
 	$(VPY) bench/bench_derive.py
+	@# the release differential along the releases `make envs` built (RELEASES=all: the whole chain)
+	$(VPY) bench/bench_differential.py $(foreach r,$(RELEASES),--vllm $(r)) $(BENCH_DIFF)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis build src/*.egg-info

@@ -1,0 +1,450 @@
+"""The release differential over a consumers campaign's stored corpus, along the release chain -> bench/results/differential.md.
+
+    .venv/bin/python bench/bench_differential.py --workdir CAMPAIGN_DIR [--max 300] [--vllm all] [--margin 0]
+                                                 [--premise engine] [--out bench/results/differential.md]
+    .venv/bin/python bench/bench_differential.py --campaign-seconds 300 [--campaign-vllm RELEASE] [--workdir DIR] ...
+
+Up to ``--max`` files of a ``kvproof fuzz --target consumers`` campaign's libFuzzer
+corpus (``<workdir>/corpus``, in name order) are decoded the way the harness decodes
+them (``kvproof.fuzz.differential``: ``scan``, ``select``, ``decode_file``, with the
+release capabilities the harness recorded in its stats files and the campaign's
+premise). Every decodable input runs at the consumer tier on every release of the
+chain (``--vllm``, oldest first; default: the project's whole release list), one
+worker call per release (``kvproof.consumer.client.run_many``), and
+``kvproof.compare.diff`` compares each consecutive pair admission by admission
+(``--margin`` tokens a request may lose). The table gives, per pair, the inputs
+and admissions compared, the runs not compared by reason and the regressions;
+per regression class (``consumer|regression:hits@<first bad release>[<drafter family
+or scheduler-block>]||``) the ledger's id or NEW and its worst admission (corpus
+file, request, hit before -> after of the reusable tokens, drafts, scheduler
+block before -> after), with that input's layout and stream; and the share of
+inputs whose stream carries speculative drafts, by method. Each pair's regressing inputs
+run once more on both releases (``run_each``) and each class says how many of its
+admissions regress again. The inputs the judge passes
+on a release and FAILs on the next (compare's ``newly_failing``) are counted per pair and
+listed by the class a campaign on the newer release would key them with.
+
+A campaign's stats do not record its premise: ``--premise`` says it (default
+``engine``, the fuzz default). With ``--campaign-seconds S`` the script first runs
+a time-boxed campaign itself (``kvproof fuzz --target consumers --vllm R
+--seconds S --workdir DIR --premise P``; a time-boxed run keeps its libFuzzer
+corpus) on ``--campaign-vllm`` (default: the chain's newest release), in
+``--workdir`` when given (kept) or a temporary folder (removed afterwards).
+The 1-min load average is read before and after; the machine is shared, so the
+wall times are indicative. A regression the ledger lacks is reported (NEW), never
+recorded: the exit status is 0 whenever the table was written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from kvproof import envs  # noqa: E402
+from kvproof.cliutil import Parser, guarded  # noqa: E402
+from kvproof.compare import Regression, Report, _complete, diff, new_classes, print_report  # noqa: E402
+from kvproof.consumer.client import run_each, run_many  # noqa: E402
+from kvproof.errors import KvproofError, UsageError  # noqa: E402
+from kvproof.findings.key import ClassKey, class_key  # noqa: E402
+from kvproof.fsio import atomic_write  # noqa: E402
+from kvproof.judge import judge_consumer  # noqa: E402
+from kvproof.fuzz import differential  # noqa: E402
+from kvproof.spec import facts  # noqa: E402
+
+PROG = "bench_differential.py"
+DEFAULT_OUT = ROOT / "bench" / "results" / "differential.md"
+
+
+def _cell(text: Any) -> str:
+    """One markdown table cell."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _code(text: str) -> str:
+    """Code in a markdown table cell (GFM splits a cell at a bare pipe, code spans included)."""
+    return "`" + text.replace("|", "\\|") + "`"
+
+
+def cpu_model() -> tuple[str, bool | None]:
+    """The CPU's model name and whether it has AVX512-BF16 (a ledgered 0.29.0 class depends on it)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine(), None
+    name = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")),
+                platform.machine())
+    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
+    return name, ("avx512_bf16" in flags) if flags else None
+
+
+# --- the campaign ---------------------------------------------------------------
+def run_campaign(release: str, seconds: int, workdir: Path, premise: str) -> dict:
+    """A time-boxed consumers campaign, as a user starts it; what it did."""
+    argv = ["fuzz", "--target", "consumers", "--vllm", release, "--seconds", str(seconds),
+            "--workdir", str(workdir), "--premise", premise]
+    load0, t0 = os.getloadavg()[0], time.monotonic()
+    print(f"[{PROG}] campaign: kvproof {shlex.join(argv)}", flush=True)
+    proc = subprocess.run([sys.executable, "-m", "kvproof", *argv], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+    wall = time.monotonic() - t0
+    if proc.returncode not in (0, 1):  # 1: a new class, the campaign still ran
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+        raise KvproofError(f"the campaign failed (exit {proc.returncode}): {tail[0][:300]}")
+    report = [ln for ln in proc.stdout.splitlines()
+              if ln.startswith(("No new class", "NEW classes", "Verdicts", "Speculative inputs", "libFuzzer:"))]
+    return {"cmd": "kvproof " + shlex.join(argv), "rc": proc.returncode, "wall": wall,
+            "load": (load0, os.getloadavg()[0]), "report": report}
+
+
+def describe_campaign(workdir: Path) -> dict:
+    """What the campaign folder says of itself (campaign.json, its stats): release, sessions, corpus."""
+    try:
+        data = json.loads((workdir / "campaign.json").read_text())
+    except (OSError, ValueError):
+        data = {}
+    stats = []
+    for p in sorted((workdir / "stats").glob("consumers-*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            stats.append(json.loads(p.read_text()))
+    verdicts: dict[str, int] = {}
+    for d in stats:
+        for k, v in d.get("verdicts", {}).items():
+            verdicts[k] = verdicts.get(k, 0) + v
+    return {"release": data.get("release") or next((d.get("vllm") for d in stats), "?"),
+            "target": data.get("target", "consumers"), "sessions": data.get("sessions", []),
+            "execs": sum(d.get("execs", 0) for d in stats), "verdicts": verdicts}
+
+
+# --- the corpus -----------------------------------------------------------------
+def collect(workdir: Path, limit: int, premise: str) -> dict:
+    """Up to ``limit`` corpus files of the campaign, decoded the harness's way."""
+    caps = differential.campaign_caps(workdir)
+    if caps is None:
+        raise UsageError(f"--workdir {workdir}: no consumers harness stats with the release's capabilities "
+                         f"(stats/consumers-*.json); not a consumers campaign folder, or it never ran an input")
+    files = differential.scan(workdir / "corpus")
+    if not files:
+        raise UsageError(f"--workdir {workdir}: the campaign's corpus ({workdir / 'corpus'}) is empty")
+    t0 = time.monotonic()
+    picked, refused, left = differential.select(files, set(), limit, caps, premise)
+    return {"caps": caps, "files": len(files), "picked": picked, "refused": len(refused), "left": left,
+            "decode_s": time.monotonic() - t0}
+
+
+def spec_share(picked: Sequence[tuple]) -> tuple[int, dict[str, int]]:
+    """Inputs whose stream carries speculative drafts, and the inputs by method ("none": no drafts)."""
+    by: dict[str, int] = {}
+    for _, _, _, st in picked:
+        m = st.spec.method if st.spec else "none"
+        by[m] = by.get(m, 0) + 1
+    return len(picked) - by.get("none", 0), dict(sorted(by.items()))
+
+
+# --- the chain --------------------------------------------------------------------
+def run_chain(items: Sequence[tuple], releases: Sequence[str], found: dict[str, Any],
+              runner: Callable | None = None) -> tuple[dict[str, list], dict[str, float]]:
+    """Every input on every release, one worker call per release (``run_many``), oldest first:
+    (runs, wall s)."""
+    runner = runner or run_many
+    runs: dict[str, list] = {}
+    walls: dict[str, float] = {}
+    for rel in releases:
+        t0 = time.monotonic()
+        runs[rel] = runner(items, found[rel])
+        walls[rel] = time.monotonic() - t0
+        print(f"[{PROG}] {rel}: {len(items)} inputs in {walls[rel]:.0f} s", flush=True)
+    return runs, walls
+
+
+def pair_reports(picked: Sequence[tuple], runs: dict[str, list], margin: int) -> list[dict]:
+    """Per consecutive pair: ``compare.diff`` input by input (so each regression keeps its corpus
+    file), summed into one Report; its regressions as (Regression, sha1, layout, stream)."""
+    rels = list(runs)
+    out = []
+    for prev, cur in zip(rels, rels[1:]):
+        rep = Report([prev, cur], inputs=len(picked))
+        found: list[tuple[Regression, str, Any, Any]] = []
+        failing: list[tuple[Any, str, Any, Any, str]] = []
+        for (sha, _, lay, st), a, b in zip(picked, runs[prev], runs[cur]):
+            one = diff([(lay, st)], {prev: [a], cur: [b]}, margin)
+            rep.requests_compared += one.requests_compared
+            for why, k in one.not_compared.items():
+                rep.not_compared[why] = rep.not_compared.get(why, 0) + k
+            rep.regressions += one.regressions
+            rep.newly_failing += one.newly_failing
+            found += [(reg, sha, lay, st) for reg in one.regressions]
+            if one.newly_failing:  # keyed as a campaign keys the newer release's FAIL
+                failing.append((class_key(judge_consumer(b, lay), lay), sha, lay, st, one.newly_failing[0][3]))
+        out.append({"prev": prev, "cur": cur, "report": rep, "found": found, "failing": failing,
+                    "inputs_compared": len(picked) - sum(rep.not_compared.values())})
+    return out
+
+
+def release_counts(runs: dict[str, list]) -> dict[str, dict[str, int]]:
+    """Per release: runs complete, and the others by why they cannot be compared."""
+    out = {}
+    for rel, results in runs.items():
+        c: dict[str, int] = {}
+        for r in results:
+            why = _complete(r) or "complete"
+            c[why] = c.get(why, 0) + 1
+        out[rel] = c
+    return out
+
+
+def _ledgered(entry: Any) -> str:
+    return f"{entry.id} ({entry.status.value})" if entry else "NEW"
+
+
+def failing_classes(pairs: Sequence[dict], ledger: Any) -> list[dict]:
+    """The classes of the inputs the judge passes on a release and FAILs on the next, in chain
+    order: inputs, the first one met, ledger entry."""
+    out = []
+    for p in pairs:
+        by: dict[Any, list] = {}
+        for f in p["failing"]:
+            by.setdefault(f[0], []).append(f)
+        for key, found in by.items():
+            out.append({"key": str(key), "release": p["cur"], "previous": p["prev"], "inputs": len(found),
+                        "first": found[0], "ledger": _ledgered(ledger.get(key) if ledger is not None else None)})
+    return out
+
+
+def classes(pairs: Sequence[dict], ledger: Any) -> list[dict]:
+    """Every regression class met, in chain order: its admissions, inputs, worst admission, ledger entry."""
+    out = []
+    for p in pairs:
+        by: dict[str, list] = {}
+        for f in p["found"]:
+            by.setdefault(f[0].class_key, []).append(f)
+        for key, found in by.items():
+            worst = max(found, key=lambda f: f[0].before - f[0].after)
+            entry = ledger.get(ClassKey.parse(key)) if ledger is not None else None
+            out.append({"key": key, "release": p["cur"], "previous": p["prev"], "admissions": len(found),
+                        "inputs": len({f[1] for f in found}), "worst": worst,
+                        "ledger": _ledgered(entry)})
+    return out
+
+
+def confirm(pairs: Sequence[dict], found_classes: Sequence[dict], found: dict[str, Any], margin: int,
+            runner: Callable | None = None) -> float:
+    """Run each pair's regressing inputs once more on both releases (``run_each``: one call, the
+    two imports overlapped) and ``diff`` them again: each class gets ``reproduced``, its admissions
+    that regress again (the same input, request, admission and class). A connector whose
+    asynchronous transfers finish at another step can hit otherwise on a rerun of one release.
+    The seconds it took."""
+    runner = runner or run_each
+    t0 = time.monotonic()
+    for p in pairs:
+        mine = [c for c in found_classes if (c["previous"], c["release"]) == (p["prev"], p["cur"])]
+        if not mine:
+            continue
+        sub = list({sha: (sha, lay, st) for _, sha, lay, st in p["found"]}.values())
+        older, newer = runner([(lay, st) for _, lay, st in sub], [found[p["prev"]], found[p["cur"]]])
+        again = set()
+        for (sha, lay, st), a, b in zip(sub, older, newer):
+            rep = diff([(lay, st)], {p["prev"]: [a], p["cur"]: [b]}, margin)
+            again |= {(sha, r.class_key, r.request, r.admission) for r in rep.regressions}
+        for c in mine:
+            c["reproduced"] = sum((sha, reg.class_key, reg.request, reg.admission) in again
+                                  for reg, sha, _, _ in p["found"] if reg.class_key == c["key"])
+    return time.monotonic() - t0
+
+
+# --- the table ----------------------------------------------------------------------
+def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, float], counts: dict,
+           pairs: Sequence[dict], found_classes: Sequence[dict], margin: int,
+           failing: Sequence[dict] = ()) -> list[str]:
+    picked = corpus["picked"]
+    n_spec, by_method = spec_share(picked)
+    cpu, bf16 = cpu_model()
+    camp = meta["campaign"]
+    lines = [f"# Release differential over a consumers campaign's corpus: {' -> '.join(releases)}", "",
+             f"Written by `{meta['command']}` at {meta['started']}; {platform.machine()}, {cpu}"
+             + (f" (AVX512-BF16: {'yes' if bf16 else 'no'})" if bf16 is not None else "")
+             + f", {os.cpu_count()} CPUs, Python {platform.python_version()}; 1-min load average "
+             f"{meta['load'][0]:.2f} before, {meta['load'][1]:.2f} after; wall {meta['wall']:.0f} s in all "
+             f"(campaign {meta['campaign_wall']:.0f} s, decoding {corpus['decode_s']:.2f} s, "
+             f"releases {sum(walls.values()):.0f} s, regressions rerun {meta['confirm_s']:.0f} s). "
+             "The machine is shared: the times are indicative.", "",
+             "## The campaign corpus", ""]
+    if meta.get("ran"):
+        r = meta["ran"]
+        lines.append(f"Made by this script: `{r['cmd']}` (exit {r['rc']}, {r['wall']:.0f} s wall, load "
+                     f"{r['load'][0]:.2f} -> {r['load'][1]:.2f}): a time-boxed campaign, one libFuzzer process "
+                     f"from the checked-in seeds; its report: {_cell('; '.join(r['report']))}.")
+    else:
+        sessions = "; ".join(f"{s.get('mode', '?')} {s.get('seconds', '?')} s, {s.get('execs', 0):,} execs, "
+                             f"ended {s.get('ended', '?')}" for s in camp["sessions"]) or "no campaign.json"
+        lines.append(f"The campaign folder given (`--workdir`), as its campaign.json records it: {sessions}.")
+    verdicts = ", ".join(f"{k} {v:,}" for k, v in sorted(camp["verdicts"].items())) or "none"
+    lines += ["",
+              f"Campaign: `{camp['target']}` target on vLLM {camp['release']}, {camp['execs']:,} execs "
+              f"(verdicts: {verdicts}); premise `{meta['premise']}` (`--premise`: a campaign's stats do not "
+              f"record it); release capabilities as its harness recorded them: `{json.dumps(corpus['caps'].to_dict(), sort_keys=True)}`.",
+              "",
+              f"Corpus: {corpus['files']} files (distinct contents); {len(picked)} decoded and compared "
+              f"(`--max {meta['max']}`, in name order), {corpus['refused']} refused by the decoder, "
+              f"{corpus['left']} left over.",
+              "",
+              f"Inputs whose stream carries speculative drafts (`stream.spec`): **{n_spec} of {len(picked)}** "
+              f"({n_spec / max(len(picked), 1):.0%}); by method: "
+              + ", ".join(f"{k} {v}" for k, v in by_method.items()) + ".",
+              "", "## Runs per release", "",
+              "One worker call per release (vLLM import included in the wall time).", "",
+              "| release | wall s | complete | not expressible | error | raised or stalled |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for rel in releases:
+        c = counts[rel]
+        lines.append(f"| {rel} | {walls[rel]:.0f} | {c.get('complete', 0)} | {c.get('not expressible', 0)} | "
+                     f"{c.get('error', 0)} | {c.get('raised or stalled', 0)} |")
+    lines += ["", "## Consecutive pairs", "",
+              f"`compare.diff` with margin {margin}: a request admission (matched by request index and "
+              "admission number) whose hit (local + external) on the newer release is more than the margin "
+              "below the older one's is a regression. An input is compared when both runs completed. "
+              "Newly failing: inputs the judge passes on the older release and FAILs on the newer "
+              "(compare's `newly_failing`; below).", "",
+              "| pair | inputs compared | admissions compared | not compared | regressing admissions | classes "
+              "| newly failing inputs |",
+              "|---|---:|---:|---|---:|---|---:|"]
+    for p in pairs:
+        rep = p["report"]
+        nc = ", ".join(f"{v} {k}" for k, v in sorted(rep.not_compared.items())) or "none"
+        cls = ", ".join(f"{_code(c['key'])} {c['ledger']}" for c in found_classes if c["release"] == p["cur"]
+                        and c["previous"] == p["prev"]) or "none"
+        lines.append(f"| {p['prev']} -> {p['cur']} | {p['inputs_compared']} | {rep.requests_compared:,} | {nc} | "
+                     f"{len(rep.regressions)} | {cls} | {len(rep.newly_failing)} |")
+    total_adm = sum(p["report"].requests_compared for p in pairs)
+    lines += ["", f"Admissions compared over the chain: {total_adm:,}.", "", "## Regression classes", ""]
+    if not found_classes:
+        lines.append(f"None: no admission hit more than {margin} tokens less on a newer release.")
+    else:
+        lines += _regression_table(found_classes)
+    lines += ["", "## Newly failing inputs", ""]
+    if not failing:
+        lines.append("None: no input the judge passes on a release FAILs on the next.")
+        return lines
+    lines += ["By the class a campaign on the newer release keys the FAIL with (`kvproof.findings.key.class_key`), "
+              "in chain order; the first input met and the judge's line on the newer release.", "",
+              "| class | newly failing on | ledger | inputs | first: corpus file | layout | judge |",
+              "|---|---|---|---:|---|---|---|"]
+    for c in failing:
+        _, sha, lay, _, line = c["first"]
+        lines.append(f"| {_code(c['key'])} | {c['release']} (after {c['previous']}) | {c['ledger']} | {c['inputs']} | "
+                     f"`{sha[:12]}` | {_code(lay.summary())} | {_cell(line[:200])} |")
+    return lines
+
+
+def _regression_table(found_classes: Sequence[dict]) -> list[str]:
+    lines = ["Reproduced: the class's admissions that regress again when its inputs run once more on both "
+             "releases (the runs are meant to be deterministic; fewer than all: the class is not a stable "
+             "difference between the releases).", "",
+             "| class | first bad release | ledger | admissions (inputs) | reproduced | worst: corpus file | "
+             "layout hash | request (admission) | hit before -> after of reusable | drafts | "
+             "scheduler block before -> after |",
+             "|---|---|---|---:|---:|---|---|---|---|---|---|"]
+    for c in found_classes:
+        reg, sha = c["worst"][0], c["worst"][1]
+        blocks = f"{reg.blocks[0]} -> {reg.blocks[1]}" + ("" if reg.blocks[0] != reg.blocks[1] else " (same)")
+        lines.append(f"| {_code(c['key'])} | {reg.release} (after {reg.previous}) | {c['ledger']} | "
+                     f"{c['admissions']} ({c['inputs']}) | {c.get('reproduced', '?')} of {c['admissions']} | "
+                     f"`{sha[:12]}` | `{reg.input_hash}` | "
+                     f"{reg.request} ({reg.admission}) | {reg.before} -> {reg.after} of {reg.truth} | "
+                     f"{_cell(reg.spec or 'no drafts')} | {blocks} |")
+    lines += ["", "Worst inputs (corpus file SHA-1; layout; stream):", ""]
+    for c in found_classes:
+        _, sha, lay, st = c["worst"]
+        lines.append(f"- `{c['key']}`: `{sha}`; `{_cell(lay.summary())}`; {_cell(st.summary())}")
+    return lines
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    ap = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workdir", metavar="DIR", help="the consumers campaign folder (with --campaign-seconds: "
+                                                     "where the campaign is made, and kept)")
+    ap.add_argument("--max", type=int, default=300, metavar="N", help="corpus files decoded and compared")
+    ap.add_argument("--vllm", action="append", default=[], metavar="RELEASE",
+                    help="releases to chain (a subset name like 'all' or 'ci' works; default: all)")
+    ap.add_argument("--margin", type=int, default=0, metavar="TOKENS", help="tokens a request may lose")
+    ap.add_argument("--premise", choices=("engine", "free"), default="engine",
+                    help="the campaign's premise (its stats do not record it; default engine)")
+    ap.add_argument("--campaign-seconds", type=int, metavar="S",
+                    help="first run a time-boxed consumers campaign of S seconds")
+    ap.add_argument("--campaign-vllm", metavar="RELEASE", help="the campaign's release (default: the newest)")
+    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    args = ap.parse_args(argv)
+    command = f".venv/bin/python bench/{PROG} " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+    if args.max < 1 or args.margin < 0:
+        raise UsageError("--max must be >= 1 and --margin >= 0")
+    if args.campaign_seconds is not None and args.campaign_seconds < 1:
+        raise UsageError("--campaign-seconds must be >= 1")
+    if args.workdir is None and args.campaign_seconds is None:
+        raise UsageError("give --workdir CAMPAIGN_DIR, or --campaign-seconds S to run a campaign first")
+    if args.campaign_vllm and args.campaign_seconds is None:
+        raise UsageError("--campaign-vllm goes with --campaign-seconds")
+    releases = sorted(envs.resolve(args.vllm or ["all"]), key=facts.release_key)
+    if len(releases) < 2:
+        raise UsageError("--vllm: name at least two releases to chain")
+    found = {rel: envs.find(rel) for rel in releases}  # a release without an environment: one line, exit 2
+    camp_rel = args.campaign_vllm or releases[-1]
+    if args.campaign_seconds is not None:
+        envs.find(camp_rel)
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load0, t0 = os.getloadavg()[0], time.monotonic()
+    with contextlib.ExitStack() as stack:
+        workdir = Path(args.workdir).absolute() if args.workdir else Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="kvproof-bench-diff-")))
+        ran = None
+        if args.campaign_seconds is not None:
+            ran = run_campaign(camp_rel, args.campaign_seconds, workdir, args.premise)
+        elif not workdir.is_dir():
+            raise UsageError(f"--workdir {workdir}: no such folder")
+        campaign = describe_campaign(workdir)
+        corpus = collect(workdir, args.max, args.premise)
+    picked = corpus["picked"]
+    if not picked:
+        raise UsageError(f"--workdir {workdir}: none of the {corpus['files']} corpus files decodes")
+    print(f"[{PROG}] {len(picked)} inputs from {corpus['files']} corpus files; {' -> '.join(releases)}", flush=True)
+    items = [(lay, st) for _, _, lay, st in picked]
+    runs, walls = run_chain(items, releases, found)
+    pairs = pair_reports(picked, runs, args.margin)
+    from kvproof.findings.ledger import Ledger
+
+    ledger = Ledger.load()
+    chain = diff(items, runs, args.margin)  # the whole chain at once: the same counts, printed as compare does
+    assert chain.requests_compared == sum(p["report"].requests_compared for p in pairs)
+    assert len(chain.regressions) == sum(len(p["report"].regressions) for p in pairs)
+    assert len(chain.newly_failing) == sum(len(p["report"].newly_failing) for p in pairs)
+    found_classes = classes(pairs, ledger)
+    confirm_s = confirm(pairs, found_classes, found, args.margin)
+    meta = {"command": command, "started": started, "load": (load0, os.getloadavg()[0]),
+            "wall": time.monotonic() - t0, "campaign_wall": ran["wall"] if ran else 0.0, "ran": ran, "confirm_s": confirm_s,
+            "campaign": campaign, "premise": args.premise, "max": args.max}
+    lines = render(meta, corpus, releases, walls, release_counts(runs), pairs, found_classes, args.margin,
+                   failing_classes(pairs, ledger))
+    atomic_write(Path(args.out), "\n".join(lines) + "\n")
+    print_report(chain, ledger)
+    new = new_classes(chain, ledger)
+    print(f"[{PROG}] wrote {args.out}" + (f"; {len(new)} class(es) the ledger lacks: {', '.join(new)}" if new else ""))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return guarded(PROG, _main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
