@@ -9,8 +9,11 @@ release and on ``--diff-against`` (default: the newest managed release older
 than the campaign's; ``none``: off), one worker call per release (``run_each``: ``run_many``
 with both vLLM imports at once).
 Files are named by their content's SHA-1; a file compared against a release is
-not compared against it again (the runs are deterministic), so each epoch takes
-files no earlier epoch compared, in name order, and a restart resumes.
+not compared against it again, so each epoch takes files no earlier epoch
+compared, in name order, and a restart resumes. Runs are not always
+deterministic (OffloadingConnector's external hits vary run to run), so the
+inputs of a regression run once more on both releases, and only a regression
+that comes back counts.
 
 Each regression class (``compare.Regression.class_key``) becomes a campaign class
 like the harness's (``<workdir>/stats/differential.json``, read by
@@ -188,6 +191,7 @@ class Differential:
                 for why, k in rep.not_compared.items():
                     counts["not_compared"][why] = counts["not_compared"].get(why, 0) + k
                 found += [(reg, lay, st, data) for reg in rep.regressions]
+            found, counts["unconfirmed"] = self.confirm(found, order)
             counts["regressions"] = len(found)
             counts["classes"] = self.record(state, found)
         compared = {rel: sorted(set(shas) & here) for rel, shas in state["compared"].items()}
@@ -201,9 +205,29 @@ class Differential:
         print(f"{self.tag} epoch {n}: inputs compared {counts['inputs']} ({left} corpus files left), "
               f"admissions compared {counts['admissions']}, regressions {counts['regressions']}"
               + (f" in {', '.join(counts['classes'])}" if counts["classes"] else "")
+              + (f"; {counts['unconfirmed']} did not come back on a rerun (not counted)"
+                 if counts.get("unconfirmed") else "")
               + (f"; not compared: {', '.join(f'{v} {k}' for k, v in skipped.items())}" if skipped else "")
               + f" ({time.monotonic() - t0:.0f} s)", flush=True)
         return counts
+
+    def confirm(self, found: list[tuple[Regression, Any, Any, bytes]], order: list[str]
+                ) -> tuple[list[tuple[Regression, Any, Any, bytes]], int]:
+        """Keep the regressions that come back when both releases run their inputs again: with
+        OffloadingConnector the same input's external hits vary run to run (bench_differential.md),
+        and noise must never be a class. Returns (kept, dropped)."""
+        if not found:
+            return found, 0
+        inputs = list({id(lay): (lay, st) for _, lay, st, _ in found}.values())
+        try:
+            again = dict(zip(order, self.runner(
+                inputs, [self.env if rel == self.release else self.against_env for rel in order])))
+        except (KvproofError, OSError):
+            return [], len(found)  # unconfirmed: not counted
+        rep = diff(inputs, {order[0]: again[order[0]], order[1]: again[order[1]]}, margin=0)
+        back = {(r.input_hash, r.request, r.admission, r.class_key) for r in rep.regressions}
+        kept = [f for f in found if (f[0].input_hash, f[0].request, f[0].admission, f[0].class_key) in back]
+        return kept, len(found) - len(kept)
 
     def record(self, state: dict, found: list[tuple[Regression, Any, Any, bytes]]) -> list[str]:
         """Count each regression into its class in ``state`` (the harness's record shape, keyed by

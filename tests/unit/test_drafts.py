@@ -3,6 +3,7 @@
 import random
 
 import pytest
+from kvproof.spec import facts
 
 from kvproof import compare
 from kvproof.consumer.drafts import Drafts, output_token, parse_drafts, wrong_token
@@ -12,7 +13,6 @@ from kvproof.consumer.stream import Req, Stream, random_stream, shrink
 from kvproof.errors import LayoutError
 from kvproof.judge import spec_ideal_hit
 from kvproof.layout import Layout
-from kvproof.spec import facts
 
 
 def test_proposal_follows_the_acceptance_pattern():
@@ -222,8 +222,9 @@ def test_a_new_consumer_class_is_stored_with_the_shortest_stream_that_keeps_its_
     """consumer.fuzz.Target.minimal: kvproof's greedy stream shrinker driven by the class key (the
     harness's run stands in here: a kv_event FAIL whenever a request of 40+ prompt tokens runs,
     an exception otherwise on three requests or more -- another class, which must not be kept)."""
-    from kvproof.consumer.fuzz import Target
     from kvproof.findings.key import class_key
+
+    from kvproof.consumer.fuzz import Target
     from kvproof.judge import judge_consumer
 
     lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}]})
