@@ -91,6 +91,7 @@ bench: envs
 	if [ -f bench/bench_selftest.py ]; then $(VPY) bench/bench_selftest.py $(BENCH_SELFTEST); fi
 	$(VPY) bench/bench_continuous.py $(BENCH_CONT)
 	$(VPY) bench/bench_derive.py
+	$(VPY) bench/bench_spec.py --blocks 64,544
 	@# the release differential along the releases `make envs` built (RELEASES=all: the whole chain)
 	$(VPY) bench/bench_differential.py $(foreach r,$(RELEASES),--vllm $(r)) $(BENCH_DIFF)
 
