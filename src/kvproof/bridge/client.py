@@ -173,9 +173,9 @@ class Worker:
         self.proc = None
 
 
-def start_all(envs: Sequence[Env]) -> list[Worker]:
-    """Start one worker per environment, importing vLLM in parallel."""
-    workers = [Worker(env) for env in envs]
+def start_all(envs: Sequence[Env], kind: type[Worker] = Worker) -> list[Worker]:
+    """Start one worker (of ``kind``) per environment, importing vLLM in parallel."""
+    workers = [kind(env) for env in envs]
     try:
         for w in workers:
             w.spawn()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from kvproof.bridge.client import Worker
+from kvproof.bridge.client import Worker, start_all
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Req, Stream
 from kvproof.envs import Env
@@ -52,12 +52,8 @@ def run_many(items: Sequence[tuple[Layout, Stream]], env: Env) -> list[ConsumerR
 
 def run_each(items: Sequence[tuple[Layout, Stream]], envs: Sequence[Env]) -> list[list[ConsumerResult]]:
     """``run_many`` on each environment, their workers importing vLLM in parallel."""
-    workers = [ConsumerWorker(env) for env in envs]
+    workers = start_all(envs, ConsumerWorker)
     try:
-        for w in workers:
-            w.spawn()
-        for w in workers:
-            w.handshake()
         return [w.run(items) for w in workers]
     finally:
         for w in workers:
