@@ -218,7 +218,7 @@ class Differential:
         and noise must never be a class. Returns (kept, dropped)."""
         if not found:
             return found, 0
-        inputs = list({id(lay): (lay, st) for _, lay, st, _ in found}.values())
+        inputs = list({(id(lay), id(st)): (lay, st) for _, lay, st, _ in found}.values())
         try:
             again = dict(zip(order, self.runner(
                 inputs, [self.env if rel == self.release else self.against_env for rel in order])))

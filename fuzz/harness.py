@@ -240,7 +240,7 @@ class Stats:
                 self.data["known"] += 1
             return False
         if self.store is not None:
-            extra = {k: v for k, v in meta.items() if k not in ("stream_summary",)}
+            extra = {k: v for k, v in meta.items() if k != "stream_summary"}
             path, _ = self.store.record(layout, key.id, j.contract or key.check, detail, data, verdict=str(j.verdict),
                                                tier=str(j.tier), signature=signature(j), **{"class": str(key)},
                                                **extra)

@@ -19,6 +19,7 @@ from kvproof.fuzz.decode import FULL
 
 from kvproof.consumer.oracles import Observation
 from kvproof.consumer.result import ConsumerResult
+from test_fuzz_differential import prompt_hits
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "bench_differential.py"
@@ -81,10 +82,7 @@ class Runner:
                 res.not_expressible = "not on this release"
             if j < 2 and env == self.fail:  # a hard oracle: the judge's FAIL
                 res.observations.append(Observation("kv_event", 1, "a bad event", cause="block-size|pool"))
-            for i in range(len(st.requests)):
-                n = len(st.prompt(i))
-                lose = 1 if env == self.worse and st.spec and n else 0
-                res.hits.append({"step": 0, "req": i, "hit": n - lose, "external": 0, "truth": n})
+            res.hits = prompt_hits(st, worse=env == self.worse)
             out.append(res)
         return out
 

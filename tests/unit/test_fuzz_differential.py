@@ -82,12 +82,19 @@ class Runner:
         out = []
         for _, st in items:
             res = ConsumerResult("x", env)
-            for i in range(len(st.requests)):
-                n = len(st.prompt(i))
-                lose = 1 if env == self.worse and st.spec and n else 0
-                res.hits.append({"step": 0, "req": i, "hit": n - lose, "external": 0, "truth": n})
+            res.hits = prompt_hits(st, worse=env == self.worse)
             out.append(res)
         return out
+
+
+def prompt_hits(st: Stream, worse: bool) -> list[dict]:
+    """Each request's hit record: its whole prompt, one token less with drafts when ``worse``."""
+    out = []
+    for i in range(len(st.requests)):
+        n = len(st.prompt(i))
+        lose = 1 if worse and st.spec and n else 0
+        out.append({"step": 0, "req": i, "hit": n - lose, "external": 0, "truth": n})
+    return out
 
 
 def make(work: Path, corpus: Path, runner: Runner, against: str = "0.32.0", limit: int = 2):

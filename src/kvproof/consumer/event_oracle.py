@@ -44,9 +44,9 @@ def judge_event(o: Any, ev: Any) -> None:
     source = "BlockPool (BlockStored[GPU])" if medium == "GPU" else \
         f"{getattr(o.res, 'connector_class', None) or '?'} (BlockStored[{medium}])"
 
+    # one rule, "hash-vs-tokens", for a hash that names other tokens than the event's (another
+    # position or another request's): one fault shows as either, depending on whose block it reused
     def bad(rule: str, text: str) -> None:
-        # one rule for "a hash names other tokens than the event's" (another position or
-        # another request's): one fault shows as either, depending on whose block it reused
         o.rec.add("kv_event", f"{where} of {o.spec(gidx)}: {text}", cause=f"{rule}|{source}")
     if not hashes:
         o.res.events_without_hashes += 1
@@ -82,14 +82,14 @@ def judge_event(o: Any, ev: Any) -> None:
                 bad("partial-granularity", f"partial tail ends at {end}, off the hash granularity {index.h}")
             if end != start + bs:
                 bad("partial-span", f"partial tail hash ends at {end}, event covers [{start}, "
-                             f"{start + bs})")
+                    f"{start + bs})")
                 return
         elif (end - start) % bs or end <= prev_end or end > start + len(toks):
             bad("hash-vs-tokens", f"hash #{k} ends at token {end}, not a block boundary of {bs} "
-                         f"after {prev_end} within [{start}, {start + len(toks)})")
+                f"after {prev_end} within [{start}, {start + len(toks)})")
             return
         off = end - start
         if list(seq[end - bs:end]) != toks[off - bs:off]:
             bad("hash-vs-tokens", f"hash #{k} names tokens [{end - bs}, {end}) but the event "
-                         f"carries other token ids there")
+                f"carries other token ids there")
         prev_end = end

@@ -43,9 +43,10 @@ class Observation:
     oracle: str
     step: int
     detail: str
-    # "rule|where", number-free: the rule that broke and what produced the wrong thing (the
-    # event's medium and group spec, the connector method, the coordinator). A finding's class
-    # carries it, so a second fault of one oracle is not counted under a known first one.
+    # "rule|producer", number-free: the rule that broke and who produced the wrong thing (the
+    # block pool or connector that published an event and its medium, the connector and its
+    # method, the coordinator). A finding's class carries the producer (findings/key.py), so a
+    # second fault of one oracle is not counted under a known first one.
     cause: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -379,7 +380,7 @@ class Oracles:
         Mamba group's also at its prefill checkpoint, ``mamba_checkpoint_position``).
         True when the key passed (nothing recorded).
         """
-        index, group_sizes, live, memo = self.index, self.group_sizes, self.live, self.memo
+        index, group_sizes, memo = self.index, self.group_sizes, self.memo
         loc = self.locate(hv)
         if loc is None:
             self.rec.add("connector", f"{label}: a {len(bytes(hv))}-byte hash names no token prefix at "
