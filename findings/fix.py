@@ -1,0 +1,131 @@
+"""A ledger entry's suggested fix, applied to real vLLM and checked.
+
+``findings/fixes/<id>.diff`` is a unified diff against the newest affected
+release's ``vllm/`` source (paths ``a/vllm/...``). :func:`overlay` applies it
+with ``patch -p1`` to a release's installed files and lays the result over that
+release as an overlay environment (``kvproof.overlay.make``: hard links, seconds).
+:func:`check` then runs, on the release and on the overlay, the entry's
+reproducer and the entry's own class measurement, and every other ledger entry
+of the same tier, so the evidence says: the fix removes the symptom, and the
+rest of the ledger is as it was.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvproof.errors import UsageError
+
+FIXES = Path(__file__).resolve().parent / "fixes"
+_FILE = re.compile(r"^\+\+\+ b/(\S+)", re.M)
+
+
+def diff_path(entry_id: str) -> Path | None:
+    p = FIXES / f"{entry_id}.diff"
+    return p if p.exists() else None
+
+
+def files_of(diff: str) -> list[str]:
+    """The site-packages relative files a diff changes."""
+    return _FILE.findall(diff)
+
+
+def patched(diff: str, release: str) -> dict[str, bytes]:
+    """The files of ``diff`` applied to ``release``'s installed source (``patch`` may shift lines,
+    never guess: a hunk that does not apply is an error)."""
+    from kvproof import envs
+    from kvproof.overlay import site_packages
+
+    sp = site_packages(envs.find(release).root)
+    with tempfile.TemporaryDirectory(prefix="kvproof-fix-") as tmp:
+        for rel in files_of(diff):
+            (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(sp / rel, Path(tmp) / rel)
+        proc = subprocess.run(["patch", "-p1", "--fuzz=0", "--no-backup-if-mismatch", "-r", "-", "-s"],
+                              input=diff, text=True, capture_output=True, cwd=tmp)
+        if proc.returncode != 0:
+            raise UsageError(f"the fix does not apply to vLLM {release}: {(proc.stdout + proc.stderr).strip()[:300]}")
+        return {rel: (Path(tmp) / rel).read_bytes() for rel in files_of(diff)}
+
+
+def overlay(entry_id: str, release: str, diff: str) -> str:
+    """Lay the fix over ``release``; returns the overlay's environment name."""
+    from kvproof import overlay as ov
+
+    name = f"fix-{entry_id[:8]}-{release}"
+    ov.make(name, release, patched(diff, release), {"fix": f"findings/fixes/{entry_id}.diff"}, force=True)
+    return name
+
+
+@dataclass
+class FixRun:
+    release: str
+    repro: int  # the reproducer's exit on the release (1: the bug shows)
+    repro_fixed: int  # ... with the fix laid over it
+    verdict: str  # the entry's class measurement on the release
+    verdict_fixed: str
+    others_changed: dict[str, tuple[str, str]] = field(default_factory=dict)  # other entry -> (base, fixed)
+
+    @property
+    def removes_symptom(self) -> bool:
+        return self.repro == 1 and self.repro_fixed == 0 and self.verdict_fixed not in ("FAIL", "ERROR")
+
+    def to_dict(self) -> dict:
+        return {"release": self.release, "repro": self.repro, "repro_fixed": self.repro_fixed,
+                "verdict": self.verdict, "verdict_fixed": self.verdict_fixed,
+                "others_changed": {k: list(v) for k, v in self.others_changed.items()},
+                "removes_symptom": self.removes_symptom}
+
+
+def _verdicts(entries, names: list[str]) -> list[dict[str, str]]:
+    """Each entry's verdict at its tier on each environment; consumer entries in one worker
+    per environment (started in parallel), the others through the bridge."""
+    from kvproof import envs
+    from kvproof.consumer.client import default_stream, run_each
+    from kvproof.consumer.stream import Stream
+    from kvproof.findings.measure import judgements
+    from kvproof.judge import judge_consumer
+    from kvproof.layout import Layout
+
+    out: list[dict[str, str]] = [{} for _ in names]
+    cons = [(e, Layout.from_dict(e.layout)) for e in entries if e.key.tier == "consumer"]
+    if cons:
+        items = [(lay, Stream.from_dict(e.stream) if e.stream else default_stream(lay)) for e, lay in cons]
+        for i, results in enumerate(run_each(items, [envs.find(n) for n in names])):
+            out[i].update({e.id: str(judge_consumer(res, lay).verdict) for (e, lay), res in zip(cons, results)})
+    for e in entries:
+        if e.key.tier != "consumer":
+            js = judgements(Layout.from_dict(e.layout), names, e.key.tier)
+            for i, n in enumerate(names):
+                out[i][e.id] = str(js[n].verdict)
+    return out
+
+
+def check(entry, repro: Path, releases: list[str], ledger, keep: bool = False) -> list[FixRun]:
+    """Per release: reproducer and class with and without the fix; the same tier's other
+    ledger entries must keep their verdicts."""
+    from kvproof.findings.report import run_script
+    from kvproof.overlay import remove
+
+    path = diff_path(entry.id)
+    if path is None:
+        raise UsageError(f"no fix for {entry.id} (findings/fixes/{entry.id}.diff)")
+    diff = path.read_text()
+    others = [e for e in ledger.entries() if e.key.tier == entry.key.tier and e.id != entry.id and e.layout]
+    runs = []
+    for r in releases:
+        env = overlay(entry.id, r, diff)
+        try:
+            base, fixed = run_script(repro, [r, env], entry)
+            before, after = _verdicts([entry] + others, [r, env])
+            changed = {k: (before[k], after[k]) for k in before if k != entry.id and before[k] != after[k]}
+            runs.append(FixRun(r, base.rc, fixed.rc, before[entry.id], after[entry.id], changed))
+        finally:
+            if not keep:
+                remove(env)
+    return runs
