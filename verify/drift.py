@@ -36,7 +36,7 @@ from kvproof.cliutil import Parser, guarded, print_error
 from kvproof.spec import fingerprint
 from kvproof.spec import revisions as R
 
-OVERLAY_KEY = "overlay"  # kvproof.overlay.KEY (not imported: this module must stay import-light)
+OVERLAY_KEY = "overlay"  # kvproof.envs.OVERLAY_KEY (not imported: this module must stay import-light)
 
 
 def check_fingerprint(fp: str, vllm_version: str = "") -> dict:
@@ -70,7 +70,7 @@ def nearest_revision(fp: str, base_release: str | None) -> tuple[str | None, str
 def check_env(name: str, root: Path, version: str = "") -> dict | None:
     """The drift row of one environment folder (None when it has no vLLM sources)."""
     from kvproof.errors import EnvError
-    from kvproof.overlay import site_packages  # the one rule: the site-packages that holds vllm/
+    from kvproof.envs import site_packages  # the one rule: the site-packages that holds vllm/
 
     try:
         sp = site_packages(Path(root))

@@ -1,6 +1,6 @@
 """Config: what a user actually sets. Stdlib only; JSON in and out, validated once here.
 
-The bottom of the input layers: it imports only errors, inputs and the vLLM
+The bottom of the input layers: it imports only errors, reading and the vLLM
 facts (``kvproof.spec.facts``); everything that builds, boots or derives
 (bridge, replay, derivation) imports it, never the other way round.
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kvproof.errors import LayoutError
-from kvproof.inputs import parse_json_as
+from kvproof.reading import parse_json_as
 from kvproof.spec import facts
 
 FAMILIES = ("nemotron_h", "granite_moe_hybrid", "qwen3_next")
@@ -82,7 +82,7 @@ def model_config_path(model: str) -> Path:
 
 def load_model_config(model: str) -> dict[str, Any]:
     """The HF config dict of ``model`` (its ``_kvproof_source`` note removed)."""
-    from kvproof.inputs import parse_json, read_text
+    from kvproof.reading import parse_json, read_text
     path = model_config_path(model)
     data = parse_json(read_text(path), str(path), LayoutError)
     if not isinstance(data, Mapping):

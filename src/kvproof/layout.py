@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from kvproof.errors import LayoutError
-from kvproof.inputs import parse_json_as
+from kvproof.reading import parse_json_as
 from kvproof.spec.facts import ALL_MAMBA_MODES as MAMBA_MODES
 from kvproof.spec.facts import KINDS, connectors, default_dcp_sharded, engine_cache_block_size, is_attention
 MAX_BLOCK_SIZE = 1 << 24  # far above any real block size; keeps JSON sane

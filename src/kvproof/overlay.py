@@ -30,7 +30,7 @@ rule ``compiled-interface``
 
 The manifest (``kvproof-manifest.json``, written last) carries
 ``{"overlay": {"base", "base_root", "source", "files", ...}}``; that key is
-what makes ``envs.find(NAME)`` return the overlay. Overlays live in
+what makes ``envs.find(NAME)`` return the overlay (``envs.find_overlay``). Overlays live in
 ``env_home`` beside the releases (they must share a filesystem with the base
 for hard links). ``kvproof env remove`` removes an overlay; a managed release
 only with ``--force`` (it is minutes to rebuild, an overlay seconds).
@@ -54,10 +54,11 @@ from kvproof import envs
 from kvproof.errors import EnvError, UsageError
 from kvproof.fsio import atomic_write
 from kvproof.locks import file_lock
-from kvproof.settings import settings
 
-KEY = "overlay"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# The overlay marker, its name rule, site_packages, manifest_of and find live in kvproof.envs
+# (envs.find returns an overlay by name, and this module builds on envs: no import back).
+KEY = envs.OVERLAY_KEY
+_NAME = envs.OVERLAY_NAME
 COMPILED_SOURCES = ("csrc/*", "cmake/*", "*.cu", "*.cuh", "*.cpp", "*.cc", "*.c", "*.h", "*.hpp",
                     "CMakeLists.txt", "*/CMakeLists.txt")
 COMPILED_INTERFACE = ("vllm/_custom_ops.py", "vllm/_aiter_ops.py", "vllm/_xpu_ops.py", "vllm/_ipex_ops.py",
@@ -68,32 +69,12 @@ GENERATED = ("vllm/_version.py",)
 
 
 def home() -> Path:
-    return settings().env_home
+    return envs.env_home()
 
 
-def site_packages(root: Path) -> Path:
-    for sp in sorted(Path(root).glob("lib/python*/site-packages")):
-        if (sp / "vllm" / "__init__.py").exists():
-            return sp
-    raise EnvError(f"{root}: no vllm package under lib/python*/site-packages")
-
-
-def manifest_of(root: Path) -> dict | None:
-    try:
-        return json.loads((Path(root) / envs.MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def find(name: str, where: Path | None = None) -> envs.Env | None:
-    """The overlay called ``name`` if one is made (its manifest has the overlay key), else None."""
-    if not _NAME.match(name or ""):
-        return None
-    root = (where or home()) / name
-    m = manifest_of(root)
-    if not m or KEY not in m:
-        return None
-    return envs.Env(name, root / "bin" / "python", root)
+site_packages = envs.site_packages
+manifest_of = envs.manifest_of
+find = envs.find_overlay
 
 
 def check_name(name: str) -> None:

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator
 
 from kvproof.consumer.drafts import VOCAB, Drafts, output_token, parse_drafts
 from kvproof.errors import LayoutError
-from kvproof.inputs import parse_json_as
+from kvproof.reading import parse_json_as
 from kvproof.spec import facts
 
 MAX_TOKENS_PER_PROMPT = 1 << 17
