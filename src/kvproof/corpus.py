@@ -36,3 +36,43 @@ def rewrite(path: Path, layout: Layout) -> None:
     if path.stem != layout.content_hash():
         raise CorpusError(f"{path}: refusing to store a different layout under this name")
     atomic_write(path, _text(layout))
+
+
+# --- recorded expectations ------------------------------------------------------------------
+# A file's meta ``kvproof.expect = {release: {tier: verdict}}`` (written by ``kvproof replay
+# --record``) is what tests/replay checks against real vLLM. Every managed release (the one
+# release list, spec/facts.py, as `kvproof env releases` prints it) must have one for the tiers
+# below; a release outside the list (an overlay, a patched checkout) need not.
+
+BRIDGE_TIERS = ("function", "manager")  # every file, every managed release
+
+
+def engine_recipe(layout: Layout) -> bool:
+    """Whether the file stores an engine recipe (what an engine replay boots: the ``engine.ci``
+    files by default, every such file with KVPROOF_ENGINE_ALL=1)."""
+    return bool(((layout.meta or {}).get("engine") or {}).get("recipe"))
+
+
+def required_tiers(layout: Layout, release: str) -> tuple[str, ...]:
+    """The tiers ``layout`` must record an expectation for on ``release``: the bridge tiers on
+    every managed release; the engine tier, for a file with an engine recipe, on the managed
+    releases with their own CPU wheel (a python-only release cannot boot an engine: its boots
+    are ERROR, which is never recorded). None for a release outside the release list."""
+    from kvproof.spec import facts
+    if release not in facts.MANAGED_RELEASES:
+        return ()
+    engine = ("engine",) if engine_recipe(layout) and release in facts.CPU_RELEASES else ()
+    return BRIDGE_TIERS + engine
+
+
+def missing_expectations(named: list[tuple[str, Layout]]) -> list[str]:
+    """``"NAME: vLLM R TIER"`` for each (file, managed release, required tier) without an expectation."""
+    from kvproof.spec import facts
+    out = []
+    for name, lay in named:
+        expect = (lay.meta or {}).get("expect") or {}
+        for release in facts.MANAGED_RELEASES:
+            for tier in required_tiers(lay, release):
+                if (expect.get(release) or {}).get(tier) is None:
+                    out.append(f"{name}: vLLM {release} {tier}")
+    return out

@@ -1,9 +1,13 @@
 """Replay tests generated from corpus/: every file x managed release x tier.
 
 A file's expectations live in its meta: ``kvproof.expect = {release: {tier: verdict}}``
-(written by ``kvproof replay --record``). A (file, release, tier) without an
-expectation is skipped; a release whose environment is missing skips cleanly
-(fails under ``make test``, which sets KVPROOF_REQUIRE_ENVS=1).
+(written by ``kvproof replay --record``). Releases: KVPROOF_RELEASES (conftest's
+RELEASES, default the ci subset). A managed release (spec/facts.py) without an
+expectation for a tier it must record (``kvproof.corpus.required_tiers``; checked
+without vLLM by tests/unit/test_corpus_expectations.py) fails; only a release
+outside the release list (an overlay) or a tier a release cannot run (the engine
+on a python-only release) skips. A release whose environment is missing skips
+cleanly (fails under ``make test``, which sets KVPROOF_REQUIRE_ENVS=1).
 
 The engine tier boots a real tiny model per (file, release): it runs for files
 marked ``kvproof.engine.ci = true`` (the seed class), every file with
@@ -19,21 +23,21 @@ from pathlib import Path
 
 import pytest
 
-from kvproof import envs
+from kvproof import corpus
 from kvproof.judge import judge
 from kvproof.layout import Layout
 from kvproof.replay import classify, engine
 from kvproof.replay.families import Recipe
 from kvproof.settings import settings
+from kvproof.spec import facts
 from kvproof.verdicts import Tier, Verdict
 
-from conftest import require_env
+from conftest import RELEASES, require_env
 
 pytestmark = pytest.mark.replay
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 FILES = sorted(CORPUS.glob("*.json"))
-RELEASES = envs.SUPPORTED
 
 
 def _load(path: Path) -> Layout:
@@ -43,7 +47,12 @@ def _load(path: Path) -> Layout:
 def _expected(lay: Layout, release: str, tier: Tier) -> Verdict:
     exp = ((lay.meta or {}).get("expect") or {}).get(release, {}).get(str(tier))
     if exp is None:
-        pytest.skip(f"no recorded {tier} expectation for vLLM {release}")
+        if str(tier) in corpus.required_tiers(lay, release):
+            pytest.fail(f"no recorded {tier} expectation for managed release vLLM {release}: "
+                        f"kvproof replay FILE --tier {tier} --vllm {release} --record")
+        why = ("not a managed release" if release not in facts.MANAGED_RELEASES
+               else "not required of it: kvproof.corpus.required_tiers")
+        pytest.skip(f"no recorded {tier} expectation for vLLM {release} ({why})")
     return classify.as_verdict(exp)
 
 
