@@ -46,8 +46,7 @@ SOURCE_KEY = "_kvproof_source"  # where a reference config.json's values come fr
 
 def models_dir() -> Path:
     """``spec/models/``: one HF ``config.json`` per reference architecture (package data of kvproof.spec)."""
-    import kvproof.spec
-    return Path(kvproof.spec.__file__).resolve().parent / "models"
+    return Path(facts.__file__).resolve().parent / "models"  # spec/ is facts' folder
 
 
 def reference_models() -> tuple[str, ...]:
