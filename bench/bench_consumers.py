@@ -1,6 +1,6 @@
 """Consumer contracts vs the real consumer, per release; consumer vs resolver execs/s on one core.
 
-    .venv/bin/python bench/bench_consumers.py [--releases 0.27.0 0.28.0 0.32.0] [--n 200] [--seconds 300]
+    .venv/bin/python bench/bench_consumers.py [--releases R ...] [--n 200] [--seconds 300]
 
 For each release, in its vLLM environment (one subprocess, one core): fuzzer-shaped
 inputs (random bytes -> ``kvproof.consumer.fuzz.decode_input``: Layout, optional
@@ -36,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from kvproof import envs  # noqa: E402
+from kvproof.spec import facts  # noqa: E402
 from kvproof.cliutil import Parser, guarded  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
 
@@ -199,14 +201,17 @@ def pct(xs: list[float], q: float) -> float:
 
 def _main(argv) -> int:
     p = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--releases", nargs="*", default=["0.27.0", "0.28.0", "0.32.0"])
+    # default: the seed pair (failing, fixed) and the newest CPU release, from the one release list
+    default = list(dict.fromkeys(facts.SEED_PAIR + (envs.DEFAULT_RELEASE,)))
+    p.add_argument("--releases", nargs="*", default=default,
+                   help=f"releases or subsets of spec/facts.py (default: {' '.join(default)})")
     p.add_argument("--n", type=int, default=200, help="inputs per release")
     p.add_argument("--seconds", type=float, default=300, help="time cap per release (inputs stop there)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "consumer_agreement.md"))
     args = p.parse_args(argv)
     load0 = os.getloadavg()
     data, speed = {}, []
-    for rel in args.releases:
+    for rel in envs.resolve(args.releases):
         t0 = time.monotonic()
         d = run_release(rel, args.n, args.seconds)
         data[rel] = d

@@ -1,6 +1,6 @@
 """Continuous fuzzing throughput against the time-boxed mode -> bench/results/continuous.md.
 
-    .venv/bin/python bench/bench_continuous.py [--vllm 0.32.0] [--seconds 600] [--box 60] [--jobs 1]
+    .venv/bin/python bench/bench_continuous.py [--vllm R] [--seconds 600] [--box 60] [--jobs 1]
                                                [--out bench/results/continuous.md]
 
 Three campaigns of the contracts target, back to back, each in a fresh temporary
@@ -50,7 +50,8 @@ def campaign(release: str, extra: list[str], workdir: Path) -> dict:
 
 def _main(argv: list[str] | None) -> int:
     ap = Parser(prog="bench_continuous.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--vllm", default="0.32.0")
+    ap.add_argument("--vllm", default=envs.DEFAULT_RELEASE,
+                    help=f"release (default: the newest CPU release of spec/facts.py, {envs.DEFAULT_RELEASE})")
     ap.add_argument("--seconds", type=int, default=600, help="the continuous run's length")
     ap.add_argument("--box", type=int, default=60, help="each time-boxed run's length")
     ap.add_argument("--jobs", type=int, default=1, help="continuous workers (the time-boxed mode is one process)")

@@ -21,7 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from kvproof.spec import revision_for
+from kvproof.spec import facts, revision_for
 from kvproof.spec.properties import BY_KEY
 from kvproof.spec.query import Query
 
@@ -31,7 +31,7 @@ from kvproof.cliutil import Parser
 from kvproof.fsio import atomic_write
 
 HERE = Path(__file__).resolve().parent
-RELEASES = ("0.27.0", "0.32.0")
+RELEASES = (facts.SEED_PAIR[0], envs.DEFAULT_RELEASE)  # the seed bug's release and the newest CPU one
 HARNESSES = {2: "hybrid_align_2", 3: "hybrid_align_3"}
 
 

