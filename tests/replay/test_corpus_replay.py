@@ -51,6 +51,7 @@ def _expected(lay: Layout, release: str, tier: Tier) -> Verdict:
             pytest.fail(f"no recorded {tier} expectation for managed release vLLM {release}: "
                         f"kvproof replay FILE --tier {tier} --vllm {release} --record")
         why = ("not a managed release" if release not in facts.MANAGED_RELEASES
+               else "a python-only release boots no engine" if release in facts.PYTHON_ONLY_RELEASES
                else "not required of it: kvproof.corpus.required_tiers")
         pytest.skip(f"no recorded {tier} expectation for vLLM {release} ({why})")
     return classify.as_verdict(exp)
@@ -85,10 +86,10 @@ def test_engine_tier(path, release):
     lay = _load(path)
     if not _engine_selected(lay):
         pytest.skip("engine replay of this file only with KVPROOF_ENGINE_ALL=1")
-    expected = _expected(lay, release, Tier.ENGINE)
     raw = ((lay.meta or {}).get("engine") or {}).get("recipe")
     if not raw:
         pytest.skip("no engine recipe recorded (kvproof replay --record)")
+    expected = _expected(lay, release, Tier.ENGINE)
     env = require_env(release)
     boot = engine.boot(env, Recipe.from_dict(raw))
     ev = classify.engine_verdict(boot)
