@@ -223,8 +223,8 @@ CONNECTOR_STORE_METHODS = ("insert", "prepare_store", "complete_store")
 
 # --- HybridKVCacheCoordinator.__init__ (vllm/v1/core/kv_cache_coordinator.py) ---------
 # Which groups its divisibility assertion ranges over: every group manager up to
-# 0.28; the prefix-cacheable ones (circular buffers opt out) in 0.32 (0.29/0.31 not
-# installed here: assumed with 0.32, where KVCacheSpec.prefix_cacheable exists).
+# 0.28; the prefix-cacheable ones (circular buffers opt out) from 0.29, where
+# KVCacheSpec.prefix_cacheable appears (read in the installed 0.29.0 .. 0.32.0).
 HYBRID_DIVISIBILITY_OVER = {"0.27": "all", "0.28": "all", "0.29": "prefix_cacheable",
                             "0.31": "prefix_cacheable", "0.32": "prefix_cacheable"}
 # With dcp > 1 it accepts FullAttentionSpec (MLA and hidden-state caches are
@@ -234,9 +234,10 @@ HYBRID_DCP_ACCEPTS = {"0.27": "full_or_mamba", "0.28": "full_or_mamba", "0.29": 
                       "0.31": "full_or_replicated", "0.32": "full_or_replicated"}
 FULL_ATTENTION_SPEC_KINDS = ("full_attention", "mla", "hidden_state")
 # verify_and_split_kv_cache_groups: up to 0.28 it needs two distinct specs among the
-# groups ("requires at least two attention groups"); 0.32 merges equal specs and
-# needs one prefix-cacheable group ("requires at least one cacheable group").
-HYBRID_NEEDS = {"0.27": "two_specs", "0.28": "two_specs", "0.29": "two_specs", "0.31": "one_cacheable",
+# groups ("requires at least two attention groups"); from 0.29 (read in the installed
+# 0.29.0, 0.30.0, 0.31.0 and 0.32.0) it skips the groups that are not prefix-cacheable,
+# merges equal specs and needs one cacheable group ("requires at least one cacheable group").
+HYBRID_NEEDS = {"0.27": "two_specs", "0.28": "two_specs", "0.29": "one_cacheable", "0.31": "one_cacheable",
                 "0.32": "one_cacheable"}
 
 

@@ -1,4 +1,4 @@
-"""Reachability: which Layouts user configurations reach, through real vLLM. Stdlib side.
+"""Reachability: which Layouts user configurations reach, through real vLLM. Client side (no vLLM).
 
 * :func:`layout_dict` turns the groups the engine built (as the boot capture
   and :mod:`kvproof.bridge.derive` record them) plus the cache settings into
@@ -9,9 +9,13 @@
   families; :func:`kvproof.checking.derive_all` (the one derive step on the
   client side) sends them through one bridge worker.
 
-Stdlib only, below the bridge: ``kvproof.bridge`` imports this module (the
-worker's derivation builds its Layout with :func:`layout_dict`, the client
-returns :class:`Derived`), never the other way round.
+Below the bridge: ``kvproof.bridge`` imports this module (the worker's
+derivation builds its Layout with :func:`layout_dict`, the client returns
+:class:`Derived`), never the other way round. Importing it needs only the
+stdlib (z3 is not loaded); :func:`find_config`, the witness search over the
+derived tables, evaluates a property with the Z3 model
+(``kvproof.spec.query.concrete_holds``) and so needs z3 (the "prove" extra),
+imported inside that function.
 
 dcp is fixed at 1 in the enumeration: a decode-context-parallel size above 1
 needs a tensor-parallel size that dcp divides, i.e. several worker processes,

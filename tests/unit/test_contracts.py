@@ -85,12 +85,14 @@ def test_support_contracts_predict_the_hybrid_refusals():
     assert ids(contracts.check(dcp, outcome(dcp, 32, 32, group_block_sizes=[32, 32]))) == [
         "hybrid.dcp_full_attention_or_mamba"]
     same = layout([{"kind": "mamba", "block_size": 32, "count": 3}])
-    # up to 0.28 the coordinator needs two distinct specs; 0.32 merges equal specs
+    # up to 0.28 the coordinator needs two distinct specs; from 0.29 it merges equal specs
     assert ids(contracts.check(same, outcome(same, 32, 32, vllm="0.28.0"))) == ["hybrid.two_distinct_specs"]
+    assert contracts.check(same, outcome(same, 32, 32, vllm="0.29.0")) == []
     assert contracts.check(same, outcome(same, 32, 32, vllm="0.32.0")) == []
-    # 0.32 needs one prefix-cacheable group instead
+    # from 0.29 it needs one prefix-cacheable group instead
     ring = layout([{"kind": "full_attention", "block_size": 16, "prefix_cacheable": False},
                    {"kind": "sliding_window", "block_size": 32, "prefix_cacheable": False}])
+    assert ids(contracts.check(ring, outcome(ring, 32, 16, vllm="0.29.0"))) == ["hybrid.two_distinct_specs"]
     assert ids(contracts.check(ring, outcome(ring, 32, 16, vllm="0.32.0"))) == ["hybrid.two_distinct_specs"]
 
 
