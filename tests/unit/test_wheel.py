@@ -11,6 +11,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _packages() -> list[str]:
+    """The packages the wheel must carry, read from pyproject.toml (its list and its mapped folders),
+    not a copy: kvproof.findings and any folder mapped later are imported too."""
+    import tomllib
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapped = {k for k in tool["package-dir"] if k}
+    listed = set(tool["packages"])
+    assert mapped <= listed, f"mapped in package-dir but not in packages: {sorted(mapped - listed)}"
+    return sorted(listed)
+
+
+def test_the_package_list_is_read_from_pyproject():
+    packages = _packages()
+    assert {"kvproof", "kvproof.spec", "kvproof.verify", "kvproof.fuzz", "kvproof.findings"} <= set(packages)
+    on_disk = {".".join(p.relative_to(ROOT / "src").parent.parts) for p in (ROOT / "src").rglob("__init__.py")}
+    assert on_disk <= set(packages), f"packages under src/ that pyproject does not list: {sorted(on_disk - set(packages))}"
+
+
 def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     # Build from a scratch copy: setuptools writes build/ and *.egg-info beside the sources.
     src = tmp_path / "src"
@@ -29,8 +47,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
                    check=True)
     work = tmp_path / "work"
     work.mkdir()
-    packages = sorted({".".join(p.relative_to(ROOT / "src").parent.parts) for p in (ROOT / "src").rglob("__init__.py")}
-                      | {f"kvproof.{name}" for name in ("spec", "verify", "fuzz")})
+    packages = _packages()
     probe = ("import importlib; [importlib.import_module(p) for p in " + repr(packages) + "];"
              "import kvproof, kvproof.spec.facts, kvproof.fuzz.run as r, kvproof.verify, kvproof.bridge.client as c;"
              "from pathlib import Path; root = c.package_root();"
