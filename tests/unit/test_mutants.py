@@ -3,6 +3,7 @@
 import ast
 
 import pytest
+from conftest import require_env
 
 from kvproof import envs
 from kvproof.errors import KvproofError
@@ -24,11 +25,7 @@ def test_select():
 
 
 def test_anchors_apply_to_installed_source():
-    try:
-        env = envs.find(M.RELEASE)
-    except KvproofError as err:
-        pytest.skip(str(err))
-    from kvproof.overlay import site_packages
-    sp = site_packages(env.root)
+    env = require_env(M.RELEASE)  # skips without the environment, fails under KVPROOF_REQUIRE_ENVS=1
+    sp = envs.site_packages(env.root)
     for m in M.CATALOGUE:
         ast.parse(m.source(sp))  # anchor found exactly once, result still Python
