@@ -44,20 +44,28 @@ def _key(o):
 
 
 def compare(release, real_outcomes, layouts_):
+    """(disagreements, layouts not compared, layouts compared): a layout is compared when both
+    sides express it (then their results must match); one neither side expresses, or that the
+    bridge cannot build, is not compared, so every caller asserts how many were."""
     rev = revision_for(release)
-    bad, skipped = [], 0
+    real_outcomes = list(real_outcomes)
+    assert len(real_outcomes) == len(layouts_), (len(real_outcomes), len(layouts_))
+    bad, skipped, compared = [], 0, 0
     for lay, real in zip(layouts_, real_outcomes):
         model = evaluate(lay, rev)
         if not model.expressible:
             if real.expressible:
                 bad.append((lay, real, model, "model says not expressible, vLLM expresses it"))
+            else:
+                skipped += 1  # neither side has the setting: agreement, but nothing resolved to compare
             continue
         if not real.expressible:
             skipped += 1  # the bridge cannot build it (e.g. no spec class for that kind)
             continue
+        compared += 1
         if _key(real) != _key(model):
             bad.append((lay, real, model, "different result"))
-    return bad, skipped
+    return bad, skipped, compared
 
 
 def _fail(release, bad):
@@ -102,11 +110,11 @@ def test_model_agrees_with_vllm(worker, corpus_of_layouts):
     release, w = worker
     batch = corpus_of_layouts
     real = w.run(batch, manager=False)
-    bad, skipped = compare(release, real, batch)
+    bad, skipped, compared = compare(release, real, batch)
     if bad:
         _fail(release, bad)
     assert len(batch) >= N_LAYOUTS // 2
-    assert skipped < len(batch) / 2, f"{skipped} of {len(batch)} layouts were not expressible through the bridge"
+    assert compared > len(batch) / 2, f"only {compared} of {len(batch)} layouts compared ({skipped} not expressible)"
 
 
 def test_seed_layout_agrees(worker):
@@ -115,9 +123,10 @@ def test_seed_layout_agrees(worker):
     seed = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 544, "count": 4},
                                         {"kind": "hidden_state", "block_size": 181}]})
     real = w.run([seed], manager=False)
-    bad, _ = compare(release, real, [seed])
+    bad, _, compared = compare(release, real, [seed])
     if bad:
         _fail(release, bad)
+    assert compared == 1, "the seed layout was not compared (not expressible on one side)"
 
 
 ODD_DCP = (6, 16)  # outside the default DCP_VALUES: `verify --dcp 1,6,16` proves over these
@@ -156,10 +165,10 @@ def test_model_agrees_with_vllm_on_dcp_outside_default_set(worker):
     release, w = worker
     batch = odd_dcp_layouts()
     real = w.run(batch, manager=False)
-    bad, skipped = compare(release, real, batch)
+    bad, skipped, compared = compare(release, real, batch)
     if bad:
         _fail(release, bad)
-    assert skipped < len(batch) / 2, f"{skipped} of {len(batch)} dcp 6/16 layouts were not expressible"
+    assert compared > len(batch) / 2, f"only {compared} of {len(batch)} dcp 6/16 layouts compared ({skipped} not)"
     scaled = [o for lay, o in zip(batch, real) if o.expressible and o.resolver_error is None
               and any(k != "mamba" for k in (g.kind for g in lay.groups))]
     assert scaled, "no dcp 6/16 layout with an attention group resolved"
@@ -176,6 +185,7 @@ def test_unitary_block_size_agrees_with_vllm(worker):
                                "cache": {"block_size": cache_bs}})
              for kind in ("mamba", "full_attention") for dcp in (1, 2, 4, 8, 6) for cache_bs in (16, 32)]
     real = w.run(batch, manager=True)
+    assert len(real) == len(batch), (len(real), len(batch))
     checked = 0
     for lay, r in zip(batch, real):
         m = evaluate(lay, rev)
@@ -209,10 +219,11 @@ def test_wrong_model_edit_is_caught(worker, corpus_of_layouts, monkeypatch):
     monkeypatch.setitem(R.REVISIONS, rev.name, wrong)
     M.clear_encodings()
     try:
-        bad, _ = compare(release, real, batch)
+        bad, _, compared = compare(release, real, batch)
     finally:
         monkeypatch.undo()
         M.clear_encodings()
+    assert compared, "the mutation check compared no layout"
     assert bad, "a model with the wrong Mamba fallback branch still agreed with vLLM"
 
 
