@@ -5,13 +5,15 @@
     kvproof findings add LAYOUT --tier T --status S --title ... --why ... [--vllm R ...]
                                                measure a layout on real releases and record its class
     kvproof findings key LAYOUT --tier T [--vllm R]   print the class a layout shows, record nothing
-    kvproof findings report ID [--out DIR] [--vllm R ...]
-                                               issue draft, standalone reproducer (vLLM only) and its
-                                               runs per release in out/findings/<id>/ (kvproof.findings.report)
+    kvproof findings report ID|--all [--out DIR] [--vllm R ...] [--fix-on R ...] [--no-fix]
+                                               the upstream issue, a pytest and a standalone reproducer
+                                               (vLLM only), their runs per release, and the fix checked
+                                               on an overlay, in out/findings/<id>/ (--all: every bug
+                                               entry into out/reports/) (kvproof.findings.report)
 
 Exit codes: 0 done, 1 ``add``/``key`` found nothing to record (no release shows a
 FAIL, UNSUPPORTED or ERROR) or ``report``'s script did not behave as the ledger says on
-some release, 2 usage or input error.
+some release or the fix did not remove the symptom, 2 usage or input error.
 """
 
 from __future__ import annotations
@@ -36,7 +38,12 @@ def _parser() -> Parser:
     show = sub.add_parser("show", help="one entry")
     show.add_argument("id")
     rep = sub.add_parser("report", help="issue draft + standalone reproducer + its runs per release")
-    rep.add_argument("id")
+    rep.add_argument("id", nargs="?", help="a ledger id (or --all)")
+    rep.add_argument("--all", action="store_true", help="every bug entry, into out/reports/ (or --out)")
+    rep.add_argument("--fix-on", action="append", metavar="RELEASE",
+                     help="lay the entry's fix (findings/fixes/ID.diff) over this release and check it "
+                          "(repeatable; default: the two newest affected releases installed)")
+    rep.add_argument("--no-fix", action="store_true", help="do not check the fix")
     rep.add_argument("--out", help="folder for <id>/ (default: out/findings)")
     rep.add_argument("--vllm", action="append", metavar="RELEASE",
                      help="run the script on this release (repeatable; default: the entry's measured releases)")
@@ -62,6 +69,12 @@ def _releases(args) -> list[str]:
 
     if args.vllm:
         return envs.resolve(args.vllm)  # a subset name (all, ci, ...) works as elsewhere
+    return _installed()
+
+
+def _installed() -> list[str]:
+    from kvproof import envs
+
     have = [e["vllm"] for e in envs.installed(disk=False) if e.get("status") == "ready" and e.get("vllm") != "-"]
     if not have:
         raise UsageError("no vLLM environment installed (kvproof env create)")
@@ -86,14 +99,47 @@ def _measure(args):
     return layout, stream, measure(layout, _releases(args), args.tier, stream)
 
 
+def _fix_releases(args, entry) -> list[str]:
+    from kvproof import envs
+    from kvproof.findings.fix import diff_path
+    from kvproof.findings.runs import affected
+
+    if args.no_fix or diff_path(entry.id) is None:
+        return []
+    if args.fix_on:
+        return envs.resolve(args.fix_on)
+    have = set(_installed())
+    return [r for r in affected(entry) if r in have][-2:]
+
+
 def _report(args, ledger: Ledger) -> int:
     from kvproof.findings.report import generate
 
-    folder, runs = generate(ledger.find(args.id), Path(args.out) if args.out else None, args.vllm)
-    for r in runs:
-        print(f"  vLLM {r.release}: exit {r.rc} (expected {r.expected}) {r.last}")
-    print(f"wrote {folder}/issue.md, repro.py, evidence.json")
-    return 0 if all(r.as_expected for r in runs) else 1
+    if args.all == bool(args.id):
+        raise UsageError("findings report: give one ledger id or --all")
+    entries = [e for e in ledger.entries() if e.status == Status.BUG] if args.all else [ledger.find(args.id)]
+    out = Path(args.out) if args.out else (Path("out") / "reports" if args.all else None)
+    ok = True
+    for entry in entries:
+        try:
+            folder, runs = generate(entry, out, args.vllm, fix_on=_fix_releases(args, entry), ledger=ledger)
+        except UsageError as err:
+            if not args.all:
+                raise
+            print(f"  {entry.id}: no report: {err}")
+            ok = False
+            continue
+        for r in runs:
+            print(f"  {entry.id} vLLM {r.release}: exit {r.rc} (expected {r.expected}) {r.last}")
+        fixes = json.loads((folder / "evidence.json").read_text())["fix"]
+        for f in fixes:
+            print(f"  {entry.id} with the fix on vLLM {f['release']}: script {f['repro']} -> {f['repro_fixed']}, "
+                  f"test {f['pytest']} -> {f['pytest_fixed']}, class {f['verdict']} -> {f['verdict_fixed']}"
+                  + (f", others changed: {f['others_changed']}" if f["others_changed"] else ""))
+        print(f"wrote {folder}/issue.md, repro.py, evidence.json")
+        ok = ok and all(r.as_expected for r in runs) and all(f["removes_symptom"] and not f["others_changed"]
+                                                            for f in fixes)
+    return 0 if ok else 1
 
 
 def _main(argv: Sequence[str] | None) -> int:

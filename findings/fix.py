@@ -69,22 +69,29 @@ class FixRun:
     repro_fixed: int  # ... with the fix laid over it
     verdict: str  # the entry's class measurement on the release
     verdict_fixed: str
+    pytest: int | None = None  # the pytest reproducer's exit (1: it fails, the bug shows)
+    pytest_fixed: int | None = None
+    witness: str | None = None  # the real model's configuration (report["witness"]), measured the same way
+    witness_fixed: str | None = None
     others_changed: dict[str, tuple[str, str]] = field(default_factory=dict)  # other entry -> (base, fixed)
 
     @property
     def removes_symptom(self) -> bool:
-        return self.repro == 1 and self.repro_fixed == 0 and self.verdict_fixed not in ("FAIL", "ERROR")
+        return (self.repro == 1 and self.repro_fixed == 0 and self.verdict_fixed not in ("FAIL", "ERROR")
+                and (self.pytest is None or (self.pytest == 1 and self.pytest_fixed == 0))
+                and self.witness_fixed not in ("FAIL", "ERROR"))
 
     def to_dict(self) -> dict:
         return {"release": self.release, "repro": self.repro, "repro_fixed": self.repro_fixed,
-                "verdict": self.verdict, "verdict_fixed": self.verdict_fixed,
+                "verdict": self.verdict, "verdict_fixed": self.verdict_fixed, "pytest": self.pytest,
+                "pytest_fixed": self.pytest_fixed, "witness": self.witness, "witness_fixed": self.witness_fixed,
                 "others_changed": {k: list(v) for k, v in self.others_changed.items()},
                 "removes_symptom": self.removes_symptom}
 
 
-def _verdicts(entries, names: list[str]) -> list[dict[str, str]]:
-    """Each entry's verdict at its tier on each environment; consumer entries in one worker
-    per environment (started in parallel), the others through the bridge."""
+def _verdicts(named: list[tuple], names: list[str]) -> list[dict[str, str]]:
+    """Each (label, entry)'s verdict at the entry's tier on each environment; consumer entries
+    in one worker per environment (started in parallel), the others through the bridge."""
     from kvproof import envs
     from kvproof.consumer.client import default_stream, run_each
     from kvproof.consumer.stream import Stream
@@ -93,23 +100,32 @@ def _verdicts(entries, names: list[str]) -> list[dict[str, str]]:
     from kvproof.layout import Layout
 
     out: list[dict[str, str]] = [{} for _ in names]
-    cons = [(e, Layout.from_dict(e.layout)) for e in entries if e.key.tier == "consumer"]
+    cons = [(label, e, Layout.from_dict(e.layout)) for label, e in named if e.key.tier == "consumer"]
     if cons:
-        items = [(lay, Stream.from_dict(e.stream) if e.stream else default_stream(lay)) for e, lay in cons]
+        items = [(lay, Stream.from_dict(e.stream) if e.stream else default_stream(lay)) for _, e, lay in cons]
         for i, results in enumerate(run_each(items, [envs.find(n) for n in names])):
-            out[i].update({e.id: str(judge_consumer(res, lay).verdict) for (e, lay), res in zip(cons, results)})
-    for e in entries:
+            out[i].update({label: str(judge_consumer(res, lay).verdict) for (label, _, lay), res in zip(cons, results)})
+    for label, e in named:
         if e.key.tier != "consumer":
             js = judgements(Layout.from_dict(e.layout), names, e.key.tier)
             for i, n in enumerate(names):
-                out[i][e.id] = str(js[n].verdict)
+                out[i][label] = str(js[n].verdict)
     return out
 
 
-def check(entry, repro: Path, releases: list[str], ledger, keep: bool = False) -> list[FixRun]:
-    """Per release: reproducer and class with and without the fix; the same tier's other
-    ledger entries must keep their verdicts."""
-    from kvproof.findings.report import run_script
+def _witness(entry):
+    """The real model's configuration as a stand-in ledger entry (report["witness"]: layout, stream)."""
+    from dataclasses import replace
+
+    w = (entry.report or {}).get("witness")
+    return replace(entry, layout=w["layout"], stream=w.get("stream")) if w else None
+
+
+def check(entry, repro: Path, releases: list[str], ledger, test: Path | None = None,
+          keep: bool = False) -> list[FixRun]:
+    """Per release: the reproducer (and the pytest one), the entry's class and its real-model
+    witness, with and without the fix; the same tier's other ledger entries must keep their verdicts."""
+    from kvproof.findings.runs import run_pytest, run_script
     from kvproof.overlay import remove
 
     path = diff_path(entry.id)
@@ -117,14 +133,19 @@ def check(entry, repro: Path, releases: list[str], ledger, keep: bool = False) -
         raise UsageError(f"no fix for {entry.id} (findings/fixes/{entry.id}.diff)")
     diff = path.read_text()
     others = [e for e in ledger.entries() if e.key.tier == entry.key.tier and e.id != entry.id and e.layout]
+    witness = _witness(entry)
     runs = []
     for r in releases:
         env = overlay(entry.id, r, diff)
         try:
             base, fixed = run_script(repro, [r, env], entry)
-            before, after = _verdicts([entry] + others, [r, env])
-            changed = {k: (before[k], after[k]) for k in before if k != entry.id and before[k] != after[k]}
-            runs.append(FixRun(r, base.rc, fixed.rc, before[entry.id], after[entry.id], changed))
+            pt = run_pytest(test, [r, env]) if test is not None else [None, None]
+            measured = [(e.id, e) for e in [entry] + others] + ([("witness", witness)] if witness else [])
+            before, after = _verdicts(measured, [r, env])
+            changed = {k: (before[k], after[k]) for k in before
+                       if k not in (entry.id, "witness") and before[k] != after[k]}
+            runs.append(FixRun(r, base.rc, fixed.rc, before[entry.id], after[entry.id], pt[0], pt[1],
+                               before.get("witness"), after.get("witness"), changed))
         finally:
             if not keep:
                 remove(env)

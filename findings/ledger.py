@@ -57,6 +57,7 @@ class Entry:
     stream: dict | None = None
     was: tuple[str, ...] = ()  # former ids: the class before its key was refined (findings/key.py)
     workaround: str = ""  # what a user of an affected release can do today (measured, like the rest)
+    report: dict = field(default_factory=dict)  # the upstream issue's human half (findings/report.py REPORT_KEYS)
 
     @property
     def id(self) -> str:
@@ -87,6 +88,8 @@ class Entry:
             d["was"] = list(self.was)
         if self.workaround:
             d["workaround"] = self.workaround
+        if self.report:
+            d["report"] = self.report
         return d
 
     @classmethod
@@ -97,7 +100,8 @@ class Entry:
                        releases=dict(d.get("releases") or {}), reachability=d.get("reachability") or "",
                        witness_config=d.get("witness_config"), premise_fact=d.get("premise_fact") or "",
                        layout=d.get("layout") or {}, stream=d.get("stream"),
-                       was=tuple(str(x) for x in d.get("was") or ()), workaround=d.get("workaround") or "")
+                       was=tuple(str(x) for x in d.get("was") or ()), workaround=d.get("workaround") or "",
+                       report=dict(d.get("report") or {}))
         except (KeyError, TypeError, ValueError) as err:
             raise UsageError(f"ledger entry not understood ({type(err).__name__}: {err})") from None
 

@@ -19,20 +19,16 @@ The reproducers' templates are ``findings/repro/*.py.in``. Nothing here imports 
 from __future__ import annotations
 
 import json
-import pprint
 import re
-import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from kvproof.errors import UsageError
 from kvproof.findings.ledger import Entry, Status
+from kvproof.findings.reproducers import pytest_script, script
+from kvproof.findings.runs import EXIT_BUG, RUN_TIMEOUT_S, Run, affected, release_key, run_script
 from kvproof.fsio import atomic_write
 
-TEMPLATES = Path(__file__).resolve().parent / "repro"
 DEFAULT_OUT = Path("out") / "findings"
-RUN_TIMEOUT_S = 300
-EXIT_BUG, EXIT_OK = 1, 0
 _AT = re.compile(r"@ (?P<file>\S+):(?P<line>\d+) in (?P<fn>\S+)\s*$")
 
 # What to change, by the vLLM function that raises or misbehaves: the human half of a draft,
@@ -58,114 +54,6 @@ SUGGESTED_FIX = {
         "freed ids from `state.block_ids` when the sliding-window manager frees them), so a "
         "BlockStored event never pairs one request's hash with another request's tokens."),
 }
-
-
-@dataclass
-class Run:
-    release: str
-    python: str
-    rc: int
-    last: str
-    expected: str  # "BUG" on an affected release, "OK" where fixed / unaffected
-
-    @property
-    def as_expected(self) -> bool:
-        return self.rc == (EXIT_BUG if self.expected == "BUG" else EXIT_OK)
-
-    def to_dict(self) -> dict:
-        return {"release": self.release, "python": self.python, "rc": self.rc, "last_line": self.last,
-                "expected": self.expected, "as_expected": self.as_expected}
-
-
-def affected(entry: Entry) -> list[str]:
-    """The releases the ledger measured the class on (FAIL/ERROR there)."""
-    return sorted((r for r, v in entry.releases.items() if v in ("FAIL", "ERROR")), key=_vkey)
-
-
-def _vkey(r: str) -> tuple:
-    try:
-        return tuple(int(p) for p in r.split(".")[:3])
-    except ValueError:
-        return (1 << 30,)
-
-
-def expected_on(entry: Entry, release: str) -> str:
-    return "BUG" if entry.releases.get(release) in ("FAIL", "ERROR") else "OK"
-
-
-def _literal(value) -> str:
-    return pprint.pformat(value, width=110, compact=True, sort_dicts=False)
-
-
-def _stream_literal(stream: dict) -> dict:
-    from kvproof.consumer.stream import Stream
-
-    s = Stream.from_dict(stream)
-    if any(r.resend_at is not None or r.abort_at is not None for r in s.requests):
-        raise UsageError("the standalone reproducer does not replay resends or aborts yet")
-    return {"prompts": [s.prompt(i) for i in range(len(s.requests))],
-            "requests": [{"arrival": r.arrival, "max_tokens": r.max_tokens} for r in s.requests],
-            "num_blocks": s.num_blocks, "max_num_batched_tokens": s.max_num_batched_tokens,
-            "max_num_seqs": s.max_num_seqs}
-
-
-def script(entry: Entry) -> str:
-    """The standalone reproducer of ``entry`` (imports only vLLM)."""
-    lay = entry.layout
-    if not lay.get("groups"):
-        raise UsageError(f"ledger entry {entry.id} has no layout")
-    groups = [{k: v for k, v in g.items() if v is not None} for g in lay["groups"]]
-    for g in groups:
-        if g.pop("count", 1) != 1:
-            raise UsageError("the standalone reproducer takes one group per spec (no count)")
-    cache = {k: v for k, v in (lay.get("cache") or {}).items() if v is not None}
-    cache.setdefault("enable_prefix_caching", True)
-    key = entry.key
-    if key.tier == "manager":
-        expect = {"exc_type": key.exc_type, "frame": key.frame}
-        subs = {"MAX_MODEL_LEN": str(lay.get("max_model_len") or 2048)}
-        template = "manager.py.in"
-    elif key.tier == "consumer":
-        if entry.stream is None:
-            raise UsageError(f"ledger entry {entry.id}: a consumer finding without its stream")
-        if key.check == "oracle:kv_event":
-            expect = {"check": "kv_event"}
-        elif key.exc_type:
-            expect = {"exc_type": key.exc_type, "frame": key.frame}
-        else:
-            raise UsageError(f"no standalone reproducer for consumer check {key.check!r} yet")
-        subs = {"STREAM": _literal(_stream_literal(entry.stream))}
-        template = "consumer.py.in"
-    else:
-        raise UsageError(f"no standalone reproducer for the {key.tier} tier")
-    subs.update(TITLE=entry.title, GROUPS=_literal(groups), CACHE=_literal(cache),
-                CONNECTOR=repr(lay.get("kv_connector")), EXPECT=repr(expect))
-    text = (TEMPLATES / template).read_text()
-    for k, v in subs.items():
-        text = text.replace(f"@@{k}@@", v)
-    if "@@" in text:
-        raise UsageError(f"template {template}: unfilled placeholder")
-    return text
-
-
-def run_script(path: Path, releases: list[str], entry: Entry, timeout: float = RUN_TIMEOUT_S) -> list[Run]:
-    """``path`` run with each release's python; the last line it printed and its exit code."""
-    from kvproof import envs
-
-    out = []
-    for r in releases:
-        py = str(envs.find(r).python)
-        try:
-            proc = subprocess.run([py, str(path)], capture_output=True, text=True, timeout=timeout,
-                                  cwd=str(path.parent))
-            lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
-            stdout = [ln for ln in proc.stdout.splitlines() if ln.strip()]
-            last = (stdout or lines or [""])[-1].strip()
-            rc = proc.returncode
-        except subprocess.TimeoutExpired:
-            rc, last = 124, f"timed out after {timeout:.0f} s"
-        out.append(Run(r, py, rc, last, expected_on(entry, r)))
-    return out
 
 
 def _source_line(release: str, file: str, line: int) -> str:
@@ -197,69 +85,127 @@ def lines_involved(runs: list[Run]) -> list[dict]:
     return rows
 
 
-def draft(entry: Entry, runs: list[Run], lines: list[dict]) -> str:
-    key = entry.key
+def _where(entry: Entry, release: str) -> list[dict]:
+    """The vLLM lines a report names (``report["lines"]``: a file and a text it contains), with
+    their line numbers in ``release``'s installed source: for a wrong result as for an exception."""
+    from kvproof import envs
+    from kvproof.errors import EnvError
+    from kvproof.overlay import site_packages
+
+    rows = []
+    for want in (entry.report or {}).get("lines", []):
+        try:
+            text = (site_packages(envs.find(release).root) / want["file"]).read_text(errors="replace").splitlines()
+        except (EnvError, OSError):
+            continue
+        rows += [{"release": release, "file": want["file"], "line": n, "text": ln.strip()}
+                 for n, ln in enumerate(text, 1) if want["contains"] in ln]
+    return rows
+
+
+def _verdict_word(v: str | None) -> str:
+    return {"FAIL": "affected", "ERROR": "affected", None: "-"}.get(v, "not affected")
+
+
+def draft(entry: Entry, runs: list[Run], lines: list[dict], fixes: list | None = None,
+          test: str | None = None) -> str:
+    """The issue, in vLLM's words and its bug template's order; kvproof's class id at the end."""
+    rep, key = entry.report or {}, entry.key
     hit = affected(entry)
-    fixed = f"fixed in {entry.fixed_in}" if entry.status == Status.FIXED else "still present in the newest release measured"
-    lay = entry.layout
-    groups = ", ".join(f"{g['kind']}(block_size={g['block_size']}"
-                       + (f", sliding_window={g['sliding_window']}" if g.get("sliding_window") else "") + ")"
-                       for g in lay.get("groups", []))
-    cache = lay.get("cache") or {}
-    out = [f"# {entry.title}", "",
-           f"**Affected releases (measured):** {', '.join(hit) or 'none'} ({fixed}). "
-           f"Measured on: {', '.join(sorted(entry.releases, key=_vkey))}.", "",
-           "## Configuration that reaches it", ""]
-    if entry.witness_config:
-        out += ["```json", json.dumps(entry.witness_config, indent=1), "```", ""]
-    out += [f"This gives the KV cache groups {groups}; cache block size {cache.get('block_size')}, "
-            f"prefix caching {'on' if cache.get('enable_prefix_caching', True) else 'off'}"
-            + (f", mamba_cache_mode={cache['mamba_cache_mode']}" if cache.get("mamba_cache_mode") not in (None, "none")
-               else "")
-            + (f", kv connector {lay.get('kv_connector')}" if lay.get("kv_connector") else "") + ".", ""]
-    if entry.reachability:
-        out += [f"Reachability: {entry.reachability}.", ""]
-    out += ["## Observed", ""]
-    bug_lines = [r.last for r in runs if r.rc == EXIT_BUG]
-    out += [f"- {ln}" for ln in bug_lines] or ["- (not reproduced by the script on any installed release)"]
-    out += ["", "## Expected", ""]
-    if key.check == "oracle:kv_event":
-        out += ["Every `BlockStored` event pairs each block hash with the tokens that hash was computed from "
-                "(KV event consumers, e.g. a KV-aware router, index blocks by these pairs).", ""]
+    measured = sorted(entry.releases, key=release_key)
+    newest = hit[-1] if hit else None
+    out = [f"# {rep.get('title') or entry.title}", "", "### Your current environment", "",
+           f"vLLM {', '.join(hit) or 'none'} (first affected {hit[0] if hit else '-'}, "
+           + (f"fixed in {entry.fixed_in}" if entry.status == Status.FIXED else f"still present in {newest}")
+           + f"); measured on {', '.join(measured)}. The scheduler side only: no GPU is needed to reproduce it.", "",
+           "| vLLM | " + " | ".join(measured) + " |", "|---" * (len(measured) + 1) + "|",
+           "| | " + " | ".join(_verdict_word(entry.releases.get(r)) for r in measured) + " |", "",
+           "### 🐛 Describe the bug", ""]
+    if rep.get("serve"):
+        out += ["```bash", rep["serve"], "```", ""]
     else:
-        out += ["The engine either starts and serves this configuration, or refuses it up front with an error "
-                "that says what is unsupported (not a bare `assert` / internal assertion).", ""]
-    out += [f"Why: {entry.why}", "", "## vLLM lines involved", ""]
-    if lines:
-        out += ["| release | file:function | line | source |", "|---|---|---|---|"]
-        out += [f"| {r['release']} | `{r['file']}:{r['function']}` | {r['line']} | `{r['text']}` |" for r in lines]
+        out += ["No model that vLLM registers builds this configuration; the test below builds it directly.", ""]
+    out += [rep.get("sees") or entry.why, "", "**What breaks:** " + (rep.get("breaks") or entry.why), "",
+            "**Expected:** " + (rep.get("expected") or "the engine starts and serves this configuration, or refuses "
+                                "it up front with an error that says what is unsupported."), ""]
+    if test:
+        out += ["A test in the style of `tests/v1/kv_connector/unit/` that fails on the affected releases:", "",
+                "```python", test.rstrip(), "```", ""]
+    where = _where(entry, newest) if newest else []
+    out += ["### Where", ""]
+    if where:
+        out += [f"vLLM {newest}:", ""] + [f"- `{r['file']}:{r['line']}`: `{r['text']}`" for r in where]
+    elif lines:
+        out += [f"- vLLM {r['release']}: `{r['file']}:{r['line']}` in `{r['function']}`: `{r['text']}`" for r in lines]
     else:
-        frame = key.frame or "(no raising frame: a wrong result, not an exception)"
-        out += [f"Class frame: `{frame}`; see the suggested fix for the code path."]
-    out += ["", "## Suggested fix", "", SUGGESTED_FIX.get(key.frame) or SUGGESTED_FIX.get(key.check)
-            or "(none written yet)", "",
-            "## Reproducer", "",
-            "`repro.py` (next to this file) imports only vLLM: `python repro.py` exits 1 with a last line "
-            "`BUG: ...` where the bug is present and 0 (`OK: ...`) where it is not.", "",
-            "| release | exit | last line | as expected |", "|---|---|---|---|"]
-    out += [f"| {r.release} | {r.rc} | {r.last.replace('|', '/')} | {'yes' if r.as_expected else 'NO'} |" for r in runs]
-    out += ["", f"Upstream: {entry.upstream}. kvproof ledger class `{entry.id}`: `{key}`.", ""]
+        out += [f"`{key.frame or key.check}`"]
+    fix = _fix_text(entry)
+    out += ["", "### Suggested fix", "", rep.get("fix") or SUGGESTED_FIX.get(key.frame) or SUGGESTED_FIX.get(key.check)
+            or "(none written yet)", ""]
+    if fix:
+        out += ["```diff", fix.rstrip(), "```", ""]
+    if fixes:
+        out += ["With the fix applied to each release's installed source:", "",
+                "| vLLM | test | test with the fix | script | script with the fix | the `vllm serve` configuration, then with the fix |",
+                "|---|---|---|---|---|---|"]
+        out += [f"| {f.release} | {_rc(f.pytest)} | {_rc(f.pytest_fixed)} | {_rc(f.repro)} | {_rc(f.repro_fixed)} "
+                f"| {_rc(_VERDICT_RC.get(f.witness))} -> {_rc(_VERDICT_RC.get(f.witness_fixed))} |" for f in fixes]
+        same = all(not f.others_changed for f in fixes)
+        out += ["", "The fix changes nothing else that was checked (the other known scheduler-side findings keep "
+                "their behaviour)." if same else "The fix changes other results: " + "; ".join(
+                    f"{k}: {a} -> {b}" for f in fixes for k, (a, b) in f.others_changed.items()), ""]
+    if runs:
+        out += ["<details><summary>The standalone script (repro.py) on every release</summary>", "",
+                "| vLLM | exit | last line |", "|---|---|---|"]
+        out += [f"| {r.release} | {r.rc} | {r.last.replace('|', '/')} |" for r in runs]
+        out += ["", "</details>", ""]
+    workaround = rep.get("workaround") or entry.workaround
+    out += [f"**Workaround:** {workaround}" if workaround else "", "",
+            f"Found with kvproof (class `{entry.id}`).", ""]
     return "\n".join(out)
 
 
+_VERDICT_RC = {"FAIL": 1, "ERROR": 1, "OK": 0, "WARN": 0}  # the class measured on the serve line's KV cache
+
+
+def _rc(rc: int | None) -> str:
+    return {None: "-", 0: "passes", 1: "fails"}.get(rc, f"exit {rc}")
+
+
+def _fix_text(entry: Entry) -> str | None:
+    from kvproof.findings.fix import diff_path
+
+    p = diff_path(entry.id)
+    return p.read_text() if p else None
+
+
 def generate(entry: Entry, out_root: Path | None = None, releases: list[str] | None = None,
-             timeout: float = RUN_TIMEOUT_S) -> tuple[Path, list[Run]]:
-    """Write the report of ``entry``; returns its folder and the script runs."""
+             timeout: float = RUN_TIMEOUT_S, fix_on: list[str] | tuple = (), ledger=None) -> tuple[Path, list[Run]]:
+    """Write the report of ``entry`` (issue.md, repro.py, the pytest, evidence.json); with
+    ``fix_on``, the fix is laid over those releases and checked there."""
     folder = Path(out_root or DEFAULT_OUT) / entry.id
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "repro.py"
     atomic_write(path, script(entry))
+    try:
+        test = pytest_script(entry)
+    except UsageError:
+        test = None
+    test_path = folder / f"test_{(entry.report or {}).get('test') or 'kv_cache_' + entry.id}.py"
+    if test:
+        atomic_write(test_path, test)
     if releases is None:
-        releases = sorted(entry.releases, key=_vkey)
+        releases = sorted(entry.releases, key=release_key)
     runs = run_script(path, releases, entry, timeout)
     lines = lines_involved(runs)
+    fixes = []
+    if fix_on:
+        from kvproof.findings.fix import check
+        from kvproof.findings.ledger import Ledger
+
+        fixes = check(entry, path, list(fix_on), ledger or Ledger.load(), test_path if test else None)
     atomic_write(folder / "evidence.json", json.dumps({"id": entry.id, "key": str(entry.key),
-                                                      "runs": [r.to_dict() for r in runs], "lines": lines},
-                                                     indent=1) + "\n")
-    atomic_write(folder / "issue.md", draft(entry, runs, lines))
+                                                      "runs": [r.to_dict() for r in runs], "lines": lines,
+                                                      "fix": [f.to_dict() for f in fixes]}, indent=1) + "\n")
+    atomic_write(folder / "issue.md", draft(entry, runs, lines, fixes, test))
     return folder, runs

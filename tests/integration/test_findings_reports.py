@@ -11,7 +11,9 @@ import json
 import pytest
 
 from kvproof.findings.ledger import Ledger, Status
-from kvproof.findings.report import EXIT_BUG, EXIT_OK, generate, script
+from kvproof.findings.report import generate
+from kvproof.findings.reproducers import script
+from kvproof.findings.runs import EXIT_BUG, EXIT_OK
 
 pytestmark = [pytest.mark.integration]
 
@@ -67,4 +69,5 @@ def test_reproducer_fails_exactly_on_affected_releases(name, tmp_path):
     if entry.status == Status.FIXED:
         assert any(r.rc == EXIT_OK for r in runs), f"{name}: fixed in {entry.fixed_in}, but no run passed"
     draft = (folder / "issue.md").read_text()
-    assert entry.title in draft and "## Suggested fix" in draft and "(none written yet)" not in draft
+    title = (entry.report or {}).get("title") or entry.title
+    assert title in draft and "### Suggested fix" in draft and "(none written yet)" not in draft
