@@ -53,6 +53,10 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
              "from pathlib import Path; root = c.package_root();"
              "assert (root / 'kvproof' / 'spec' / 'facts.py').exists(), root;"
              "assert r.SEEDS.is_dir() and r.DICT.exists(), r.SEEDS;"
+             "import kvproof.findings.fix as f, kvproof.findings.reproducers as rp, kvproof.findings.ledger as lg;"
+             "assert f.diff_path('cd75d4f67114') is not None, f.FIXES;"
+             "assert (rp.TEMPLATES / 'test_consumer.py.in').exists(), rp.TEMPLATES;"
+             "assert lg.Ledger.load().entries(), 'no ledger in the wheel';"
              "print(kvproof.__file__)")
     out = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, cwd=work,
                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
