@@ -234,7 +234,7 @@ class Stats:
             "frame": key.frame, "verdict": str(j.verdict), "status": status, "count": 1,
             "first_s": round(time.monotonic() - self.t0, 2), "layout": layout.summary(), "detail": detail[:300],
             "premise": premise_label(layout, self.data["vllm"], self.premise), **{k: v for k, v in meta.items()
-                                                                                  if k in ("stream_summary", "stream_as_found")}}
+                                                                                  if k in ("stream_summary", "stream_as_found", "layout_as_found")}}
         if entry is not None:
             if rec["verdict"] == "FAIL":
                 self.data["known"] += 1

@@ -84,6 +84,7 @@ HERE = Path(__file__).resolve().parent  # the package's own data: seeds/ and the
 SEEDS = HERE / "seeds"
 DICT = HERE / "kvproof.dict"
 MAX_LEN = 256
+INTERRUPTED = 72  # libFuzzer's exit code after SIGTERM/SIGINT (-interrupted_exitcode)
 TARGETS = ("contracts", "conformance", "consumers")
 # targets whose harness is not ``kvproof.fuzz.harness <target>``
 HARNESS_MODULES = {"consumers": "kvproof.consumer.fuzz"}
@@ -179,6 +180,8 @@ def report(workdir: Path, ledger, release: str | None = None) -> tuple[str, int]
                   f"id {c['id']}{was}",
                   f"  first at {c['first_s']} s, {c['count']} hits: {c['layout']}",
                   f"  {c['detail']}"]
+        if c.get("layout_as_found"):
+            lines.append(f"  layout shrunk: {c['layout_as_found']} -> {c['layout']}")
         if c.get("stream_as_found"):
             lines.append(f"  stream shrunk: {c['stream_as_found']} -> {c.get('stream_summary')}")
         if c.get("path"):
@@ -356,6 +359,7 @@ class Campaign:
                     os.killpg(proc.pid, signal.SIGKILL)
                 raise
         self.last_log = log
+        self.stopped_at_deadline = stopping  # kvproof's own SIGTERM, not a crash
         return proc.returncode
 
     def violation_text(self) -> str:
@@ -415,6 +419,12 @@ class Campaign:
         or a deadly signal, timeout or out-of-memory in vLLM's native code (1: its
         artefact is under artifacts/)."""
         if rc == 0:
+            return None
+        if rc == INTERRUPTED and getattr(self, "stopped_at_deadline", False):
+            # libFuzzer checks -max_total_time between inputs and its clock starts after the
+            # import, so a loaded machine can run past the time box; kvproof's SIGTERM then
+            # ends it with libFuzzer's interrupt code. That is the time box, not a crash.
+            print(f"libFuzzer ran past its time box and was stopped (rc={rc}); log {self.last_log}", flush=True)
             return None
         tail = self.last_log.read_text(errors="replace").strip().splitlines()[-15:]
         if read_stats(self.workdir)["execs"] - self.base_execs == 0:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import random
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -142,29 +141,29 @@ class Target:
             key = class_key(j, layout)
             extra = {}
             if j.verdict == Verdict.FAIL and key.id not in s.data["classes"] and s.ledger.get(key) is None:
-                small = self.minimal(layout, stream, key)  # a new class is stored with its shortest stream
-                if small != stream:
-                    extra = {"stream_as_found": stream.summary()}
-                    stream = small
+                # a new class is stored with its smallest layout and shortest stream
+                small, short = self.minimal(layout, stream, key)
+                if short != stream:
+                    extra["stream_as_found"] = stream.summary()
+                if small != layout:
+                    extra["layout_as_found"] = layout.summary()
+                layout, stream = small, short
             s.meet(j, key, layout, data, f"[{j.tier}] {j.line()}", stream=stream.to_dict(),
                    stream_summary=stream.summary(), **extra)
         return res
 
-    def minimal(self, layout: Any, stream: Any, key: Any) -> Any:
-        """The shortest stream (``stream.shrink``: fewer requests, shorter prompts, earlier
-        arrivals, no drafts, aborts or resends that do not matter) that still FAILs in class
+    def minimal(self, layout: Any, stream: Any, key: Any) -> tuple[Any, Any]:
+        """The smallest (layout, stream) (``consumer.minimize``) that still FAILs in class
         ``key`` on this release; at most SHRINK_RUNS runs and SHRINK_SECONDS."""
-        from kvproof.consumer.stream import shrink
+        from kvproof.consumer.minimize import minimal
         from kvproof.findings.key import class_key
         from kvproof.judge import judge_consumer
-        end = time.monotonic() + SHRINK_SECONDS
 
-        def same_class(cand: Any) -> bool:
-            if time.monotonic() > end:
-                return False
-            j = judge_consumer(self.run(layout, cand), layout)
-            return j.verdict == Verdict.FAIL and class_key(j, layout) == key
-        return shrink(stream, same_class, budget=SHRINK_RUNS)
+        def same_class(lay: Any, cand: Any) -> bool:
+            j = judge_consumer(self.run(lay, cand), lay)
+            return j.verdict == Verdict.FAIL and class_key(j, lay) == key
+        rule = self.caps.engine_block_size_over if self.premise == "engine" else None
+        return minimal(layout, stream, same_class, rule, SHRINK_RUNS, SHRINK_SECONDS)
 
     def test_one_input(self, data: bytes) -> None:
         try:
