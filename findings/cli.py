@@ -118,6 +118,10 @@ def _report(args, ledger: Ledger) -> int:
     if args.all == bool(args.id):
         raise UsageError("findings report: give one ledger id or --all")
     entries = [e for e in ledger.entries() if e.status == Status.BUG] if args.all else [ledger.find(args.id)]
+    if not args.all and entries[0].status in (Status.LATENT, Status.UNREACHABLE, Status.BY_DESIGN, Status.HARNESS):
+        e = entries[0]
+        print(f"{e.id} is not filed upstream ({e.status}): {e.premise_fact or e.why}")
+        return 0
     out = Path(args.out) if args.out else (Path("out") / "reports" if args.all else None)
     ok = True
     for entry in entries:

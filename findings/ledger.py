@@ -28,6 +28,9 @@ class Status(str, enum.Enum):
     FIXED = "fixed"  # a real vLLM bug, fixed from release ``fixed_in``
     BY_DESIGN = "by-design"  # vLLM refuses the configuration on purpose
     UNREACHABLE = "unreachable"  # no configuration reaches it (``premise_fact`` says why)
+    # real vLLM raises or misbehaves on an input its engine premise allows, but no model the
+    # release registers is known to build it (``why`` says what was read): not filed upstream
+    LATENT = "latent"
     HARNESS = "harness"  # kvproof's own harness, not vLLM
 
     def __str__(self) -> str:
@@ -109,7 +112,7 @@ class Entry:
         """What ``kvproof check`` says of a result in this class: id, status, title, where the
         report is, and the workaround."""
         status = f"fixed in {self.fixed_in}" if self.status == Status.FIXED else str(self.status)
-        up = "" if self.status in (Status.BY_DESIGN, Status.HARNESS, Status.UNREACHABLE) else \
+        up = "" if self.status in (Status.BY_DESIGN, Status.HARNESS, Status.UNREACHABLE, Status.LATENT) else \
             f", upstream {self.upstream}"
         out = (f"known class {self.id} ({status}{up}): {self.title}; "
                f"report: kvproof findings report {self.id}")

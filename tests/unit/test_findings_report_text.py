@@ -44,3 +44,16 @@ def test_issue_has_what_a_maintainer_needs(entry):
     assert files_of(fix.read_text()) and "```diff" in text
     assert {ln["file"] for ln in rep["lines"]} <= set(files_of(fix.read_text())), \
         "the lines a report names are in the files its fix changes"
+
+
+def test_a_class_no_registered_model_builds_is_not_called_a_bug(capsys):
+    """58326be22581: real vLLM refuses the layout, but no model the release registers builds
+    it; the ledger says latent, `findings report` says so in one line and writes nothing."""
+    from kvproof.findings.cli import main
+
+    entry = LEDGER.find("58326be22581")
+    assert entry.status == Status.LATENT and not entry.bug_on("0.33.0")
+    assert "upstream" not in entry.known_line()
+    assert main(["report", entry.id, "--out", "/nonexistent/kvproof-report"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith(f"{entry.id} is not filed upstream (latent): ")
