@@ -67,6 +67,7 @@ BENCH_REPLAY  :=
 BENCH_CROSS   := --timeout 60
 BENCH_CONSUMERS :=
 BENCH_SELFTEST  :=
+BENCH_SELFTEST_CONS := --campaign-seconds 60
 BENCH_CONT    := --seconds 600 --box 60
 BENCH_DIFF    := --campaign-seconds 300 --max 300
 else
@@ -77,6 +78,7 @@ BENCH_REPLAY  := --no-engine
 BENCH_CROSS   := --timeout 10
 BENCH_CONSUMERS := --n 1000 --seconds 120
 BENCH_SELFTEST  := --seconds 3
+BENCH_SELFTEST_CONS := --campaign-seconds 20
 BENCH_CONT    := --seconds 120 --box 30
 BENCH_DIFF    := --campaign-seconds 60 --max 50
 endif
@@ -89,6 +91,8 @@ bench: envs
 	$(VPY) bench/bench_crosshair.py $(BENCH_CROSS)
 	if [ -f bench/bench_consumers.py ]; then $(VPY) bench/bench_consumers.py $(BENCH_CONSUMERS); fi
 	if [ -f bench/bench_selftest.py ]; then $(VPY) bench/bench_selftest.py $(BENCH_SELFTEST); fi
+	@# the behavioural consumer mutants (kvproof selftest --consumers) -> bench/results/selftest_consumers.md
+	if [ -f bench/bench_selftest.py ]; then $(VPY) bench/bench_selftest.py --consumers $(BENCH_SELFTEST_CONS); fi
 	$(VPY) bench/bench_continuous.py $(BENCH_CONT)
 	$(VPY) bench/bench_derive.py
 	$(VPY) bench/bench_spec.py --blocks 64,544

@@ -125,3 +125,101 @@ def test_fuzzed_layouts_deterministic():
     b = drift.fuzzed_layouts(50, seed=3)
     assert [x.content_hash() for _, x in a] == [x.content_hash() for _, x in b]
     assert len({x.content_hash() for _, x in a}) == len(a) == 50
+
+
+# --- behavioural consumer mutants: the known-input layer's rules, the catalogue, the inputs ----------
+
+def cj(verdict: str, key: str = "", hits: tuple = ((0, 16, 0), 3)) -> L.ConsumerJudged:
+    return L.ConsumerJudged(verdict, key, f"{verdict} line", hits)
+
+
+def test_consumer_new_rule():
+    assert L.consumer_new(cj("OK"), cj("FAIL", "k1")) == "FAIL"
+    assert L.consumer_new(cj("WARN"), cj("FAIL", "k1")) == "FAIL"
+    assert L.consumer_new(cj("FAIL", "k1"), cj("FAIL", "k1")) == ""  # pre-existing on the base
+    assert L.consumer_new(cj("FAIL", "k1"), cj("FAIL", "k2")) == "FAIL"  # another class
+    assert L.consumer_new(cj("OK"), cj("WARN")) == "WARN"  # the PR gate's rule: a WARN the base lacks
+    assert L.consumer_new(cj("WARN"), cj("WARN")) == ""
+    assert L.consumer_new(cj("OK"), cj("OK")) == ""
+    assert L.consumer_new(cj("OK"), cj("ERROR", "h")) == ""  # the harness's own trouble is not a catch
+
+
+def test_known_layer_confirms_and_reports_the_differential():
+    items = [("a", lay(16), None), ("b", lay(16, 32), None), ("c", lay(64), None)]
+    base = [cj("OK"), cj("OK"), cj("WARN")]
+    got = [cj("OK"), cj("FAIL", "k"), cj("WARN", hits=((0, 0, 0), 3))]
+    calls = []
+
+    def confirm(idx):
+        calls.append(idx)
+        return [base[i] for i in idx], [got[i] for i in idx]
+    cells = L.known(items, base, got, 2.0, confirm)
+    assert calls == [[1]]
+    assert cells["known"].caught is True and "first b: OK->FAIL" in cells["known"].detail
+    assert cells["differential"].caught is True and "first c" in cells["differential"].detail
+    # a catch that does not come back on the rerun is dropped (a connector's run-to-run variation)
+    cells = L.known(items, base, got, 2.0, lambda idx: ([base[i] for i in idx], [cj("OK") for _ in idx]))
+    assert cells["known"].caught is False
+    cells = L.known(items[:1], base[:1], got[:1], 1.0)
+    assert cells["known"].caught is False and cells["differential"].caught is False
+
+
+def test_counts_and_exit_rule():
+    rows = [{"status": "KILLED"}, {"status": "SURVIVED", "equivalent": True}, {"status": "SURVIVED"},
+            {"status": "SKIPPED"}, {"status": "SIGNAL", "equivalent": False}]
+    assert R.counts(rows) == {"killed": 1, "missed": 2, "equivalent": 1, "skipped": 1}
+
+
+def test_behavioural_catalogue():
+    from kvproof.selftest import mutants as M
+
+    beh = M.select(None, consumers=True)
+    assert beh == list(M.BEHAVIOURAL) and len(beh) >= 15 and all(m.behavioural for m in beh)
+    assert not any(m.behavioural for m in M.RESOLVER)
+    assert {m.klass for m in beh} == set(M.BEHAVIOURAL_CLASSES)
+    files = {m.file for m in beh}  # managers, coordinator, block pool and both offload connectors
+    assert {M.MANAGERS, M.COORD, M.POOL, M.SIMPLE, M.OFFLOAD} <= files
+    for m in beh:  # behavioural edits leave the resolver alone (0.33's block hasher lives beside it)
+        assert m.anchor != m.replacement and (m.file != M.UTILS or m.since)
+
+
+def test_absent_anchor_skips_twice_is_an_error(tmp_path):
+    from kvproof.errors import UsageError
+    from kvproof.selftest import mutants as M
+
+    m = M.BY_NAME["event_tokens_shifted"]
+    f = tmp_path / m.file
+    f.parent.mkdir(parents=True)
+    f.write_text("# another release's block pool\n")
+    assert m.applies_to(tmp_path) is False
+    f.write_text(m.anchor)
+    assert m.applies_to(tmp_path) is True and m.source(tmp_path).decode() == m.replacement
+    f.write_text(m.anchor * 2)
+    try:
+        m.applies_to(tmp_path)
+    except M.AnchorAbsent:
+        raise AssertionError("twice is the catalogue's error, not an absent anchor")
+    except UsageError:
+        pass
+    else:
+        raise AssertionError("an anchor found twice must raise")
+    assert M.BY_NAME["lcm_to_gcd"].applies_to(tmp_path) is False  # no such file in this release
+
+
+def test_known_inputs_cover_every_edited_path():
+    from kvproof.consumer.sizing import auto_blocks, num_blocks
+    from kvproof.selftest import known
+
+    items = known.inputs()
+    names = [n for n, _, _ in items]
+    assert len(set(names)) == len(names) and len(items) > len(known.hand())
+    kinds = {g.kind for _, lay, _ in items for g in lay.groups}
+    assert {"full_attention", "sliding_window", "chunked_local", "mamba"} <= kinds
+    assert {"OffloadingConnector", "SimpleCPUOffloadConnector"} <= {lay.kv_connector for _, lay, _ in items}
+    assert any(s.spec is not None and s.spec.eagle for _, _, s in items)
+    assert any(lay.cache.prefix_match_unit for _, lay, _ in items)  # fine-grained (partial hits)
+    assert any(len({(g.kind, g.sliding_window) for g in lay.groups}) >= 3 for _, lay, _ in items)
+    assert any(s.num_blocks for _, _, s in items)  # block pressure: eviction
+    assert any(r.resend_at is not None for _, _, s in items for r in s.requests)
+    for name, lay, s in known.hand():  # a pressure stream leaves fewer blocks than the stream needs at once
+        assert "pressure" not in name or num_blocks(lay, s) < auto_blocks(lay, s), name

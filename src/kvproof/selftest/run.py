@@ -1,25 +1,37 @@
-"""``kvproof selftest [--vllm 0.32.0] [--seconds S] [--mutants a,b] [--full] [--batch N] [--json PATH]``.
+"""``kvproof selftest [--vllm 0.32.0] [--consumers] [--seconds S] [--campaign-seconds S] [--mutants a,b] [--full] [--batch N] [--json PATH]``.
 
 One overlay per seeded mutant (``kvproof.overlay.make``: hard-link copy of
 the release environment with the mutated file laid over it, in a scratch
 home ``<cache>/selftest-envs`` so ``kvproof verify``'s drift check of the
-managed environments never sees them), then the layers of
-``kvproof.selftest.layers``:
+managed environments never sees them). A mutant whose anchor is not in the
+release's file is skipped for that release (its code differs there), so the
+same catalogue runs on every managed release it applies to. Then the layers
+of ``kvproof.selftest.layers``:
 
 1. drift alarm (no import);
-2. one bridge call per overlay, overlays in batches of ``--batch`` (one
-   worker each, started in parallel), every corpus and probe layout in that
-   call: replay (corpus/ newly FAIL), probe (seeded decoder layouts newly
-   FAIL), conformance (real != model where the base agrees with the model);
-   the base release's worker is started once and kept for the whole run;
-3. for mutants no bug layer has caught yet: atheris contract fuzz
+2. resolver mutants: one bridge call per overlay, overlays in batches of
+   ``--batch`` (one worker each, started in parallel), every corpus and
+   probe layout in that call: replay (corpus/ newly FAIL), probe (seeded
+   decoder layouts newly FAIL), conformance (real != model where the base
+   agrees with the model); the base release's worker is started once;
+3. for resolver mutants no bug layer has caught yet: atheris contract fuzz
    (every new FAIL class; one that FAILs the same way on the base is
    pre-existing, not a catch), then the consumer tier on the corpus and the
-   probe layouts whose (scheduler, hash) the mutant changed.
+   probe layouts whose (scheduler, hash) the mutant changed;
+4. behavioural mutants (and resolver mutants still alive): ``known``, the
+   consumer tier's oracles on the known inputs (``kvproof.selftest.known``),
+   each run on the base and on the overlay (a FAIL the base lacks, or a WARN
+   where the base is OK, confirmed on a rerun), with the ``differential``
+   signal (some admission's hit or the event count differs from the base's);
+5. behavioural mutants still alive: ``campaign``, a time-boxed consumer
+   campaign (``kvproof fuzz --target consumers``) on the overlay, each new
+   FAIL class re-run on the base (pre-existing there: not a catch) and on
+   the overlay (it must come back).
 
-``--full`` runs steps 3 for every mutant (and an atheris conformance run).
-Prints the kill matrix; exit 0 when every mutant not marked equivalent or
-efficiency-only was caught by a bug layer, 1 otherwise.
+``--consumers`` runs only the behavioural catalogue; ``--full`` runs every
+layer for every mutant (and an atheris conformance run). Prints the kill
+matrix; exit 0 when every mutant not argued equivalent or efficiency-only
+was caught by a bug layer, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ import json
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from kvproof import envs, inputs, overlay
@@ -38,19 +51,24 @@ from kvproof.selftest.mutants import RELEASE, Mutant, select
 from kvproof.settings import settings
 
 PROG = "kvproof selftest"
-COLUMNS = ("drift", "replay", "probe", "contracts", "consumer", "conformance")
+COLUMNS = ("drift", "replay", "probe", "contracts", "consumer", "known", "campaign", "conformance", "differential")
 
 
 def parse(argv: Sequence[str] | None):
     p = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--vllm", default=RELEASE, help=f"base release (anchors are written for {RELEASE})")
-    p.add_argument("--seconds", type=int, default=8, help="seconds per atheris run (default 8)")
-    p.add_argument("--mutants", help="comma list of mutant names (default: all)")
+    p.add_argument("--consumers", action="store_true",
+                   help="only the behavioural consumer mutants (hit search, coordinator, block pool, KV events, "
+                        "connectors, EAGLE)")
+    p.add_argument("--seconds", type=int, default=8, help="seconds per atheris contracts run (default 8)")
+    p.add_argument("--campaign-seconds", type=int, default=30,
+                   help="seconds per consumer campaign of a mutant the known inputs missed (default 30)")
+    p.add_argument("--mutants", help="comma list of mutant names (default: all, or all behavioural)")
     p.add_argument("--corpus", default=None, help="replay folder (default $KVPROOF_CORPUS, i.e. corpus/)")
     p.add_argument("--probes", type=int, default=400, help="seeded decoder layouts per bridge call (default 400)")
     p.add_argument("--batch", type=int, default=4, help="overlays whose workers start together (default 4)")
     p.add_argument("--full", action="store_true", help="run every layer even after a bug layer caught it")
-    p.add_argument("--no-consumer", action="store_true", help="skip the consumer tier")
+    p.add_argument("--no-consumer", action="store_true", help="skip the consumer tier (consumer, known, campaign)")
     p.add_argument("--keep", action="store_true", help="keep the mutant overlays")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     return p.parse_args(argv)
@@ -67,16 +85,19 @@ def verdict_of(m: Mutant, cells: dict[str, L.Catch]) -> tuple[str, str]:
     return "SURVIVED", m.survivor
 
 
+def _cell(d: dict) -> str:
+    if not d or d.get("caught") is None:
+        return "-"
+    return f"CAUGHT {d['seconds']:.0f}s" if d["caught"] else f"missed {d['seconds']:.0f}s"
+
+
 def matrix(rows: list[dict]) -> str:
+    cols = [c for c in COLUMNS if any(r["cells"].get(c, {}).get("caught") is not None for r in rows)] or ["drift"]
     w = max(len(r["mutant"]) for r in rows)
-    out = [f"{'mutant':<{w}}  {'class':<21}  " + "  ".join(f"{c:<11}" for c in COLUMNS) + "  result"]
+    out = [f"{'mutant':<{w}}  {'class':<21}  " + "  ".join(f"{c:<12}" for c in cols) + "  result"]
     for r in rows:
-        cells = []
-        for c in COLUMNS:
-            d = r["cells"].get(c, {})
-            cells.append("-" if d.get("caught") is None else
-                         (f"CAUGHT {d['seconds']:.0f}s" if d["caught"] else f"missed {d['seconds']:.0f}s"))
-        out.append(f"{r['mutant']:<{w}}  {r['class']:<21}  " + "  ".join(f"{c:<11}" for c in cells) + f"  {r['status']}")
+        cells = [_cell(r["cells"].get(c, {})) for c in cols]
+        out.append(f"{r['mutant']:<{w}}  {r['class']:<21}  " + "  ".join(f"{c:<12}" for c in cells) + f"  {r['status']}")
     out.append("")
     for r in rows:
         out.append(f"{r['mutant']}: {r['status']}: {r['why']}")
@@ -87,47 +108,112 @@ def _killed(cells: dict[str, L.Catch]) -> bool:
     return any(c.caught for c in cells.values() if c.layer in L.BUG_LAYERS)
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    from kvproof.bridge.client import Worker
-    from kvproof.verify.drift import Model, fuzzed_layouts
+def counts(rows: list[dict]) -> dict[str, int]:
+    """killed / survived (not argued equivalent) / equivalent / skipped, and the kill rate's terms."""
+    c = {"killed": 0, "missed": 0, "equivalent": 0, "skipped": 0}
+    for r in rows:
+        if r["status"] == "SKIPPED":
+            c["skipped"] += 1
+        elif r["status"] == "KILLED":
+            c["killed"] += 1
+        elif r.get("equivalent"):
+            c["equivalent"] += 1
+        else:
+            c["missed"] += 1
+    return c
 
+
+def _main(argv: Sequence[str] | None) -> int:
     args = parse(argv)
-    mutants = select(args.mutants)
+    mutants = select(args.mutants, args.consumers)
     base = envs.find(args.vllm)
     where = settings()
     home = where.cache_home / "selftest-envs"
     scratch = where.out / "selftest"
     shutil.rmtree(scratch, ignore_errors=True)
     t_all = time.monotonic()
+    sp = overlay.site_packages(base.root)
+    skipped = [m for m in mutants if not m.applies_to(sp)]
+    mutants = [m for m in mutants if m not in skipped]
+    if skipped:
+        print(f"{PROG}: {len(skipped)} mutant(s) skipped on vLLM {args.vllm} (anchor not in its code): "
+              + ", ".join(m.name for m in skipped), flush=True)
+    resolver = [m for m in mutants if args.full or not m.behavioural]
+    print(f"{PROG}: {len(mutants)} mutant(s) over vLLM {args.vllm} ({len(mutants) - len(resolver)} judged by the "
+          f"consumer tier first), {args.seconds} s per atheris run, {args.campaign_seconds} s per consumer campaign, "
+          f"batches of {args.batch}", flush=True)
+    cells_of: dict[str, dict[str, L.Catch]] = {}
+    made_of: dict[str, overlay.Made] = {}
+    try:
+        for m in mutants:
+            made_of[m.name] = overlay.make(f"mut-{m.name}".replace("_", "-"), args.vllm, {m.file: m.source(sp)},
+                                           {"mutant": m.name, "file": m.file}, where=home, force=True)
+            cells_of[m.name] = {"drift": L.drift(made_of[m.name].env, args.vllm)}
+        if resolver:
+            resolver_steps(args, resolver, cells_of, made_of, base, where, scratch)
+        if not args.no_consumer:
+            behaviour_steps(args, mutants, cells_of, made_of, base, scratch)
+    finally:
+        if not args.keep:
+            for made in made_of.values():
+                overlay.remove(made.env.name, where=home)
+    out_rows = []
+    for m in mutants:
+        cells = cells_of[m.name]
+        cells.pop("conformance_fuzz", None) if not args.full else None
+        status, why = verdict_of(m, cells)
+        out_rows.append({"mutant": m.name, "class": m.klass, "file": m.file, "description": m.description,
+                         "behavioural": m.behavioural, "equivalent": m.equivalent,
+                         "overlay_s": round(made_of[m.name].seconds, 2), "status": status, "why": why,
+                         "cells": {c: {"caught": x.caught, "seconds": round(x.seconds, 1), "detail": x.detail}
+                                   for c, x in cells.items()}})
+    for m in skipped:
+        out_rows.append({"mutant": m.name, "class": m.klass, "file": m.file, "description": m.description,
+                         "behavioural": m.behavioural, "equivalent": m.equivalent, "overlay_s": 0.0,
+                         "status": "SKIPPED", "why": f"anchor not in vLLM {args.vllm}'s {m.file}", "cells": {}})
+    wall = time.monotonic() - t_all
+    print()
+    print(matrix(out_rows))
+    c = counts(out_rows)
+    print(f"\n{PROG}: {c['killed']} killed, {c['missed']} not killed, {c['equivalent']} argued equivalent, "
+          f"{c['skipped']} skipped; wall {wall:.0f} s")
+    if args.json:
+        atomic_write(args.json, json.dumps({"release": args.vllm, "seconds": args.seconds,
+                                            "campaign_seconds": args.campaign_seconds, "full": args.full,
+                                            "consumers": args.consumers, "wall_s": round(wall, 1),
+                                            "counts": c, "rows": out_rows}, indent=1))
+    missed = [r for r in out_rows if r["status"] not in ("KILLED", "SKIPPED") and not r["why"].split("; ", 1)[-1]
+              .startswith(("equivalent", "efficiency"))]
+    return 1 if missed else 0
+
+
+def resolver_steps(args, mutants, cells_of, made_of, base, where, scratch) -> None:
+    """Steps 2-3: the bridge batch (replay, probe, conformance), contract fuzz, the consumer tier."""
+    from kvproof.bridge.client import Worker
+    from kvproof.verify.drift import Model, fuzzed_layouts
+
     corpus = inputs.load_layouts([args.corpus or str(where.corpus)])
     probes = fuzzed_layouts(args.probes, seed=1)
     named = list(corpus) + [(f"probe:{n}", lay) for n, lay in probes]
     layouts = [lay for _, lay in named]
     names = [n for n, _ in named]
-    print(f"{PROG}: {len(mutants)} mutant(s) over vLLM {args.vllm}, {len(corpus)} corpus + {len(probes)} probe "
-          f"layouts, {args.seconds} s per atheris run, batches of {args.batch}", flush=True)
+    print(f"{PROG}: {len(mutants)} mutant(s) through the bridge: {len(corpus)} corpus + {len(probes)} probe layouts",
+          flush=True)
     t = time.monotonic()
     base_worker = Worker(base)
     base_worker.spawn()  # imports vLLM while the model evaluates the probes
-    revision = spec_revision(args.vllm)
-    model = Model(revision)
-    expected = [model(lay) for lay in layouts]
-    base_worker.handshake()
-    base_j = L.judge_outcomes(layouts, base_worker.run(layouts, manager=True))
-    gaps = sum(1 for b, m in zip(base_j, expected) if b.expressible and b.pair != m)
-    print(f"{PROG}: base verdicts and model:{revision} in {time.monotonic() - t:.0f} s ({gaps} layouts where the "
-          f"base itself disagrees with the model: ignored by conformance)", flush=True)
-    sp = overlay.site_packages(base.root)
-    cells_of: dict[str, dict[str, L.Catch]] = {}
-    made_of: dict[str, overlay.Made] = {}
     got_of: dict[str, list[L.Judged]] = {}
     try:
+        revision = spec_revision(args.vllm)
+        model = Model(revision)
+        expected = [model(lay) for lay in layouts]
+        base_worker.handshake()
+        base_j = L.judge_outcomes(layouts, base_worker.run(layouts, manager=True))
+        gaps = sum(1 for b, m in zip(base_j, expected) if b.expressible and b.pair != m)
+        print(f"{PROG}: base verdicts and model:{revision} in {time.monotonic() - t:.0f} s ({gaps} layouts where the "
+              f"base itself disagrees with the model: ignored by conformance)", flush=True)
         for k in range(0, len(mutants), max(1, args.batch)):
             batch = mutants[k:k + max(1, args.batch)]
-            for m in batch:
-                made_of[m.name] = overlay.make(f"mut-{m.name}".replace("_", "-"), args.vllm, {m.file: m.source(sp)},
-                                               {"mutant": m.name, "file": m.file}, where=home, force=True)
-                cells_of[m.name] = {"drift": L.drift(made_of[m.name].env, args.vllm)}
             judged, dt = L.run_batch([made_of[m.name].env for m in batch], layouts)
             for m, got in zip(batch, judged):
                 got_of[m.name] = got
@@ -148,29 +234,65 @@ def _main(argv: Sequence[str] | None) -> int:
         consumer_step(args, mutants, cells_of, made_of, got_of, named, len(corpus), base_j, base)
     finally:
         base_worker.close()
-        if not args.keep:
-            for name, made in made_of.items():
-                overlay.remove(made.env.name, where=home)
-    out_rows = []
-    for m in mutants:
-        cells = cells_of[m.name]
-        cells.pop("conformance_fuzz", None) if not args.full else None
-        status, why = verdict_of(m, cells)
-        out_rows.append({"mutant": m.name, "class": m.klass, "description": m.description,
-                         "overlay_s": round(made_of[m.name].seconds, 2), "status": status, "why": why,
-                         "cells": {c: {"caught": x.caught, "seconds": round(x.seconds, 1), "detail": x.detail}
-                                   for c, x in cells.items()}})
-    wall = time.monotonic() - t_all
-    print()
-    print(matrix(out_rows))
-    print(f"\n{PROG}: wall {wall:.0f} s")
-    if args.json:
-        atomic_write(args.json, json.dumps({"release": args.vllm, "seconds": args.seconds, "full": args.full,
-                                            "wall_s": round(wall, 1), "probes": len(probes), "corpus": len(corpus),
-                                            "rows": out_rows}, indent=1))
-    missed = [r for r in out_rows if r["status"] != "KILLED" and not r["why"].split("; ", 1)[-1].startswith(
-        ("equivalent", "efficiency"))]
-    return 1 if missed else 0
+
+
+def behaviour_steps(args, mutants, cells_of, made_of, base, scratch) -> None:
+    """Steps 4-5: the known consumer inputs on base and overlays (batches of workers started
+    together), then a consumer campaign for each behavioural mutant still alive."""
+    from kvproof.selftest import known
+
+    todo = [m for m in mutants if args.full or not _killed(cells_of[m.name])]
+    if not todo:
+        return
+    items = known.inputs()
+    t = time.monotonic()
+    [base_w] = L.start_consumers([base])
+    try:
+        try:
+            base_known = L.run_consumers(base_w, items)
+        except Exception as err:  # the consumer tier is another engineer's: report, do not hide
+            print(f"{PROG}: consumer tier not used: {type(err).__name__}: {str(err)[:150]}", flush=True)
+            for m in todo:
+                cells_of[m.name]["known"] = L.Catch("known", None, 0, f"unavailable: {type(err).__name__}")
+            return
+        fails = [f"{n}: {b.line}" for (n, _, _), b in zip(items, base_known) if b.failed]
+        print(f"{PROG}: {len(items)} known consumer inputs on the base in {time.monotonic() - t:.0f} s "
+              f"({len(fails)} FAIL there: {'; '.join(fails)[:200] or 'none'})", flush=True)
+        for k in range(0, len(todo), max(1, args.batch)):
+            batch = todo[k:k + max(1, args.batch)]
+            t = time.monotonic()
+            workers = L.start_consumers([made_of[m.name].env for m in batch])
+            try:
+                start = (time.monotonic() - t) / len(batch)  # the batch's worker start-up, shared
+                # the overlays' runs in parallel (each worker is its own process)
+                with ThreadPoolExecutor(len(workers)) as pool:
+                    runs = list(pool.map(lambda w: _timed(L.run_consumers, w, items), workers))
+                for m, w, (got, secs) in zip(batch, workers, runs):
+                    def confirm(idx, w=w):
+                        sub = [items[i] for i in idx]
+                        return L.run_consumers(base_w, sub), L.run_consumers(w, sub)
+                    cells_of[m.name].update(L.known(items, base_known, got, start + secs, confirm))
+                    c = cells_of[m.name]["known"]
+                    print(f"  {m.name}: known {c.cell()} {c.detail[:140]}", flush=True)
+            finally:
+                for w in workers:
+                    w.close()
+        live = [m for m in todo if (m.behavioural or args.full) and (args.full or not _killed(cells_of[m.name]))]
+        for m in live:
+            [w] = L.start_consumers([made_of[m.name].env])
+            try:
+                c = L.campaign(made_of[m.name].env, args.campaign_seconds, scratch / m.name / "campaign", base_w, w)
+            finally:
+                w.close()
+            cells_of[m.name]["campaign"] = c
+            print(f"  {m.name}: campaign {c.cell()} {c.detail[:140]}", flush=True)
+    finally:
+        base_w.close()
+
+
+def _timed(fn, *args):
+    t = time.monotonic()
+    return fn(*args), time.monotonic() - t
 
 
 def spec_revision(release: str) -> str:
