@@ -8,6 +8,7 @@ installed release. Each fact names where in vLLM it was read.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 # --- vLLM releases: the ONE release list ----------------------------------------
@@ -56,33 +57,22 @@ def default_dcp_sharded(kind: str) -> bool:
 
 
 # --- Mamba cache modes (vllm/config/cache.py: MambaCacheMode) ------------------
+# The Literal's values per revision: RevisionFacts.mamba_modes (MAMBA_MODES is its view).
 ALL_MAMBA_MODES = ("align", "all", "none")
-MAMBA_MODES = {  # revision -> the Literal's values
-    "0.27": ("align", "all", "none"),
-    "0.28": ("align", "all", "none"),
-    "0.29": ("align", "all", "none"),
-    "0.31": ("align", "all", "none"),
-    "0.32": ("align", "none"),
-}
 
 # --- spec fields that only some releases have ---------------------------------
 F_PREFIX_CACHEABLE = "prefix_cacheable"  # KVCacheSpec.prefix_cacheable (0.29)
 F_DCP_SHARDED = "dcp_sharded"  # KVCacheSpec.dcp_sharded (0.31)
 F_TOKENS_PER_STATE = "tokens_per_state"  # MambaSpec.tokens_per_state (0.29)
-FIELDS = {
-    "0.27": frozenset(),
-    "0.28": frozenset(),
-    "0.29": frozenset({F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE}),
-    "0.31": frozenset({F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE, F_DCP_SHARDED}),
-    "0.32": frozenset({F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE, F_DCP_SHARDED}),
-}
+# Which of them a revision has: RevisionFacts.fields (FIELDS is its view).
 
 # --- the engine's cache_config.block_size (vllm/v1/engine/core.py) ------------
 # After KV cache init EngineCore._initialize_kv_caches sets
 # cache_config.block_size to the smallest group block size: over all groups
-# up to 0.29/0.30, over prefix-cacheable groups (all if none is) from 0.31.
-ENGINE_BLOCK_SIZE_OVER = {"0.27": "all", "0.28": "all", "0.29": "all", "0.31": "prefix_cacheable",
-                          "0.32": "prefix_cacheable"}
+# up to 0.29/0.30, over prefix-cacheable groups (all if none is) from 0.31:
+# RevisionFacts.engine_block_size_over (ENGINE_BLOCK_SIZE_OVER is its view). The one
+# definition of the rule is engine_cache_block_size below; the Z3 encodings (spec/premise.py,
+# spec/fold.py) are checked against it by tests/unit/test_engine_block_rule.py.
 
 
 def engine_block_size_members(rule: str, cacheable: Sequence[bool]) -> list[bool]:
@@ -113,12 +103,9 @@ _REGISTERED_027 = ("ExampleConnector", "ExampleHiddenStatesConnector", "LMCacheC
 _HMA_027 = ("MultiConnector", "ExampleHiddenStatesConnector", "MooncakeConnector", "MooncakeStoreConnector",
             "SimpleCPUOffloadConnector", "OffloadingConnector", "DecodeBenchConnector", "NixlConnector",
             "NixlPullConnector", "NixlPushConnector")
-REGISTERED_CONNECTORS = {"0.27": _REGISTERED_027, "0.28": _REGISTERED_027, "0.29": _REGISTERED_027,
-                         "0.31": _REGISTERED_027 + ("HiSparseConnector",),
-                         "0.32": _REGISTERED_027 + ("HiSparseConnector",)}
-HYBRID_CONNECTORS = {"0.27": _HMA_027, "0.28": _HMA_027, "0.29": _HMA_027,
-                     "0.31": _HMA_027 + ("MoRIIOConnector", "HiSparseConnector"),
-                     "0.32": _HMA_027 + ("MoRIIOConnector", "HiSparseConnector")}
+_REGISTERED_031 = _REGISTERED_027 + ("HiSparseConnector",)
+_HMA_031 = _HMA_027 + ("MoRIIOConnector", "HiSparseConnector")
+# per revision: RevisionFacts.registered_connectors / .hybrid_connectors (views below)
 OFFLOADING_CONNECTOR = "OffloadingConnector"
 DEFAULT_CONNECTOR = OFFLOADING_CONNECTOR  # what generators pick when a layout wants "a connector"
 HIDDEN_STATES_CONNECTOR = "ExampleHiddenStatesConnector"  # producer for extract_hidden_states
@@ -225,20 +212,63 @@ CONNECTOR_STORE_METHODS = ("insert", "prepare_store", "complete_store")
 # Which groups its divisibility assertion ranges over: every group manager up to
 # 0.28; the prefix-cacheable ones (circular buffers opt out) from 0.29, where
 # KVCacheSpec.prefix_cacheable appears (read in the installed 0.29.0 .. 0.32.0).
-HYBRID_DIVISIBILITY_OVER = {"0.27": "all", "0.28": "all", "0.29": "prefix_cacheable",
-                            "0.31": "prefix_cacheable", "0.32": "prefix_cacheable"}
+# (RevisionFacts.hybrid_divisibility_over)
 # With dcp > 1 it accepts FullAttentionSpec (MLA and hidden-state caches are
 # subclasses) and MambaSpec up to 0.28; FullAttentionSpec or any spec that is not
 # dcp_sharded (replicated: Mamba, draft groups) in 0.32.
-HYBRID_DCP_ACCEPTS = {"0.27": "full_or_mamba", "0.28": "full_or_mamba", "0.29": "full_or_mamba",
-                      "0.31": "full_or_replicated", "0.32": "full_or_replicated"}
+# (RevisionFacts.hybrid_dcp_accepts)
 FULL_ATTENTION_SPEC_KINDS = ("full_attention", "mla", "hidden_state")
 # verify_and_split_kv_cache_groups: up to 0.28 it needs two distinct specs among the
 # groups ("requires at least two attention groups"); from 0.29 (read in the installed
 # 0.29.0, 0.30.0, 0.31.0 and 0.32.0) it skips the groups that are not prefix-cacheable,
 # merges equal specs and needs one cacheable group ("requires at least one cacheable group").
-HYBRID_NEEDS = {"0.27": "two_specs", "0.28": "two_specs", "0.29": "one_cacheable", "0.31": "one_cacheable",
-                "0.32": "one_cacheable"}
+# (RevisionFacts.hybrid_needs)
+
+
+# --- one record per modelled revision ---------------------------------------------
+# A revision is one distinct resolver (spec/revisions.py adds the model's branch set);
+# everything kvproof knows of it from vLLM's code is this one record, read as the
+# sections above say. The per-fact dicts below are views of these records, never edited.
+@dataclass(frozen=True)
+class RevisionFacts:
+    releases: tuple[str, ...]  # the major.minor releases that run this exact resolver
+    fingerprints: tuple[str, ...]  # its source fingerprints (kvproof.spec.fingerprint)
+    fields: frozenset[str]
+    mamba_modes: tuple[str, ...]
+    engine_block_size_over: str  # "all" | "prefix_cacheable"
+    registered_connectors: tuple[str, ...]
+    hybrid_connectors: tuple[str, ...]
+    hybrid_divisibility_over: str  # "all" | "prefix_cacheable"
+    hybrid_dcp_accepts: str  # "full_or_mamba" | "full_or_replicated"
+    hybrid_needs: str  # "two_specs" | "one_cacheable"
+
+
+_F029 = frozenset({F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE})
+_F031 = _F029 | {F_DCP_SHARDED}
+_OLD = dict(registered_connectors=_REGISTERED_027, hybrid_connectors=_HMA_027, hybrid_dcp_accepts="full_or_mamba")
+_NEW = dict(engine_block_size_over="prefix_cacheable", registered_connectors=_REGISTERED_031,
+            hybrid_connectors=_HMA_031, hybrid_divisibility_over="prefix_cacheable",
+            hybrid_dcp_accepts="full_or_replicated", hybrid_needs="one_cacheable", fields=_F031)
+REVISION_FACTS: dict[str, RevisionFacts] = {
+    "0.27": RevisionFacts(("0.27",), ("469eaaf1263a0d92",), frozenset(), ALL_MAMBA_MODES, "all",
+                          hybrid_divisibility_over="all", hybrid_needs="two_specs", **_OLD),
+    "0.28": RevisionFacts(("0.28",), ("24f1bd7c475d6cd5",), frozenset(), ALL_MAMBA_MODES, "all",
+                          hybrid_divisibility_over="all", hybrid_needs="two_specs", **_OLD),
+    # 0.30.0's resolver is 0.29's plus two logger.info lines: another fingerprint, same code paths
+    "0.29": RevisionFacts(("0.29", "0.30"), ("ae5040d2a1caf648", "17081d0e13756feb"), _F029, ALL_MAMBA_MODES,
+                          "all", hybrid_divisibility_over="prefix_cacheable", hybrid_needs="one_cacheable", **_OLD),
+    "0.31": RevisionFacts(("0.31",), ("dd0eab07589364b3",), mamba_modes=ALL_MAMBA_MODES, **_NEW),
+    # 0.33.0 (python-only) carries 0.32's resolver byte for byte (read from the installed vllm 0.33.0)
+    "0.32": RevisionFacts(("0.32", "0.33"), ("eb4605d560801788",), mamba_modes=("align", "none"), **_NEW),
+}
+MAMBA_MODES = {k: r.mamba_modes for k, r in REVISION_FACTS.items()}
+FIELDS = {k: r.fields for k, r in REVISION_FACTS.items()}
+ENGINE_BLOCK_SIZE_OVER = {k: r.engine_block_size_over for k, r in REVISION_FACTS.items()}
+REGISTERED_CONNECTORS = {k: r.registered_connectors for k, r in REVISION_FACTS.items()}
+HYBRID_CONNECTORS = {k: r.hybrid_connectors for k, r in REVISION_FACTS.items()}
+HYBRID_DIVISIBILITY_OVER = {k: r.hybrid_divisibility_over for k, r in REVISION_FACTS.items()}
+HYBRID_DCP_ACCEPTS = {k: r.hybrid_dcp_accepts for k, r in REVISION_FACTS.items()}
+HYBRID_NEEDS = {k: r.hybrid_needs for k, r in REVISION_FACTS.items()}
 
 
 def spec_kind(spec: object) -> str:

