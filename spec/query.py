@@ -38,7 +38,7 @@ from typing import Any
 import z3
 
 from kvproof import contracts as C
-from kvproof.layout import Cache, Group, Layout
+from kvproof.layout import DEFAULT_MAX_MODEL_LEN, Cache, Group, Layout
 from kvproof.shrinking import shrink as greedy
 from kvproof.spec import facts, lemmas
 from kvproof.spec.premise import engine_premise
@@ -51,7 +51,6 @@ PROVED, COUNTEREXAMPLE, WARNING, UNKNOWN = (ProofStatus.PROVED, ProofStatus.COUN
                                             ProofStatus.UNKNOWN)
 MAX_REFINEMENTS = 40
 SMALL_BOUNDS = (16,)
-DEFAULT_MAX_MODEL_LEN = 131072
 
 
 @dataclass

@@ -74,13 +74,19 @@ class Speculative:
         return {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
 
 
+# A Layout that does not say how long its requests may be: a long-context deployment (the
+# one default every reader of max_model_len takes: the parser, the CLI, the prover, replay).
+# The tiny synthetic models of kvproof.config keep their own short length (Config.max_model_len).
+DEFAULT_MAX_MODEL_LEN = 131072
+
+
 @dataclass(frozen=True)
 class Layout:
     groups: tuple[Group, ...]
     cache: Cache
     kv_connector: str | None = None
     dcp: int = 1
-    max_model_len: int = 131072
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN
     speculative: Speculative | None = None
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -299,7 +305,7 @@ def _parse_layout(data: Any) -> Layout:
         cache=cache,
         kv_connector=connector,
         dcp=_int(top.get("dcp", 1), "dcp", hi=64),
-        max_model_len=_int(top.get("max_model_len", 131072), "max_model_len", hi=1 << 30),
+        max_model_len=_int(top.get("max_model_len", DEFAULT_MAX_MODEL_LEN), "max_model_len", hi=1 << 30),
         speculative=_speculative(top.get("speculative")),
         meta=meta,
     )

@@ -34,7 +34,7 @@ from typing import Any
 
 from kvproof import contracts
 from kvproof.judge import Judgement, judge
-from kvproof.layout import Cache, Group, Layout
+from kvproof.layout import DEFAULT_MAX_MODEL_LEN, Cache, Group, Layout
 from kvproof.outcome import Outcome, StageError
 from kvproof.replay.families import BootResult
 from kvproof.spec import facts
@@ -117,7 +117,7 @@ def live_layout(boot: BootResult) -> Layout | None:
     return Layout(groups=tuple(groups),
                   cache=Cache(block_size=int(boot.cache_block_size),
                               enable_prefix_caching=bool(boot.enable_prefix_caching), mamba_cache_mode=mode),
-                  kv_connector=boot.kv_connector, dcp=1, max_model_len=int(boot.max_model_len or 131072))
+                  kv_connector=boot.kv_connector, dcp=1, max_model_len=int(boot.max_model_len or DEFAULT_MAX_MODEL_LEN))
 
 
 def is_consumer_assertion(boot: BootResult) -> bool:
