@@ -16,7 +16,8 @@
 # 5. consumers: the release differential (kvproof compare) of the release and the overlay on the
 #    ledger's entries with their streams and generated reference layouts (half with speculative
 #    drafts): an input that newly FAILs at the consumer tier (an exception, a wrong hit, a wrong
-#    KV event or connector key) or a request that hits less is red.
+#    KV event or connector key), a request that hits less, or a FAIL class whose observations on
+#    the same inputs more than double (a new fault inside a known class) is red.
 # 6. consumers fuzz: a short consumer-tier campaign of the overlay; a new class whose stored input
 #    also FAILs on the release is pre-existing (reported, not red), else red.
 # Writes a Markdown summary to $KVPROOF_SUMMARY (default kvproof-summary.md; also appended to
@@ -163,6 +164,8 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 for rel, prev, h, what in r["newly_failing"]:
     print(f"FAIL  - input `{h}` passes on {prev} and FAILs on the PR: {what}")
+for rel, prev, key, before, after in r.get("jumps", []):
+    print(f"JUMP  - `{key}`: {before} -> {after} observations on the same inputs (a new fault in a known class?)")
 for key, regs in r["classes"].items():
     w = max(regs, key=lambda x: x["before"] - x["after"])
     print(f"LESS  - `{key}`: {len(regs)} admissions hit less; worst: input `{w['input_hash']}` request "
@@ -170,9 +173,9 @@ for key, regs in r["classes"].items():
 print(f"TOTAL {r['inputs']} inputs, {r['requests_compared']} admissions compared")
 PY
 )
-  if echo "$summary" | grep -qE '^(FAIL|LESS) '; then
+  if echo "$summary" | grep -qE '^(FAIL|LESS|JUMP) '; then
     say "- consumer differential ($(echo "$summary" | sed -n 's/^TOTAL //p')): **the PR changes what the consumers do**:"
-    while IFS= read -r l; do say "$l"; done < <(echo "$summary" | grep -E '^(FAIL|LESS) ' | cut -c7- | head -6)
+    while IFS= read -r l; do say "$l"; done < <(echo "$summary" | grep -E '^(FAIL|LESS|JUMP) ' | cut -c7- | head -6)
     say "  (reproduce: \`kvproof compare --from $BASE --to $NAME --generated $DIFF_N $LEDGER_DIR\`)"
     status=1
   else

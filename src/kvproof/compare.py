@@ -15,8 +15,10 @@ release before is a regression, named by its first bad release: one class per
 ``scheduler-block``) when the newer release built another scheduler block. The ledger's
 regression classes are known: reported, never failing the run. Runs that do not
 complete on both sides (not expressible, an exception, a harness error) are
-counted, never compared. Exit 1 when a regression class the ledger does not know
-was found, 0 when none, 2 on bad input. No vLLM import here.
+counted, never compared. A FAIL class both releases show whose observations over the
+same inputs more than double (by at least JUMP_MIN) is a jump: a new fault may hide in a
+known class. Exit 1 when a regression class the ledger does not know or a jump was found,
+0 when none, 2 on bad input. No vLLM import here.
 """
 
 from __future__ import annotations
@@ -95,6 +97,9 @@ class Report:
     # oracle): (release, previous, input hash, the judgement's line) -- what a PR gate must
     # not let through
     newly_failing: list[tuple[str, str, str, str]] = field(default_factory=list)
+    # a FAIL class both releases show whose observations over the same inputs jump on the newer
+    # one (release, previous, class key, before, after): a new fault hiding in a known class
+    jumps: list[tuple[str, str, str, int, int]] = field(default_factory=list)
 
     def classes(self) -> dict[str, list[Regression]]:
         out: dict[str, list[Regression]] = {}
@@ -105,6 +110,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {"releases": self.releases, "inputs": self.inputs, "requests_compared": self.requests_compared,
                 "not_compared": self.not_compared, "newly_failing": [list(x) for x in self.newly_failing],
+                "jumps": [list(x) for x in self.jumps],
                 "classes": {k: [dict(r.__dict__, cause=r.cause) for r in v] for k, v in self.classes().items()}}
 
 
@@ -130,6 +136,26 @@ def _complete(res: ConsumerResult) -> str | None:
     return None
 
 
+# A class "jumps" when the newer release shows it more than JUMP_FACTOR times as often as the
+# one before over the same inputs, and by at least JUMP_MIN observations: run-to-run noise
+# (OffloadingConnector's timing, a few inputs more or less) stays under it; the seeded
+# BlockStored fault of issue 24 went from 5-12 to 451 observations in the same time.
+JUMP_FACTOR, JUMP_MIN = 2, 5
+
+
+def class_weights(items: Sequence[tuple[Layout, Stream]], results: Sequence[ConsumerResult]) -> dict[str, int]:
+    """FAIL class key -> its oracle's observations over ``items`` (uncapped; an exception counts once)."""
+    from kvproof.findings.key import class_key
+    out: dict[str, int] = {}
+    for (lay, _), res in zip(items, results):
+        j = judge_consumer(res, lay)
+        if j.verdict == Verdict.FAIL:
+            key = class_key(j, lay)
+            oracle = key.check.removeprefix("oracle:")
+            out[str(key)] = out.get(str(key), 0) + max(1, res.counts.get(oracle, 0))
+    return out
+
+
 def _drafts_label(lay: Layout, st: Stream) -> str:
     """The drafts a compared run used (the harness's rule: the stream's, else the Layout's)."""
     drafts = effective_drafts(lay, st)
@@ -141,6 +167,9 @@ def diff(items: Sequence[tuple[Layout, Stream]], runs: dict[str, list[ConsumerRe
     rels = list(runs)
     rep = Report(rels, inputs=len(items))
     for prev, cur in zip(rels, rels[1:]):
+        was, now = class_weights(items, runs[prev]), class_weights(items, runs[cur])
+        rep.jumps += [(cur, prev, k, was[k], n) for k, n in now.items()
+                      if was.get(k) and n > JUMP_FACTOR * was[k] and n - was[k] >= JUMP_MIN]
         for (lay, st), a, b in zip(items, runs[prev], runs[cur]):
             ja, jb = judge_consumer(a, lay), judge_consumer(b, lay)
             if ja.verdict < Verdict.FAIL <= jb.verdict:
@@ -235,6 +264,8 @@ def print_report(rep: Report, ledger: Any = None) -> None:
           + (f"; not compared: {', '.join(f'{v} {k}' for k, v in rep.not_compared.items())}" if rep.not_compared else ""))
     for rel, prev, h, what in rep.newly_failing:
         print(f"  NEWLY FAILING on {rel} (passed on {prev}): input {h}: {what}")
+    for rel, prev, key, before, after in rep.jumps:
+        print(f"  CLASS JUMPS on {rel} (vs {prev}): {key}: {before} -> {after} observations over the same inputs")
     classes = rep.classes()
     if not classes:
         print("  no regression: no request hit less on a newer release")
@@ -282,7 +313,7 @@ def _body(argv: Sequence[str] | None) -> int:
         print(json.dumps(rep.to_dict(), indent=1, sort_keys=True))
     else:
         print_report(rep, ledger)
-    return 1 if new else 0
+    return 1 if new or rep.jumps else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

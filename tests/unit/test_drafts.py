@@ -249,3 +249,30 @@ def test_a_new_consumer_class_is_stored_with_the_shortest_stream_that_keeps_its_
     assert class_key(judge_consumer(run(lay, small), lay), lay) == key
     assert len(small.requests) == 1 and small.spec is None and len(small.prompt(0)) < 80
     assert small.requests[0].resend_at is None and small.requests[0].arrival == 0
+
+
+def test_a_known_class_whose_observations_jump_on_the_newer_release_is_reported():
+    """compare.diff: the same inputs FAIL in the same class on both releases, but the newer one
+    shows the oracle far more often (a new fault inside a known class, issue 24 item 1); noise
+    below JUMP_FACTOR x and JUMP_MIN stays quiet, and a class new on the newer release is a
+    newly failing input, not a jump."""
+    lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}]})
+    st = Stream((71,), (Req(0, 71, 1), Req(0, 71, 1, 3)))
+
+    def events(n):
+        r = _res([(0, 0), (1, 64)])
+        if n:
+            r.observations.append(Observation("kv_event", 1, "BlockStored(...): other tokens",
+                                              "hash-vs-tokens|BlockPool (BlockStored[GPU])"))
+            r.counts["kv_event"] = n
+        return r
+
+    items = [(lay, st)] * 2
+    rep = compare.diff(items, {"0.32.0": [events(2), events(1)], "pr": [events(20), events(6)]}, margin=0)
+    ((rel, prev, key, before, after),) = rep.jumps
+    assert (rel, prev, before, after) == ("pr", "0.32.0", 3, 26) and "oracle:kv_event" in key
+    assert not rep.newly_failing and rep.to_dict()["jumps"] == [list(rep.jumps[0])]
+    assert not compare.diff(items, {"0.32.0": [events(2), events(1)], "pr": [events(3), events(3)]}, margin=0).jumps
+    assert not compare.diff(items, {"0.32.0": [events(1), events(0)], "pr": [events(2), events(2)]}, margin=0).jumps
+    fresh = compare.diff(items, {"0.32.0": [events(0), events(0)], "pr": [events(9), events(0)]}, margin=0)
+    assert not fresh.jumps and len(fresh.newly_failing) == 1
