@@ -80,8 +80,9 @@ PROBE = textwrap.dedent("""
         truth.Truth.longest = truth.lcp
     elif mode == "api_changed":   # the start-up check finds an API that no longer fits
         real = harness.needs
+        from vllm.v1.request import Request
         harness.needs = lambda: real() + [compat.Need("kvproof/consumer/harness.py:Harness._run",
-                                                      harness.Request.__init__, provides=())]
+                                                      Request.__init__, provides=())]
     print("RESULT " + json.dumps(harness.Harness().run(layout, stream).to_dict()))
 """)
 

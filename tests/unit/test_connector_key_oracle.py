@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvproof.consumer.oracles import Oracles, Recorder, mamba_checkpoint_position
+from kvproof.consumer.connector_oracle import mamba_checkpoint_position
+from kvproof.consumer.oracles import Oracles, Recorder
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.truth import HashIndex
 

@@ -1,13 +1,20 @@
 """The consumer tier: the REAL scheduler, prefix cache, KV events and connectors, driven by request streams.
 
-Modules (one concept each): ``stream`` (request streams, stdlib), ``harness``
-(inside a vLLM env: builds the real Scheduler and drives it, with a fake model
-runner and connector worker), ``spies`` (wrappers on the scheduler's methods
-that report what vLLM did), ``oracles`` (the checks: each judges a report
-against the ground truth), ``truth`` (the ground truth: computed tokens, the
-hash index), ``compat`` (start-up check of the vLLM signatures the harness
-relies on), ``result`` (ConsumerResult; ``kvproof.judge.judge_consumer`` gives
-its verdict), ``worker`` (the in-env process), ``client`` (``run``/``run_many``
+Modules (one concept each): ``stream`` (request streams, stdlib). Inside a
+vLLM env: ``harness`` (one run, from its parts), ``refusals`` (inputs no
+engine builds), ``needs`` (the vLLM APIs it calls, checked by ``compat`` at
+start-up), ``configs`` and ``drafters`` (the engine's configs), ``scheduler``
+(the real Scheduler built from them), ``wiring`` (the oracles hung on it
+through ``spies``, wrappers that report what vLLM did), ``driver`` (the step
+loop), ``runner`` and ``spec_runner`` (the fake model runner, and its
+speculative-decoding extension), ``fake_worker`` (the connector's worker
+side), ``failures`` (an exception: vLLM's or kvproof's own). The checks:
+``oracles`` (the facade each report goes through, with the state the checks
+share), ``hit_oracle``, ``chain_oracle``, ``connector_oracle``,
+``event_oracle``, ``efficiency`` (a measurement), ``observations`` (what they
+record), ``truth`` (the ground truth: computed tokens, the hash index).
+``result`` (ConsumerResult; ``kvproof.judge.judge_consumer`` gives its
+verdict), ``worker`` (the in-env process), ``client`` (``run``/``run_many``
 from any Python), ``fuzz`` (atheris target).
 
     from kvproof.consumer import run

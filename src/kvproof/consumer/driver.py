@@ -2,7 +2,8 @@
 
 Each step: the stream's events for that step (a request arrives, is sent
 again, is aborted), ``schedule()``, the fake model runner's output for the
-batch (``kvproof.consumer.runner``), the fake connector worker's report one
+batch (``kvproof.consumer.runner``, ``spec_runner`` under speculative
+decoding), the fake connector worker's report one
 step later (``kvproof.consumer.fake_worker``), ``update_from_output`` and the
 next drafts. The oracles hear of every step (``kvproof.consumer.oracles``).
 """
@@ -16,7 +17,8 @@ from vllm.v1.request import Request, RequestStatus
 
 from kvproof.consumer import fake_worker
 from kvproof.consumer.compat import kwargs_for
-from kvproof.consumer.oracles import Oracles, Recorder
+from kvproof.consumer.observations import Recorder
+from kvproof.consumer.oracles import Oracles
 from kvproof.consumer.runner import FakeModelRunner
 from kvproof.consumer.stream import Stream
 

@@ -1,11 +1,12 @@
-"""ConsumerResult: what one consumer-tier run observed (JSON in and out, no vLLM)."""
+"""ConsumerResult: what one consumer-tier run observed (JSON in and out, no vLLM); RunState: one run in progress."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvproof.consumer.oracles import Efficiency, Observation
+from kvproof.consumer.efficiency import Efficiency
+from kvproof.consumer.observations import Observation, Recorder
 
 
 @dataclass
@@ -62,3 +63,15 @@ class ConsumerResult:
         d["observations"] = [Observation.from_dict(o) for o in d.get("observations", [])]
         d["efficiency"] = Efficiency.from_dict(d.get("efficiency", {}))
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class RunState:
+    """One run in progress: the ``ConsumerResult`` it fills and the recorder of its observations
+    (writing into the result's ``observations`` and ``counts``)."""
+
+    res: ConsumerResult
+    rec: Recorder = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rec = Recorder(self.res.observations, self.res.counts)

@@ -1,0 +1,74 @@
+"""Efficiency (e), a measurement and never a verdict: tokens a perfect prefix cache could reuse vs tokens hit. No vLLM import.
+
+``scheduled`` is called through ``Oracles.scheduled`` (``o``: the run's
+:class:`kvproof.consumer.oracles.Oracles`, for the hits its lookups and
+connector claims left pending and the result it fills).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+
+@dataclass
+class Efficiency:
+    """Per stream: prompt tokens, tokens a perfect prefix cache could reuse, tokens hit."""
+
+    prompt_tokens: int = 0
+    reusable_tokens: int = 0  # sum over first admissions of min(LCP with computed KV, prompt-1)
+    hit_tokens: int = 0  # local prefix-cache hit at first admission
+    external_tokens: int = 0  # connector-provided tokens at first admission
+    admissions: int = 0
+    readmissions: int = 0  # after preemption
+    preempted_recomputed: int = 0  # tokens recomputed after preemption beyond the re-hit
+
+    @property
+    def recomputed_fraction(self) -> float:
+        """Fraction of the shared-prefix tokens that were recomputed (0: perfect reuse)."""
+        if self.reusable_tokens == 0:
+            return 0.0
+        return max(0.0, 1.0 - (self.hit_tokens + self.external_tokens) / self.reusable_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["recomputed_fraction"] = round(self.recomputed_fraction, 6)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Efficiency":
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+def scheduled(o: Any, step: int, rids: Iterable[str]) -> None:
+    """The hit each request got at its first admission vs what was reusable."""
+    res = o.res
+    for rid in rids:
+        if rid in o.pending_hit:
+            local, true_len = o.pending_hit.pop(rid)
+            ext = o.ext_hit.pop(rid, 0)
+            loaded = o.ext_hit.pop(rid + "#async", 0)
+            relooked = o.lookups_after_claim.pop(rid, 0) > 0
+            if loaded and relooked and local >= loaded:  # the loaded tokens came back as a local hit
+                local, ext = local - loaded, ext + loaded
+            elif loaded:
+                # no lookup since the claim: the scheduler resumes the request at what the load
+                # made computed (scheduler.py _update_waiting_for_remote_kv), with no local lookup
+                # to return it, with or without prefix caching
+                ext += loaded
+            req = o.live[rid]
+            cap = max(0, req.num_prompt_tokens - 1)
+            # a load up to the whole prompt leaves its last token to recompute (the same
+            # function: num_computed_tokens = num_tokens - 1)
+            ext = max(0, min(ext, cap - local))
+            if rid not in o.first_seen:
+                o.first_seen.add(rid)
+                res.efficiency.admissions += 1
+                res.efficiency.prompt_tokens += req.num_prompt_tokens
+                res.efficiency.reusable_tokens += min(true_len, cap)
+                res.efficiency.hit_tokens += local
+                res.efficiency.external_tokens += ext
+                res.hits.append({"step": step, "req": int(rid[1:].split(".")[0]), "hit": local,
+                                 "external": ext, "truth": min(true_len, cap)})
+            else:
+                res.efficiency.readmissions += 1

@@ -1,0 +1,41 @@
+"""An exception during a consumer run: vLLM's (the ``exception`` oracle) or kvproof's own (a harness error). No vLLM import.
+
+The innermost frame decides (``compat.own_frame``): raised in kvproof's code,
+the run says nothing about vLLM (``ConsumerResult.harness_error``, ERROR);
+raised in vLLM, it is an observation with the vLLM frame that raised it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import kvproof
+from kvproof.consumer import compat
+from kvproof.consumer.result import RunState
+from kvproof.outcome import vllm_frame
+
+_KVPROOF_DIR = os.path.dirname(os.path.abspath(kvproof.__file__)) + os.sep
+
+
+def exc_line(err: BaseException) -> str:
+    """``Type: message @ vLLM frame``, the message on one line and cut at 300 characters."""
+    msg = " ".join(str(err).split())[:300]
+    return f"{type(err).__name__}: {msg} @ {vllm_frame(err)}"
+
+
+def own_error(err: BaseException) -> str | None:
+    """The harness error line when ``err`` was raised in kvproof's own code, else None."""
+    frame = compat.own_frame(err, _KVPROOF_DIR)
+    if frame is None:
+        return None
+    msg = " ".join(str(err).split())[:300]
+    return f"{type(err).__name__} raised in kvproof's harness at {frame}: {msg}"
+
+
+def raised(st: RunState, err: BaseException, where: str = "") -> None:
+    """Record ``err``, raised during a run (``where``: the stage, as a prefix of the line)."""
+    own = own_error(err)
+    if own is not None:
+        st.res.harness_error = where + own
+    else:
+        st.rec.add("exception", where + exc_line(err))

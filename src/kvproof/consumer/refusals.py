@@ -1,0 +1,45 @@
+"""Inputs no engine builds, refused before a consumer run starts (NOT_EXPRESSIBLE). No vLLM import.
+
+Each refusal names the engine rule that keeps the combination from reaching
+one scheduler, so a run never judges vLLM on a KV cache no model derives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvproof.consumer.drafts import effective_drafts
+from kvproof.consumer.stream import Stream
+from kvproof.errors import NotExpressible
+from kvproof.layout import Layout
+
+
+def refusal(layout: Layout, stream: Stream, takes_drafts: bool) -> tuple[Stream, str | None]:
+    """(the stream with the drafter the run uses, why the engine would not build it or None).
+
+    ``takes_drafts``: the release's scheduler takes draft token ids (``DraftTokenIds``)."""
+    if layout.groups and all(g.prefix_cacheable is False for g in layout.groups):
+        # Only CircularBufferSpec opts a group out of prefix caching (kv_cache_interface.py,
+        # 0.32), and only DeepSeek-V4-style compressor caches build it, always beside
+        # MLA/attention groups that are cacheable: no model derives a KV cache of such
+        # groups alone. vLLM then raises in whatever reads the cacheable groups first
+        # (HybridKVCacheCoordinator, offloading/config.py:76, simple_kv_offload/manager.py:193).
+        return stream, ("every group opts out of prefix caching (CircularBufferSpec only): no model derives "
+                        "such a KV cache; they sit beside cacheable MLA/attention groups")
+    try:  # the Layout's speculative method (a derivation's) drafts when the stream names none
+        stream = replace(stream, spec=effective_drafts(layout, stream))
+    except NotExpressible as err:
+        return stream, str(err)
+    if any(g.eagle for g in layout.groups) and not (stream.spec is not None and stream.spec.eagle):
+        # kv_cache_utils.py annotates is_eagle_group only under use_eagle_block_drop()
+        return stream, ("a group flagged eagle without an EAGLE-family drafter: the engine sets "
+                        "is_eagle_group only when it drafts with eagle, eagle3 or mtp")
+    if stream.spec is not None and not takes_drafts:
+        return stream, "this release's scheduler takes no draft token ids (no DraftTokenIds)"
+    if stream.spec is not None and stream.spec.eagle and len(layout.groups) > 1 \
+            and any(g.kind == "chunked_local" for g in layout.groups):
+        # vllm/config/vllm.py turns the hybrid KV cache manager off for chunked local
+        # attention, always with EAGLE: these groups never reach one coordinator
+        return stream, ("EAGLE with chunked local attention: the engine turns the hybrid KV cache manager "
+                        "off, so these groups never share a coordinator")
+    return stream, None
