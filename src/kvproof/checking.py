@@ -1,7 +1,8 @@
 """Run Layouts through real vLLM releases and judge them: the engine of `check`.
 
-Layouts in, one worker per release, Outcomes judged by ``kvproof.judge``
-(the one judge), rows out. Used by the CLI, the tests and the benches alike.
+Layouts in, live workers per release, every tier asked for run by one tier runner
+(:func:`run_tiers`), results judged by ``kvproof.judge`` (the one judge), rows out.
+Used by the CLI, the tests and the benches alike.
 
 The one derive step on the client side lives here too (:func:`derive_all`:
 Configs through a bridge worker's real derivation, :mod:`kvproof.bridge.derive`),
@@ -12,12 +13,12 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from kvproof import contracts
-from kvproof.bridge.client import Worker, start_all
+from kvproof.bridge.client import Worker
 from kvproof.config import Config
 from kvproof.derivation import (Derived, DeriveError, _revision, config_key, enumerate_configs, host_cpu,
                                 model_configs, table_dir, table_entry)
@@ -27,16 +28,34 @@ from kvproof.layout import Layout
 from kvproof.outcome import Outcome
 from kvproof.verdicts import Tier, Verdict
 
+if TYPE_CHECKING:
+    from kvproof.consumer.result import ConsumerResult
+
+# What `kvproof check` runs unless told otherwise (the engine tier boots a model per layout:
+# `kvproof replay FILE --tier engine`). The function and manager tiers share one bridge call
+# and one row (its tier: the highest that ran); the consumer tier has a row of its own.
+CHECK_TIERS = (Tier.FUNCTION, Tier.MANAGER, Tier.CONSUMER)
+BRIDGE_TIERS = (Tier.FUNCTION, Tier.MANAGER)
+# Releases whose workers (a bridge and a consumer worker each) start and import vLLM together: the
+# README's three releases at once, about 7 GB of workers; more releases go three at a time.
+PARALLEL_RELEASES = 3
+
+
+def _windows(envs: Sequence[Env]) -> list[Sequence[Env]]:
+    return [envs[i:i + PARALLEL_RELEASES] for i in range(0, len(envs), PARALLEL_RELEASES)]
+
 
 @dataclass(frozen=True)
 class Row:
-    """One (layout, release) verdict."""
+    """One (layout, release, tier) verdict: the bridge's ``outcome`` (function and manager
+    tiers) or the consumer tier's ``consumer`` result, with the one judge's ``judgement``."""
 
     name: str
     layout: Layout
     env: str
-    outcome: Outcome
+    outcome: Outcome | None
     judgement: Judgement
+    consumer: ConsumerResult | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -45,6 +64,22 @@ class Row:
     @property
     def tier(self) -> Tier:
         return self.judgement.tier
+
+    @property
+    def _source(self) -> Any:
+        return self.outcome if self.outcome is not None else self.consumer
+
+    @property
+    def scheduler_block_size(self) -> int | None:
+        return getattr(self._source, "scheduler_block_size", None)
+
+    @property
+    def hash_block_size(self) -> int | None:
+        return getattr(self._source, "hash_block_size", None)
+
+    @property
+    def vllm_version(self) -> str:
+        return getattr(self._source, "vllm_version", "") or ""
 
     @property
     def violations(self) -> tuple[contracts.Violation, ...]:
@@ -68,7 +103,7 @@ class Row:
 
     def message(self) -> str:
         o = self.outcome
-        if not o.expressible:
+        if o is not None and not o.expressible:
             return o.not_expressible
         return self.judgement.line()
 
@@ -78,15 +113,16 @@ class Row:
                     for v in items]
         j = self.judgement
         return {
-            "name": self.name, "env": self.env, "vllm": self.outcome.vllm_version,
+            "name": self.name, "env": self.env, "vllm": self.vllm_version,
             "layout": self.layout.to_dict(), "layout_hash": self.layout.content_hash(),
             "verdict": str(j.verdict), "tier": str(j.tier),
-            "scheduler_block_size": self.outcome.scheduler_block_size,
-            "hash_block_size": self.outcome.hash_block_size,
+            "scheduler_block_size": self.scheduler_block_size,
+            "hash_block_size": self.hash_block_size,
             "violations": vs(j.explained), "latent": vs(j.latent),
             "warnings": [{"contract": w.contract.id, "detail": w.detail} for w in j.warnings],
-            "by_design": j.by_design, "note": j.note,
-            "outcome": self.outcome.to_dict(),
+            "by_design": j.by_design, "note": j.note, "message": self.message(),
+            "outcome": None if self.outcome is None else self.outcome.to_dict(),
+            "consumer": None if self.consumer is None else self.consumer.to_dict(),
             "known": None if (k := self.known()) is None else {
                 "id": k.id, "status": str(k.status), "title": k.title, "upstream": k.upstream,
                 "fixed_in": k.fixed_in, "workaround": k.workaround},
@@ -115,19 +151,113 @@ def exit_code(rows: Sequence[Row]) -> int:
     return 0
 
 
-def run(named: Sequence[tuple[str, Layout]], envs: Sequence[Env], manager: bool = True) -> tuple[list[Row], dict]:
-    """Every layout through every environment; returns rows and per-env worker info."""
+def consumer_row(name: str, layout: Layout, env_name: str, result: ConsumerResult) -> Row:
+    """A consumer-tier result as a row: the result itself (no Outcome), judged by judge_consumer."""
+    from kvproof.judge import judge_consumer
+    return Row(name, layout, env_name, None, judge_consumer(result, layout), result)
+
+
+def tiers_of(manager: bool = True, consumer: bool = False) -> tuple[Tier, ...]:
+    """The tier set of the older flags: function always, manager and consumer when asked."""
+    return tuple(t for t in CHECK_TIERS if t == Tier.FUNCTION or (t == Tier.MANAGER and manager)
+                 or (t == Tier.CONSUMER and consumer))
+
+
+@dataclass
+class Workers:
+    """The live workers of one run, by env name: a bridge worker (function and manager tiers,
+    derivation) and a consumer worker (consumer tier) where the tiers need them. Workers
+    passed in (``live``) are used, not closed; the rest are started together (their vLLM
+    imports overlap) and closed by :meth:`close`."""
+
+    bridge: dict[str, Worker] = field(default_factory=dict)
+    consumer: dict[str, Worker] = field(default_factory=dict)
+    own: list[Worker] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, envs: Sequence[Env], bridge: bool, consumer: bool,
+              live: dict[str, Worker] | None = None, live_consumer: dict[str, Worker] | None = None) -> Workers:
+        from kvproof.consumer.client import ConsumerWorker
+        pool = cls()
+        want: list[tuple[dict[str, Worker], Worker]] = []
+        for env in envs:
+            for on, kind, given, into in ((bridge, Worker, live, pool.bridge),
+                                          (consumer, ConsumerWorker, live_consumer, pool.consumer)):
+                if not on:
+                    continue
+                if given and env.name in given:
+                    into[env.name] = given[env.name]
+                else:
+                    want.append((into, kind(env)))
+        try:
+            for _, w in want:
+                pool.own.append(w)
+                w.spawn()
+            for into, w in want:
+                w.handshake()
+                into[w.env.name] = w
+        except BaseException:
+            pool.close()
+            raise
+        return pool
+
+    def info(self, env_name: str) -> dict:
+        w = self.bridge.get(env_name) or self.consumer.get(env_name)
+        return dict(w.info) if w is not None else {}
+
+    def close(self) -> None:
+        for w in self.own:
+            w.close()
+        self.own.clear()
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_tiers(named: Sequence[tuple[str, Layout]], tiers: Iterable[Tier], env_name: str,
+              bridge: Worker | None = None, consumer: Worker | None = None) -> list[Row]:
+    """The one tier runner: named Layouts at ``tiers`` on one release, through its live workers
+    (``bridge`` for the function and manager tiers, one row per layout whose tier is the highest
+    that ran; ``consumer`` for the consumer tier, the layout's own stream or the default
+    shared-prefix one, a row of its own). Rows per layout in tier order, layouts in input order."""
+    tiers = set(tiers)
+    per: list[list[Row]] = [[] for _ in named]
+    layouts = [lay for _, lay in named]
+    if not layouts:
+        return []
+    if tiers & set(BRIDGE_TIERS):
+        if bridge is None:
+            raise ValueError(f"{env_name}: the function and manager tiers need a bridge worker")
+        for rows, (n, lay), o in zip(per, named, bridge.run(layouts, manager=Tier.MANAGER in tiers)):
+            rows.append(judge(n, lay, env_name, o))
+    if Tier.CONSUMER in tiers:
+        if consumer is None:
+            raise ValueError(f"{env_name}: the consumer tier needs a consumer worker")
+        from kvproof.consumer.client import stream_for
+        results = consumer.run([(lay, stream_for(lay)) for lay in layouts])
+        for rows, (n, lay), r in zip(per, named, results):
+            rows.append(consumer_row(n, lay, env_name, r))
+    return [r for rows in per for r in rows]
+
+
+def run(named: Sequence[tuple[str, Layout]], envs: Sequence[Env], manager: bool = True,
+        consumer: bool = False, tiers: Iterable[Tier] | None = None, workers: dict[str, Worker] | None = None,
+        consumer_workers: dict[str, Worker] | None = None) -> tuple[list[Row], dict]:
+    """Every layout through every environment at ``tiers`` (default: function, manager when
+    ``manager``, consumer when ``consumer``); returns rows and per-env worker info.
+    ``workers`` / ``consumer_workers`` map an env name to a live worker to reuse."""
+    tiers = set(tiers_of(manager, consumer) if tiers is None else tiers)
     rows: list[Row] = []
     info: dict[str, dict] = {}
-    workers = start_all(envs)
-    try:
-        for worker in workers:
-            info[worker.env.name] = worker.info
-            outcomes = worker.run([layout for _, layout in named], manager=manager)
-            rows.extend(judge(n, lay, worker.env.name, o) for (n, lay), o in zip(named, outcomes))
-    finally:
-        for worker in workers:
-            worker.close()
+    for window in _windows(envs):
+        with Workers.start(window, bridge=bool(tiers & set(BRIDGE_TIERS)), consumer=Tier.CONSUMER in tiers,
+                           live=workers, live_consumer=consumer_workers) as pool:
+            for env in window:
+                info[env.name] = pool.info(env.name)
+                rows.extend(run_tiers(named, tiers, env.name, pool.bridge.get(env.name), pool.consumer.get(env.name)))
     return rows, info
 
 
@@ -220,29 +350,25 @@ class ConfigCheck:
 
 
 def check_configs(named: Sequence[tuple[str, Config]], envs: Sequence[Env], manager: bool = True,
-                  consumer: bool = True, workers: dict[str, Worker] | None = None) -> list[ConfigCheck]:
-    """Each Config through each release: real derivation, then the function and manager tiers
-    (one bridge worker; ``workers`` maps an env name to a live one to reuse) and the consumer tier
-    (the consumer worker, default shared-prefix stream), every Outcome judged by :mod:`kvproof.judge`."""
-    import contextlib
-    from kvproof.consumer.client import ConsumerWorker, default_stream
-    from kvproof.judge import consumer_outcome, judge_consumer
+                  consumer: bool = True, workers: dict[str, Worker] | None = None,
+                  tiers: Iterable[Tier] | None = None,
+                  consumer_workers: dict[str, Worker] | None = None) -> list[ConfigCheck]:
+    """Each Config through each release: real derivation in the release's bridge worker, then
+    the derived Layouts through :func:`run_tiers` at ``tiers`` (default: function, manager when
+    ``manager``, consumer when ``consumer``), as a Layout given by hand would go. ``workers`` /
+    ``consumer_workers`` map an env name to a live worker to reuse; the others start together."""
+    tiers = set(tiers_of(manager, consumer) if tiers is None else tiers)
     out: list[ConfigCheck] = []
-    for env in envs:
-        live = (workers or {}).get(env.name)
-        with contextlib.nullcontext(live) if live is not None else Worker(env) as w:
-            derived = derive_all(env.name, [c for _, c in named], w)
-            layouts = [(n, d.layout) for (n, _), d in zip(named, derived) if d.layout is not None]
-            outcomes = w.run([lay for _, lay in layouts], manager=manager) if layouts else []
-        rows: dict[str, list[Row]] = {}
-        for (n, lay), o in zip(layouts, outcomes):
-            rows.setdefault(n, []).append(judge(n, lay, env.name, o))
-        if consumer and layouts:
-            with ConsumerWorker(env) as cw:
-                results = cw.run([(lay, default_stream(lay)) for _, lay in layouts])
-            for (n, lay), r in zip(layouts, results):
-                rows[n].append(Row(n, lay, env.name, consumer_outcome(r, lay), judge_consumer(r, lay)))
-        out.extend(ConfigCheck(n, env.name, d, tuple(rows.get(n, ()))) for (n, _), d in zip(named, derived))
+    for window in _windows(envs):
+        with Workers.start(window, bridge=True, consumer=Tier.CONSUMER in tiers, live=workers,
+                           live_consumer=consumer_workers) as pool:
+            for env in window:
+                derived = derive_all(env.name, [c for _, c in named], pool.bridge[env.name])
+                layouts = [(n, d.layout) for (n, _), d in zip(named, derived) if d.layout is not None]
+                rows: dict[str, list[Row]] = {}
+                for r in run_tiers(layouts, tiers, env.name, pool.bridge[env.name], pool.consumer.get(env.name)):
+                    rows.setdefault(r.name, []).append(r)
+                out.extend(ConfigCheck(n, env.name, d, tuple(rows.get(n, ()))) for (n, _), d in zip(named, derived))
     return out
 
 

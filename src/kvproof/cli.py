@@ -24,7 +24,7 @@ from kvproof.config import Config, reference_models
 from kvproof.errors import KvproofError, UsageError
 from kvproof.layout import Layout, parse_groups_spec
 from kvproof.spec import facts
-from kvproof.verdicts import Verdict
+from kvproof.verdicts import Tier
 
 # name -> (module, help); each module has main(argv) -> int
 DELEGATED = {
@@ -108,7 +108,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--flags", default="", metavar="'VLLM SERVE FLAGS'",
                    help="vllm serve flags for --config models, parsed by each release's own EngineArgs, "
                         "e.g. '--enable-prefix-caching --mamba-cache-mode align'. " + SERVE_FLAGS_HELP)
-    c.add_argument("--no-consumer", action="store_true", help="--config: skip the consumer tier")
+    c.add_argument("--tiers", metavar="LIST",
+                   help="comma-separated tiers to run: function, manager, consumer (default: all three; "
+                        "the engine tier boots a model per layout: kvproof replay FILE --tier engine)")
+    c.add_argument("--no-consumer", action="store_true", help="skip the consumer tier (--tiers function,manager)")
     _add_release_args(c)
     e = sub.add_parser("explain", help="turn a 'block_sizes=[...], hash_block_size=N' log line into a check")
     e.add_argument("line")
@@ -161,6 +164,29 @@ def _envs(args: argparse.Namespace) -> list[envs.Env]:
     return out + [envs.from_python(p) for p in args.python or []]
 
 
+def _tiers(args: argparse.Namespace) -> tuple[Tier, ...]:
+    """The tiers ``check`` runs: ``--tiers`` (default every tier of checking.CHECK_TIERS) less
+    what ``--no-manager`` / ``--no-consumer`` drop."""
+    names = {str(t): t for t in checking.CHECK_TIERS}
+    if args.tiers is None:
+        chosen = list(checking.CHECK_TIERS)
+    else:
+        chosen = []
+        for word in (w.strip() for w in args.tiers.split(",")):
+            if word == str(Tier.ENGINE):
+                raise UsageError("check: the engine tier boots a model per layout; run it with "
+                                 "`kvproof replay FILE --tier engine`")
+            if word not in names:
+                raise UsageError(f"check: --tiers: {word!r} is not a tier (say {', '.join(names)})")
+            chosen.append(names[word])
+    drop = {Tier.MANAGER} if args.no_manager else set()
+    drop |= {Tier.CONSUMER} if args.no_consumer else set()
+    tiers = tuple(t for t in checking.CHECK_TIERS if t in chosen and t not in drop)
+    if not tiers:
+        raise UsageError("check: no tier left to run (--tiers, --no-manager, --no-consumer)")
+    return tiers
+
+
 def _inline_layout(args: argparse.Namespace) -> Layout:
     cache: dict = {"enable_prefix_caching": bool(args.prefix_caching) if args.prefix_caching is not None else True}
     if args.cache_block_size is not None:
@@ -182,17 +208,25 @@ def _print_table(rows: Sequence[checking.Row], info: dict) -> None:
         i = info.get(env_name, {})
         print(f"vLLM {i.get('vllm', '?')} ({env_name}, resolver {i.get('fingerprint', '?')})")
         width = max(len(r.layout.summary()) for r in env_rows)
-        print(f"  {'layout':<{width}}  {'scheduler':>9}  {'hash':>7}  {'verdict':<16} contract / vLLM message")
+        vwidth = max(len(_verdict_cell(r)) for r in env_rows)
+        print(f"  {'layout':<{width}}  {'scheduler':>9}  {'hash':>7}  {'verdict (tier)':<{vwidth}}  "
+              "contract / vLLM message")
+        last = None
         for r in env_rows:
-            o = r.outcome
-            s = "-" if o.scheduler_block_size is None else o.scheduler_block_size
-            h = "-" if o.hash_block_size is None else o.hash_block_size
-            # FAIL names the tier that observed it; LATENT rows name the contract in the message.
-            verdict = f"{r.verdict} ({r.tier})" if r.verdict == Verdict.FAIL else str(r.verdict)
-            print(f"  {r.layout.summary():<{width}}  {s:>9}  {h:>7}  {verdict:<16} {r.message()}")
+            s = "-" if r.scheduler_block_size is None else r.scheduler_block_size
+            h = "-" if r.hash_block_size is None else r.hash_block_size
+            # one layout's rows of every tier together, the layout named once
+            name = "" if r.layout is last else r.layout.summary()
+            last = r.layout
+            print(f"  {name:<{width}}  {s:>9}  {h:>7}  {_verdict_cell(r):<{vwidth}}  {r.message()}")
             if (k := r.known()) is not None:
-                print(f"  {'':<{width}}  {'':>9}  {'':>7}  {'':<16} {k.known_line()}")
+                print(f"  {'':<{width}}  {'':>9}  {'':>7}  {'':<{vwidth}}  {k.known_line()}")
         print()
+
+
+def _verdict_cell(r: checking.Row) -> str:
+    """The verdict and the tier that gave it (a FAIL's: the tier that observed it)."""
+    return f"{r.verdict} ({r.tier})"
 
 
 def load_configs(items: Sequence[str], flags: str, revision: str | None = None,
@@ -256,8 +290,7 @@ def _print_config_checks(checks: Sequence[checking.ConfigCheck]) -> None:
         if d.error is not None:
             print(f"  derivation stopped at {d.error.line()}")
         for r in c.rows:
-            verdict = f"{r.verdict} ({r.tier})"
-            print(f"  {verdict:<22} {r.message()}")
+            print(f"  {_verdict_cell(r):<22} {r.message()}")
             if (k := r.known()) is not None:
                 print(f"  {'':<22} {k.known_line()}")
         print()
@@ -270,8 +303,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         if args.python:
             raise UsageError("check --config derives in managed releases; use --vllm")
         named = load_configs(args.config, args.flags)
-        checks = checking.check_configs(named, _envs(args), manager=not args.no_manager,
-                                        consumer=not args.no_consumer)
+        checks = checking.check_configs(named, _envs(args), tiers=_tiers(args))
         if args.json:
             print(json.dumps([{"name": c.name, "env": c.env, "config": c.derived.config.to_dict(minimal=True),
                                "not_derivable": c.not_derivable, "log_line": c.derived.log_line(),
@@ -286,8 +318,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError("check: give layout files or --groups, not both")
     if not args.groups and not args.files:
         raise UsageError("check: give layout files or --groups")
+    tiers = _tiers(args)
     named = [("inline", _inline_layout(args))] if args.groups else inputs.load_layouts(args.files)
-    rows, info = checking.run(named, _envs(args), manager=not args.no_manager)
+    rows, info = checking.run(named, _envs(args), tiers=tiers)
     if args.json:
         print(checking.dumps(rows, info))
     else:

@@ -35,11 +35,21 @@ def seed_rows(tmp_path_factory):
 def test_check_file_json_gives_the_issue_table(seed_rows):
     proc, data = seed_rows
     assert proc.returncode == 1  # a FAIL on 0.27.0
-    got = {r["vllm"]: (r["scheduler_block_size"], r["hash_block_size"], r["verdict"]) for r in data["results"]}
+    bridge = [r for r in data["results"] if r["tier"] != "consumer"]
+    got = {r["vllm"]: (r["scheduler_block_size"], r["hash_block_size"], r["verdict"]) for r in bridge}
     assert got == {"0.27.0": (98464, 98464, "FAIL"), "0.28.0": (98464, 1, "WARN"), "0.32.0": (98464, 1, "WARN")}
-    fail = next(r for r in data["results"] if r["vllm"] == "0.27.0")
+    fail = next(r for r in bridge if r["vllm"] == "0.27.0")
     assert fail["violations"][0]["contract"] == "hybrid.group_multiple_of_hash"
     assert "hash_block_size=98464" in fail["outcome"]["manager_error"]["message"]
+    # a Layout file goes through the consumer tier too (issue 24 item 3): the real Scheduler
+    # raises the same assertion on 0.27.0; later releases run the stream, and hits of whole
+    # 544-token Mamba blocks where hash blocks of 1 token would allow more are a WARN
+    consumer = {r["vllm"]: r for r in data["results"] if r["tier"] == "consumer"}
+    assert set(consumer) == set(got), data["results"]
+    assert consumer["0.27.0"]["verdict"] == "FAIL" and consumer["0.27.0"]["outcome"] is None
+    assert consumer["0.27.0"]["violations"][0]["contract"] == "hybrid.group_multiple_of_hash"
+    assert "hash_block_size=98464" in consumer["0.27.0"]["message"]
+    assert {consumer[r]["verdict"] for r in ("0.28.0", "0.32.0")} == {"WARN"}
 
 
 def test_explain_lists_every_reproducing_choice_per_release():
@@ -61,8 +71,9 @@ def test_user_interpreter_via_python_flag():
     env = envs.find("0.32.0")
     proc = kvproof("check", "--groups", "full_attention:16,mamba:16", "--python", str(env.python), "--json")
     assert proc.returncode == 0, proc.stderr
-    [row] = json.loads(proc.stdout)["results"]
+    row, consumer = json.loads(proc.stdout)["results"]
     assert row["vllm"] == "0.32.0" and row["verdict"] == "OK" and row["hash_block_size"] == 16
+    assert (consumer["tier"], consumer["vllm"], consumer["consumer"]["vllm_version"]) == ("consumer", "0.32.0", "0.32.0")
 
 
 def test_check_on_a_by_design_refusal_is_unsupported_and_exits_0():

@@ -31,6 +31,13 @@ def default_stream(layout: Layout) -> Stream:
     return Stream((p,), reqs, None, max(512, big), 8)
 
 
+def stream_for(layout: Layout) -> Stream:
+    """The stream a Layout is checked under: its own (``meta["stream"]``, what a consumer
+    finding's file carries), else :func:`default_stream`."""
+    raw = (layout.meta or {}).get("stream")
+    return Stream.from_dict(raw) if isinstance(raw, dict) else default_stream(layout)
+
+
 class ConsumerWorker(Worker):
     """``with ConsumerWorker(env) as w: results = w.run([(layout, stream), ...])``."""
 

