@@ -156,6 +156,17 @@ def test_check_the_readme_example(clone):
            "--prefix-caching --mamba-cache-mode align --vllm 0.27.0 --vllm 0.28.0 --vllm 0.32.0")
     out = _typed(clone, cmd, (1,))  # 1: any FAIL (the seed bug on 0.27.0)
     assert "hybrid.group_multiple_of_hash" in out
+    assert out.count("(consumer)") == 3 and "FAIL (consumer)" in out, out[-3000:]  # every tier, a Layout too
+
+
+@pytest.mark.integration
+def test_check_a_pasted_layout_the_readme_example(clone):
+    cmd = ('kvproof check --groups "mla:1536,mamba:1536,sliding_window:3456" --cache-block-size 1536 '
+           "--prefix-caching --mamba-cache-mode align --max-model-len 65536 --vllm 0.32.0")
+    out = _typed(clone, ".venv/bin/" + cmd, (0,))
+    assert "OK (manager)" in out and "WARN (consumer)  efficiency.consumer_prefix_reuse" in out, out[-3000:]
+    assert "r2 0/6912/6915" in out and "987 tokens lost per request" in out, out[-3000:]
+    assert cmd in (ROOT / "README.md").read_text().replace(" \\\n    ", " ")  # the command as the README shows it
 
 
 @pytest.mark.integration
