@@ -5,8 +5,10 @@
 One worker of the release derives every reference model with default flags through the
 release's own code (kvproof.bridge.derive: every layer on the meta device, KV memory sized
 automatically). Per model: the layout, the line vLLM logs, seconds after import, the
-worker's peak RSS, and the stand-in backend where a GPU-only layer's spec was built for
-another backend. Each model is derived once before the timed pass (lazy imports, model-class
+worker's peak RSS, and the stand-in where the CPU derivation is not the release's CPU build as
+it stands: a GPU-only layer's spec built for another backend, torchvision's import placeholder
+(kvproof.bridge.derive: the environments have none), a GPU kernel turned off by the release's
+own switch. Each model is derived once before the timed pass (lazy imports, model-class
 registration), so the seconds are a warm worker's.
 """
 
@@ -41,7 +43,7 @@ def _main(argv) -> int:
              f"Command: `.venv/bin/python bench/bench_derive.py --vllm {args.vllm}`", "",
              f"{len(ok)} of {len(results)} derive; seconds per model after import (warm worker), "
              f"slowest {max((r.seconds for r in ok), default=0):.2f} s.", "",
-             "| model | layout | vLLM's line | s | peak RSS MB | stand-in backend |",
+             "| model | layout | vLLM's line | s | peak RSS MB | stand-in |",
              "|---|---|---|---:|---:|---|"]
     for r in results:
         if r.error is None:

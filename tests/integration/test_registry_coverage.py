@@ -1,0 +1,127 @@
+"""Every architecture the newest release registers with a non-attention KV cache spec has a
+reference config (spec/models/) or a named reason (issue 27 item 1).
+
+The list comes from the release's own source, read without importing vLLM: the architecture ->
+(module, class) tables of ``vllm/model_executor/models/registry.py`` and the classes under
+``vllm/model_executor/models/`` and ``vllm/models/``; an architecture counts when its class
+derives (by name, through any file) from ``IsHybrid`` or ``IsAttentionFree``, the interfaces
+whose models build Mamba-style specs. Architectures whose several spec kinds come from the config
+(sliding window, chunked local, MLA beside an indexer) are not listed by this scan. A new such
+architecture in a new release turns the test red until it gets a reference config or a reason;
+a reason that no longer applies asks to be removed.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+from conftest import require_env
+from kvproof.spec import facts
+
+from kvproof import envs
+from kvproof.config import models_dir
+
+NEWEST = facts.MANAGED_RELEASES[-1]
+ROOTS = ("IsHybrid", "IsAttentionFree")
+
+_WRAPS = "its language model is {}'s (a reference config), under a multimodal, pooling or classification head"
+_NONE_SOURCED = "no reference config: no published config.json sourced on this machine yet (issue 27 items 1, 3)"
+# Why a registered architecture with a non-attention spec has no reference config of its own.
+REASONS = {
+    "ColQwen3_5": _WRAPS.format("Qwen3_5ForCausalLM"),
+    "Qwen3_5ForConditionalGeneration": _WRAPS.format("Qwen3_5ForCausalLM"),
+    "JambaForSequenceClassification": _WRAPS.format("JambaForCausalLM"),
+    "ColBERTLfm2Model": _WRAPS.format("Lfm2ForCausalLM"),
+    "Lfm2VlForConditionalGeneration": _WRAPS.format("Lfm2ForCausalLM"),
+    "NemotronH_Nano_VL_V2": _WRAPS.format("NemotronHForCausalLM"),
+    "NemotronH_Nano_Omni_Reasoning_V3": _WRAPS.format("NemotronHForCausalLM"),
+    "NemotronH_Omni_Reasoning_V3": _WRAPS.format("NemotronHForCausalLM"),
+    "NemotronH_Super_Omni_Reasoning_V3": _WRAPS.format("NemotronHForCausalLM"),
+    **{arch: _NONE_SOURCED for arch in (
+        "AliceAIForCausalLM", "BailingMoeV3ForCausalLM", "BailingMoeV3VLForConditionalGeneration",
+        "ClefFlashForJointSchema", "FalconMambaForCausalLM", "Glm5NextForCausalLM",
+        "Glm5NextForConditionalGeneration", "InternS2MobiusForConditionalGeneration",
+        "InternS2PreviewForConditionalGeneration", "KimiK3ForConditionalGeneration", "Mamba2ForCausalLM",
+        "MambaForCausalLM", "MiniCPMOcrForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration",
+        "MiniCPMV4_7ForConditionalGeneration", "NemotronHPuzzleForCausalLM", "Qwen3_5MoeForCausalLM",
+        "Qwen3_5MoeForConditionalGeneration", "Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration",
+        "Terratorch")},
+}
+
+
+def registered(vllm: Path) -> dict[str, tuple[str, str]]:
+    """architecture -> (module, class), from the registry module's dict literals."""
+    tree = ast.parse((vllm / "model_executor" / "models" / "registry.py").read_text())
+    out: dict[str, tuple[str, str]] = {}
+    for node in tree.body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if not isinstance(value, ast.Dict):
+            continue
+        for k, v in zip(value.keys, value.values):
+            if (isinstance(k, ast.Constant) and isinstance(k.value, str) and isinstance(v, ast.Tuple)
+                    and len(v.elts) >= 2 and all(isinstance(e, ast.Constant) and isinstance(e.value, str)
+                                                 for e in v.elts[:2])):
+                out[k.value] = (v.elts[0].value, v.elts[1].value)
+    return out
+
+
+def class_bases(vllm: Path) -> dict[str, set[str]]:
+    """class name -> the names of its bases, over every model file (a name defined twice: both)."""
+    bases: dict[str, set[str]] = {}
+    for root in (vllm / "model_executor" / "models", vllm / "models"):
+        for f in sorted(root.rglob("*.py")) if root.exists() else ():
+            try:
+                tree = ast.parse(f.read_text())
+            except SyntaxError:
+                continue
+            for n in ast.walk(tree):
+                if isinstance(n, ast.ClassDef):
+                    names = bases.setdefault(n.name, set())
+                    for b in n.bases:
+                        b = b.value if isinstance(b, ast.Subscript) else b
+                        if isinstance(b, ast.Name):
+                            names.add(b.id)
+                        elif isinstance(b, ast.Attribute):
+                            names.add(b.attr)
+    return bases
+
+
+def non_attention_architectures(vllm: Path) -> set[str]:
+    bases = class_bases(vllm)
+    memo: dict[str, bool] = {}
+
+    def reaches(name: str, path: tuple[str, ...] = ()) -> bool:
+        if name in ROOTS:
+            return True
+        if name not in memo:
+            memo[name] = name not in path and any(reaches(b, path + (name,)) for b in bases.get(name, ()))
+        return memo[name]
+
+    return {arch for arch, (_, cls) in registered(vllm).items() if reaches(cls)}
+
+
+def reference_architectures() -> dict[str, str]:
+    out = {}
+    for f in sorted(models_dir().glob("*.json")):
+        for arch in json.loads(f.read_text()).get("architectures", []):
+            out[arch] = f.stem
+    return out
+
+
+def test_every_non_attention_architecture_of_the_newest_release_has_a_config_or_a_reason():
+    env = require_env(NEWEST)
+    vllm = envs.site_packages(env.root) / "vllm"
+    found = non_attention_architectures(vllm)
+    # the scan sees what it must: the architectures the reference set already derives
+    assert {"JambaForCausalLM", "NemotronHForCausalLM", "Qwen3_5ForCausalLM", "KimiLinearForCausalLM"} <= found
+    covered = reference_architectures()
+    missing = sorted(a for a in found if a not in covered and a not in REASONS)
+    assert not missing, (f"vLLM {NEWEST} registers {len(missing)} architecture(s) with a non-attention KV cache "
+                         f"spec and neither a reference config (spec/models/) nor a reason here: {missing}")
+    stale = sorted(a for a in REASONS if a not in found or a in covered)
+    assert not stale, f"reasons for architectures {NEWEST} no longer lists (or that now have a config): {stale}"
+    for arch, reason in REASONS.items():
+        if reason.startswith("its language model is"):
+            assert reason.split("is ", 1)[1].split("'s", 1)[0] in covered, (arch, reason)
