@@ -74,6 +74,7 @@ class FixRun:
     witness: str | None = None  # the real model's configuration (report["witness"]), measured the same way
     witness_fixed: str | None = None
     others_changed: dict[str, tuple[str, str]] = field(default_factory=dict)  # other entry -> (base, fixed)
+    others_checked: int = 0  # the other ledger entries and corpus files compared
 
     @property
     def removes_symptom(self) -> bool:
@@ -86,30 +87,32 @@ class FixRun:
                 "verdict": self.verdict, "verdict_fixed": self.verdict_fixed, "pytest": self.pytest,
                 "pytest_fixed": self.pytest_fixed, "witness": self.witness, "witness_fixed": self.witness_fixed,
                 "others_changed": {k: list(v) for k, v in self.others_changed.items()},
+                "others_checked": self.others_checked,
                 "removes_symptom": self.removes_symptom}
 
 
 def _verdicts(named: list[tuple], names: list[str]) -> list[dict[str, str]]:
-    """Each (label, entry)'s verdict at the entry's tier on each environment; consumer entries
-    in one worker per environment (started in parallel), the others through the bridge."""
-    from kvproof import envs
-    from kvproof.consumer.client import default_stream, run_each
-    from kvproof.consumer.stream import Stream
-    from kvproof.findings.measure import judgements
-    from kvproof.judge import judge_consumer
+    """Each (label, entry)'s verdict at the entry's tier on each environment, and every corpus/
+    layout's at the function and manager tiers (what a fix must leave as it was): one call of
+    kvproof's tier runner per tier, every environment's workers started together."""
+    from kvproof.findings.measure import judge_all
+    from kvproof.inputs import load_layouts
     from kvproof.layout import Layout
+    from kvproof.settings import settings
+
+    def layout(e):
+        lay = Layout.from_dict(e.layout)
+        return lay.with_meta(stream=e.stream) if e.stream else lay
 
     out: list[dict[str, str]] = [{} for _ in names]
-    cons = [(label, e, Layout.from_dict(e.layout)) for label, e in named if e.key.tier == "consumer"]
-    if cons:
-        items = [(lay, Stream.from_dict(e.stream) if e.stream else default_stream(lay)) for _, e, lay in cons]
-        for i, results in enumerate(run_each(items, [envs.find(n) for n in names])):
-            out[i].update({label: str(judge_consumer(res, lay).verdict) for (label, _, lay), res in zip(cons, results)})
+    by_tier: dict[str, list] = {"consumer": [], "manager": []}
     for label, e in named:
-        if e.key.tier != "consumer":
-            js = judgements(Layout.from_dict(e.layout), names, e.key.tier)
-            for i, n in enumerate(names):
-                out[i][label] = str(js[n].verdict)
+        by_tier["consumer" if e.key.tier == "consumer" else "manager"].append((label, layout(e)))
+    files = sorted(settings().corpus.glob("*.json"))  # the regression layouts (not consumers/)
+    by_tier["manager"] += [(f"corpus/{Path(n).name}", lay) for n, lay in load_layouts([str(f) for f in files])]
+    for tier, items in by_tier.items():
+        for side, js in zip(out, judge_all(items, names, tier)):
+            side.update({label: str(j.verdict) for label, j in js.items()})
     return out
 
 
@@ -124,7 +127,8 @@ def _witness(entry):
 def check(entry, repro: Path, releases: list[str], ledger, test: Path | None = None,
           keep: bool = False) -> list[FixRun]:
     """Per release: the reproducer (and the pytest one), the entry's class and its real-model
-    witness, with and without the fix; the same tier's other ledger entries must keep their verdicts."""
+    witness, with and without the fix; the same tier's other ledger entries and every corpus/
+    layout (function and manager tiers) must keep their verdicts."""
     from kvproof.findings.runs import run_pytest, run_script
     from kvproof.overlay import remove
 
@@ -142,10 +146,10 @@ def check(entry, repro: Path, releases: list[str], ledger, test: Path | None = N
             pt = run_pytest(test, [r, env]) if test is not None else [None, None]
             measured = [(e.id, e) for e in [entry] + others] + ([("witness", witness)] if witness else [])
             before, after = _verdicts(measured, [r, env])
-            changed = {k: (before[k], after[k]) for k in before
-                       if k not in (entry.id, "witness") and before[k] != after[k]}
+            compared = [k for k in before if k not in (entry.id, "witness")]
+            changed = {k: (before[k], after.get(k)) for k in compared if before[k] != after.get(k)}
             runs.append(FixRun(r, base.rc, fixed.rc, before[entry.id], after[entry.id], pt[0], pt[1],
-                               before.get("witness"), after.get("witness"), changed))
+                               before.get("witness"), after.get("witness"), changed, len(compared)))
         finally:
             if not keep:
                 remove(env)

@@ -25,27 +25,36 @@ class Measured:
     judgements: dict[str, Judgement]
 
 
-def judgements(layout: Layout, releases: list[str], tier: str, stream=None) -> dict[str, Judgement]:
-    """One judgement per release at ``tier`` (function/manager through the bridge, consumer
-    through the real scheduler)."""
-    from kvproof import envs
+# The tiers a finding of each tier is measured at (checking's one tier runner: the function
+# and manager tiers share one bridge call, the consumer tier runs the finding's own stream).
+TIERS = {"function": ("function",), "manager": ("function", "manager"), "consumer": ("consumer",)}
 
-    out: dict[str, Judgement] = {}
-    if tier == "consumer":
-        from kvproof.consumer.client import run
-        from kvproof.judge import judge_consumer
 
-        for r in releases:
-            out[r] = judge_consumer(run(layout, stream, envs.find(r)), layout)
-        return out
-    if tier not in ("function", "manager"):
+def judge_all(named: list[tuple[str, Layout]], releases: list[str], tier: str) -> list[dict[str, Judgement]]:
+    """Per release (in order): label -> judgement of each named Layout at ``tier``, through
+    ``kvproof.checking.run`` (every release's workers started together). A consumer Layout
+    runs under its own stream (``meta["stream"]``), else the default one."""
+    from kvproof import checking, envs
+    from kvproof.verdicts import Tier
+
+    if tier not in TIERS:
         raise UsageError(f"tier {tier!r}: expected function, manager or consumer")
-    from kvproof import checking
+    if not named:
+        return [{} for _ in releases]
+    found = [envs.find(r) for r in releases]
+    rows, _ = checking.run(named, found, tiers=[Tier[t.upper()] for t in TIERS[tier]])
+    by_env: dict[str, dict[str, Judgement]] = {e.name: {} for e in found}
+    for row in rows:
+        by_env[row.env][row.name] = row.judgement
+    return [by_env[e.name] for e in found]
 
-    rows, _ = checking.run([("finding", layout)], [envs.find(r) for r in releases], manager=tier == "manager")
-    for r, row in zip(releases, rows):
-        out[r] = row.judgement
-    return out
+
+def judgements(layout: Layout, releases: list[str], tier: str, stream=None) -> dict[str, Judgement]:
+    """One judgement per release at ``tier``."""
+    if stream is not None:
+        layout = layout.with_meta(stream=stream.to_dict())
+    per = judge_all([("finding", layout)], releases, tier)
+    return {r: js["finding"] for r, js in zip(releases, per)}
 
 
 def measure(layout: Layout, releases: list[str], tier: str, stream=None) -> Measured:

@@ -151,8 +151,9 @@ def draft(entry: Entry, runs: list[Run], lines: list[dict], fixes: list | None =
         out += [f"| {f.release} | {_rc(f.pytest)} | {_rc(f.pytest_fixed)} | {_rc(f.repro)} | {_rc(f.repro_fixed)} "
                 f"| {_rc(_VERDICT_RC.get(f.witness))} -> {_rc(_VERDICT_RC.get(f.witness_fixed))} |" for f in fixes]
         same = all(not f.others_changed for f in fixes)
-        out += ["", "The fix changes nothing else that was checked (the other known scheduler-side findings keep "
-                "their behaviour)." if same else "The fix changes other results: " + "; ".join(
+        n = max(f.others_checked for f in fixes)
+        out += ["", f"The fix changes nothing else that was checked ({n} other known configurations and "
+                "regression layouts keep their behaviour)." if same else "The fix changes other results: " + "; ".join(
                     f"{k}: {a} -> {b}" for f in fixes for k, (a, b) in f.others_changed.items()), ""]
     if runs:
         out += ["<details><summary>The standalone script (repro.py) on every release</summary>", "",
