@@ -103,6 +103,7 @@ class Harness:
             SpeculativeRunner(ModelRunnerOutput, KVConnectorOutput, stream.spec, self.draft_ids_cls)
         try:
             oracles = wiring.wire(st, layout, sched, hash_fn, self.builder)
+            runner.shadow = oracles.shadow
             st.res.steps = Driver(sched, stream, block_hasher, oracles, runner, st.rec, st.res).run(max_steps)
         except Exception as err:
             raised(st, err)

@@ -15,6 +15,8 @@ from typing import Any
 def lookup(o: Any, request: Any, n: int) -> None:
     """A prefix-cache lookup returned a hit of ``n`` tokens: judged now, measured at first schedule."""
     hit(o, request, n)
+    if o.shadow is not None:  # the blocks behind the hit, judged once its step is computed
+        o.shadow.hit(request, n)
     o.pending_hit[request.request_id] = (n, o.truth.longest(request.all_token_ids))
     if request.request_id in o.lookups_after_claim:
         o.lookups_after_claim[request.request_id] += 1

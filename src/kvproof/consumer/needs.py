@@ -21,8 +21,10 @@ from kvproof.spec import facts
 
 
 def needs() -> list[compat.Need]:
-    """The vLLM APIs the harness's scheduler build, wiring, driver, configs, spies and fake model
-    runners call, as they call them (checked at start-up, ``compat``)."""
+    """The vLLM APIs the harness's scheduler build, wiring, driver, configs, spies, shadow and fake
+    model runners call, as they call them (checked at start-up, ``compat``)."""
+    from vllm.v1.core.block_pool import BlockPool
+    from vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     sch, wire = "kvproof/consumer/scheduler.py", "kvproof/consumer/wiring.py"
     spy = "kvproof/consumer/spies.py"
@@ -63,6 +65,8 @@ def needs() -> list[compat.Need]:
         n(f"{spy}:spy_allocations", KVCacheManager.allocate_slots, accepts_any=facts.ALLOC_TOKEN_PARAMS,
           positional=("request",), forwards=True),
     ]
+    rows += [n(f"{spy}:spy_reuse", BlockPool.get_new_blocks, positional=("num_blocks",), forwards=True),
+             n("kvproof/consumer/shadow.py:Shadow._write", KVCacheCoordinator.get_blocks, positional=("request_id",))]
     rows += [n(f"{spy}:spy_lookups", getattr(KVCacheManager, name), positional=("request",),
                     forwards=True)
              for name in facts.PREFIX_LOOKUP_METHODS if hasattr(KVCacheManager, name)]

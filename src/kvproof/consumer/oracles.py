@@ -5,7 +5,9 @@ Oracle ids (each observation carries one), and the module that judges each:
 exception   (a) real vLLM raised on some step (type, message, frame): ``failures``.
 prefix_hit  (b) a prefix hit covered a token beyond the longest common token
             prefix the request truly shares with KV computed before it, or
-            landed off the alignment the release's coordinator promises: ``hit_oracle``.
+            landed off the alignment the release's coordinator promises: ``hit_oracle``;
+            or a block the hit hands the request holds other tokens, another
+            position or another prefix than the request's (cause ``shadow-*``): ``shadow``.
 hash_chain  (b) ``Request.block_hashes`` disagree with the request's tokens: ``chain_oracle``.
 connector   (c) a hash a connector stored or looked up is not the hash of a
             real token prefix, does not belong to the request it was used for,
@@ -71,6 +73,7 @@ class Oracles:
         # req id -> local lookups since its latest async claim (a claim follows its own lookup)
         self.lookups_after_claim: dict[str, int] = {}
         self.first_seen: set[str] = set()
+        self.shadow: Any = None  # what each block holds (``shadow.Shadow``), once the harness wires one
 
     # The oracles proper live in their own modules as functions of this object (``o``); bound
     # here as methods, so a report costs no call more than it did when they were written inline.

@@ -1,9 +1,9 @@
 """The consumer harness's spies: wrappers on the real scheduler's methods that report to the oracles.
 
 No vLLM import: each spy wraps a bound method of an object the harness built
-(``KVCacheManager`` lookups and ``allocate_slots``, the KV event publisher,
-the connector's scheduler side and the hash-carrying methods of its inner
-pieces), calls the real method unchanged and hands what it saw to
+(``KVCacheManager`` lookups and ``allocate_slots``, the block pool's
+``get_new_blocks``, the KV event publisher, the connector's scheduler side and
+the hash-carrying methods of its inner pieces), calls the real method unchanged and hands what it saw to
 ``kvproof.consumer.oracles.Oracles``. Every wrapper takes the real method's
 arguments as they come (``*args, **kw``), so a release that adds a parameter
 (0.33's ``get_computed_blocks(request, max_cache_hit_length)``) reaches vLLM
@@ -59,6 +59,17 @@ def spy_events(publisher: Any, oracles: Oracles) -> None:
             oracles.event(ev)
         return real_publish(batch)
     publisher.publish = publish
+
+
+def spy_reuse(pool: Any, shadow: Any) -> None:
+    """The shadow oracle: a block the pool hands out again no longer holds what it held."""
+    real_get = pool.get_new_blocks
+
+    def get_new_blocks(*args: Any, **kw: Any) -> Any:
+        got = real_get(*args, **kw)
+        shadow.reused(got)
+        return got
+    pool.get_new_blocks = get_new_blocks
 
 
 def spy_connector(conn: Any, scheduler: Any, oracles: Oracles) -> None:

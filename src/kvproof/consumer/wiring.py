@@ -17,6 +17,7 @@ from kvproof.bridge.build import Builder
 from kvproof.consumer import spies
 from kvproof.consumer.oracles import Oracles
 from kvproof.consumer.result import RunState
+from kvproof.consumer.shadow import Shadow, group_rule
 from kvproof.consumer.truth import HashIndex
 from kvproof.layout import Layout
 from kvproof.spec import facts
@@ -40,6 +41,9 @@ def wire(st: RunState, layout: Layout, scheduler: Any, hash_fn: Any, builder: Bu
     if scheduler.connector is not None:
         st.res.connector_class = type(scheduler.connector).__name__
         spies.spy_connector(scheduler.connector, scheduler, oracles)
+    oracles.shadow = Shadow(oracles, mgr.coordinator, [group_rule(g.kv_cache_spec) for g in kcc.kv_cache_groups],
+                            connector=scheduler.connector is not None)
+    spies.spy_reuse(mgr.block_pool, oracles.shadow)
     return oracles
 
 
