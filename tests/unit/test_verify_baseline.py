@@ -15,6 +15,8 @@ from kvproof.verify import reachability
 from kvproof.verify.cli import main
 from kvproof.verify.report import status
 
+ROOT = Path(__file__).resolve().parents[2]
+
 from kvproof.layout import Layout
 from kvproof.verdicts import ProofStatus, Reachability
 
@@ -69,11 +71,13 @@ def test_small_run_writes_only_under_out_and_matches_the_baseline(tmp_path, monk
     props = {p["property"]: p for p in rep["properties"]}
     assert props[HYBRID_ALIGN]["verdict"] == "COUNTEREXAMPLE"
     # the seed bug: a measured Config (hidden-state extraction in align mode) derives a violating layout,
-    # and a real architecture reaches it (searched before the tiny families): Qwen3-Next at real dimensions
+    # and a real architecture reaches it (searched before the tiny families): a GDN hybrid at real
+    # dimensions (Qwen3.5 since it derives on CPU, Qwen3-Next before), with hidden-state extraction
     assert props[HYBRID_ALIGN]["reachability"] == "reachable"
     cfg = props[HYBRID_ALIGN]["witness_config"]
-    assert cfg["model"] == "qwen3_next" and any("extract_hidden_states" in f for f in cfg["flags"]), cfg
-    assert "from qwen3_next (spec/models/qwen3_next.json) with --enable-prefix-caching" in \
+    assert cfg["model"] in ("qwen3_5", "qwen3_next") and any("extract_hidden_states" in f for f in cfg["flags"]), cfg
+    assert (ROOT / "spec" / "models" / f"{cfg['model']}.json").exists()
+    assert f"from {cfg['model']} (spec/models/{cfg['model']}.json) with --enable-prefix-caching" in \
         props[HYBRID_ALIGN]["reason"]
     assert props[HYBRID_ALIGN]["witness_release"] == "0.27.0" and props[HYBRID_ALIGN]["witness_derived_layout"]
     assert props[HYBRID_ALIGN]["witness_layout"]
