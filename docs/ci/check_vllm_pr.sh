@@ -14,8 +14,8 @@
 #    FAIL on the overlay is a regression (red).
 # 4. fuzz: a short contracts fuzz of the overlay (a new violation is red).
 # 5. consumers: the release differential (kvproof compare) of the release and the overlay on the
-#    ledger's entries with their streams and generated reference layouts (half with speculative
-#    drafts): an input that newly FAILs at the consumer tier (an exception, a wrong hit, a wrong
+#    ledger's entries with their streams, the self-test's hand-written consumer inputs and generated
+#    reference layouts (half with speculative drafts): an input that newly FAILs at the consumer tier (an exception, a wrong hit, a wrong
 #    KV event or connector key), a request that hits less, or a FAIL class whose observations on
 #    the same inputs more than double (a new fault inside a known class) is red.
 # 6. consumers fuzz: a short consumer-tier campaign of the overlay; a new class whose stored input
@@ -155,7 +155,16 @@ if [ "${KVPROOF_CONSUMERS:-1}" = 0 ]; then
 fi
 
 # --- 5. consumer tier: the release differential, release vs overlay ---------------------
-$KV compare --from "$BASE" --to "$NAME" --generated "$DIFF_N" "$LEDGER_DIR" --out "$WORK/compare.json" \
+# the self-test's hand-written consumer inputs (kvproof.selftest.known: every manager kind, hybrid
+# groups, Mamba align and fine-grained, both offload connectors, EAGLE, block pressure) ride along
+KNOWN="$WORK/known-inputs"
+rm -rf "$KNOWN" && mkdir -p "$KNOWN"
+"$PY" -c 'import json, sys
+from kvproof.selftest.known import hand
+for name, lay, st in hand():
+    open(f"{sys.argv[1]}/{name}.json", "w").write(json.dumps({"layout": lay.to_dict(), "stream": st.to_dict()}))' "$KNOWN" \
+  || say "- consumer differential: the self-test's known inputs could not be written (compared without them)"
+$KV compare --from "$BASE" --to "$NAME" --generated "$DIFF_N" "$LEDGER_DIR" "$KNOWN" --out "$WORK/compare.json" \
    >"$WORK/compare.log" 2>&1
 crc=$?
 if [ $crc -le 1 ] && [ -s "$WORK/compare.json" ]; then
@@ -176,7 +185,7 @@ PY
   if echo "$summary" | grep -qE '^(FAIL|LESS|JUMP) '; then
     say "- consumer differential ($(echo "$summary" | sed -n 's/^TOTAL //p')): **the PR changes what the consumers do**:"
     while IFS= read -r l; do say "$l"; done < <(echo "$summary" | grep -E '^(FAIL|LESS|JUMP) ' | cut -c7- | head -6)
-    say "  (reproduce: \`kvproof compare --from $BASE --to $NAME --generated $DIFF_N $LEDGER_DIR\`)"
+    say "  (reproduce: \`kvproof compare --from $BASE --to $NAME --generated $DIFF_N $LEDGER_DIR $KNOWN\`)"
     status=1
   else
     say "- consumer differential: no input newly FAILs, no request hits less ($(echo "$summary" | sed -n 's/^TOTAL //p'))"
