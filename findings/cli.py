@@ -118,7 +118,7 @@ def _report(args, ledger: Ledger) -> int:
     if args.all == bool(args.id):
         raise UsageError("findings report: give one ledger id or --all")
     entries = [e for e in ledger.entries() if e.status == Status.BUG] if args.all else [ledger.find(args.id)]
-    if not args.all and entries[0].status in (Status.LATENT, Status.UNREACHABLE, Status.BY_DESIGN, Status.HARNESS):
+    if not args.all and not entries[0].filed_upstream:
         e = entries[0]
         print(f"{e.id} is not filed upstream ({e.status}): {e.premise_fact or e.why}")
         return 0

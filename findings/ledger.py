@@ -66,6 +66,12 @@ class Entry:
     def id(self) -> str:
         return self.key.id
 
+    @property
+    def filed_upstream(self) -> bool:
+        """A real vLLM bug (open or fixed) that has, or should have, an upstream report; the
+        other statuses (by-design, unreachable, latent, harness) are never filed."""
+        return self.status in (Status.BUG, Status.FIXED)
+
     def bug_on(self, release: str | None) -> bool:
         """A bug a user of ``release`` can hit (a FIXED entry is one before its fix)."""
         if self.status == Status.BUG:
@@ -112,8 +118,7 @@ class Entry:
         """What ``kvproof check`` says of a result in this class: id, status, title, where the
         report is, and the workaround."""
         status = f"fixed in {self.fixed_in}" if self.status == Status.FIXED else str(self.status)
-        up = "" if self.status in (Status.BY_DESIGN, Status.HARNESS, Status.UNREACHABLE, Status.LATENT) else \
-            f", upstream {self.upstream}"
+        up = f", upstream {self.upstream}" if self.filed_upstream else ""
         out = (f"known class {self.id} ({status}{up}): {self.title}; "
                f"report: kvproof findings report {self.id}")
         return out + (f"; workaround: {self.workaround}" if self.workaround else "")

@@ -13,7 +13,7 @@ from kvproof.errors import UsageError
 from kvproof.findings.key import ClassKey, class_key
 from kvproof.judge import Judgement
 from kvproof.layout import Layout
-from kvproof.verdicts import Verdict
+from kvproof.verdicts import Tier, Verdict
 
 SHOWN = (Verdict.FAIL, Verdict.UNSUPPORTED, Verdict.ERROR)
 
@@ -27,7 +27,7 @@ class Measured:
 
 # The tiers a finding of each tier is measured at (checking's one tier runner: the function
 # and manager tiers share one bridge call, the consumer tier runs the finding's own stream).
-TIERS = {"function": ("function",), "manager": ("function", "manager"), "consumer": ("consumer",)}
+TIERS = {"function": (Tier.FUNCTION,), "manager": (Tier.FUNCTION, Tier.MANAGER), "consumer": (Tier.CONSUMER,)}
 
 
 def judge_all(named: list[tuple[str, Layout]], releases: list[str], tier: str) -> list[dict[str, Judgement]]:
@@ -35,14 +35,13 @@ def judge_all(named: list[tuple[str, Layout]], releases: list[str], tier: str) -
     ``kvproof.checking.run`` (every release's workers started together). A consumer Layout
     runs under its own stream (``meta["stream"]``), else the default one."""
     from kvproof import checking, envs
-    from kvproof.verdicts import Tier
 
     if tier not in TIERS:
         raise UsageError(f"tier {tier!r}: expected function, manager or consumer")
     if not named:
         return [{} for _ in releases]
     found = [envs.find(r) for r in releases]
-    rows, _ = checking.run(named, found, tiers=[Tier[t.upper()] for t in TIERS[tier]])
+    rows, _ = checking.run(named, found, tiers=TIERS[tier])
     by_env: dict[str, dict[str, Judgement]] = {e.name: {} for e in found}
     for row in rows:
         by_env[row.env][row.name] = row.judgement

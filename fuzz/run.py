@@ -254,6 +254,7 @@ class Campaign:
         self._last = (time.monotonic(), 0)
         self.started = time.monotonic()
         self.base_execs = 0
+        self.stopped_at_deadline = False  # run_process: kvproof's own SIGTERM ended the last run
 
     @property
     def release(self) -> str:
@@ -420,7 +421,7 @@ class Campaign:
         artefact is under artifacts/)."""
         if rc == 0:
             return None
-        if rc == INTERRUPTED and getattr(self, "stopped_at_deadline", False):
+        if rc == INTERRUPTED and self.stopped_at_deadline:
             # libFuzzer checks -max_total_time between inputs and its clock starts after the
             # import, so a loaded machine can run past the time box; kvproof's SIGTERM then
             # ends it with libFuzzer's interrupt code. That is the time box, not a crash.

@@ -166,8 +166,9 @@ def diff(items: Sequence[tuple[Layout, Stream]], runs: dict[str, list[ConsumerRe
     """Compare each release with the one before it (``runs`` in release order)."""
     rels = list(runs)
     rep = Report(rels, inputs=len(items))
+    weights = {r: class_weights(items, runs[r]) for r in rels}  # once per release, not per pair side
     for prev, cur in zip(rels, rels[1:]):
-        was, now = class_weights(items, runs[prev]), class_weights(items, runs[cur])
+        was, now = weights[prev], weights[cur]
         rep.jumps += [(cur, prev, k, was[k], n) for k, n in now.items()
                       if was.get(k) and n > JUMP_FACTOR * was[k] and n - was[k] >= JUMP_MIN]
         for (lay, st), a, b in zip(items, runs[prev], runs[cur]):

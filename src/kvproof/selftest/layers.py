@@ -156,18 +156,28 @@ def fuzz_classes(env: Env, target: str, seconds: int, workdir: Path) -> tuple[in
     return proc.returncode, read_classes(workdir), out, time.monotonic() - t
 
 
-def contracts(env: Env, seconds: int, workdir: Path, base_worker) -> Catch:
-    """Atheris contract fuzz; a class is a catch only when its Layout is not the same FAIL on the base."""
-    rc, classes, out, dt = fuzz_classes(env, "contracts", seconds, workdir)
+def stored_classes(layer: str, env: Env, target: str, seconds: int,
+                   workdir: Path) -> tuple[Catch | None, list[tuple[dict, Layout]], float]:
+    """One time-boxed campaign's new FAIL classes with their stored Layouts, and its wall
+    seconds; the Catch is set (and the list empty) when the harness itself failed."""
+    rc, classes, out, dt = fuzz_classes(env, target, seconds, workdir)
     if rc not in (0, 1):
         tail = (out.strip().splitlines() or ["?"])[-1]
-        return Catch("contracts", None, dt, f"harness failed rc={rc}: {tail[:200]}")
+        return Catch(layer, None, dt, f"harness failed rc={rc}: {tail[:200]}"), [], dt
     lays = []
     for c in classes:
         try:
             lays.append((c, Layout.from_json(Path(c["path"]).read_text(), c["path"])))
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError):  # a stored file that no longer reads
             continue
+    return None, lays, dt
+
+
+def contracts(env: Env, seconds: int, workdir: Path, base_worker) -> Catch:
+    """Atheris contract fuzz; a class is a catch only when its Layout is not the same FAIL on the base."""
+    failed, lays, dt = stored_classes("contracts", env, "contracts", seconds, workdir)
+    if failed is not None:
+        return failed
     if not lays:
         return Catch("contracts", False, dt, "clean: no FAIL class")
     t = time.monotonic()
@@ -315,16 +325,14 @@ def campaign(env: Env, seconds: int, workdir: Path, base_worker, overlay_worker=
     and, with ``overlay_worker``, once more on the overlay (it must come back)."""
     from kvproof.consumer.stream import Stream
 
-    rc, classes, out, dt = fuzz_classes(env, "consumers", seconds, workdir)
-    if rc not in (0, 1):
-        tail = (out.strip().splitlines() or ["?"])[-1]
-        return Catch("campaign", None, dt, f"harness failed rc={rc}: {tail[:200]}")
+    failed, lays, dt = stored_classes("campaign", env, "consumers", seconds, workdir)
+    if failed is not None:
+        return failed
     items = []
-    for c in classes:
+    for c, lay in lays:
         try:
-            lay = Layout.from_json(Path(c["path"]).read_text(), c["path"])
             items.append((c, lay, Stream.from_dict(lay.meta["stream"])))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             continue
     if not items:
         return Catch("campaign", False, dt, f"clean: no new consumer FAIL class in {seconds} s")
