@@ -36,8 +36,13 @@ class EngineConfigs:
     def __init__(self, builder: Builder) -> None:
         self.builder = builder
         self._model_configs: dict[str, Any] = {}
-        self.model_dir = tempfile.mkdtemp(prefix="kvproof-consumer-")
-        self.storage = tempfile.mkdtemp(prefix="kvproof-consumer-storage-")
+        # One folder, removed when this object goes or the process exits (a test run used to
+        # leave two folders in /tmp per harness, hundreds per make test).
+        self._tmp = tempfile.TemporaryDirectory(prefix="kvproof-consumer-")
+        self.model_dir = os.path.join(self._tmp.name, "models")
+        self.storage = os.path.join(self._tmp.name, "storage")
+        os.makedirs(self.model_dir)
+        os.makedirs(self.storage)
 
     def model_config(self, max_model_len: int, target: str = "llama") -> Any:
         """The target model's config (``drafters.TARGETS``); the KV cache specs come from the
