@@ -594,18 +594,26 @@ def _derive(config: Config) -> dict[str, Any]:
     t0 = time.perf_counter()
     executor = None
     try:
+        # The AMX stand-in covers both the config hooks and the executor build: 0.32+ picks the
+        # attention backend and checks the aligned block size against it there.
+        amx = contextlib.ExitStack()
         if config.model is not None:
             out["stage"] = "flags"
             args = serve_engine_args(config)
             out["stage"] = "config"
-            with _stand_in_amx(out) if _uses_mla(args) else contextlib.nullcontext():
+            if _uses_mla(args):
+                amx.enter_context(_stand_in_amx(out))
+            with amx:
                 vllm_config = args.create_engine_config(UsageContext.OPENAI_API_SERVER)
-            vllm_config.load_config.device = "meta"  # the release's own layers, no parameter storage
+                vllm_config.load_config.device = "meta"  # the release's own layers, no parameter storage
+                out["stage"] = "model"
+                with _cheap_repeats(), _meta_weights(True):
+                    executor = Executor.get_class(vllm_config)(vllm_config)
         else:
             vllm_config = engine_args(config).create_engine_config(UsageContext.LLM_CLASS)
-        out["stage"] = "model"
-        with _cheap_repeats(), _meta_weights(config.model is not None):
-            executor = Executor.get_class(vllm_config)(vllm_config)
+            out["stage"] = "model"
+            with _cheap_repeats(), _meta_weights(False):
+                executor = Executor.get_class(vllm_config)(vllm_config)
         stand_ins = _module_stand_ins(vllm_config)
         if stand_ins:
             out["stand_in_backend"] = "; ".join(filter(None, [out.get("stand_in_backend"), *stand_ins]))
