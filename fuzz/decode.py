@@ -3,7 +3,7 @@
 Pure Python: no vLLM, no atheris. ``decode(src, caps, premise)`` reads a
 Layout from a source of choices with atheris' ``FuzzedDataProvider`` API
 (``ConsumeIntInRange``, ``ConsumeBool``): the real provider in a harness,
-``PyFDP`` elsewhere, ``kvproof.spec.strategies.HypothesisSource`` for the
+``PyFDP`` elsewhere, ``HypothesisSource`` (tests/layout_strategies.py) for the
 Hypothesis strategy ``layouts()``.
 ``encode(layout, caps, premise)`` writes bytes that decode to that Layout
 (round trip checked by tests/unit/test_fuzz_decode.py).
@@ -115,7 +115,7 @@ FULL_CACHING_MODES = FULL.caching_modes
 # ``ConsumeIntInRange(lo, hi)`` and ``ConsumeBool()`` (atheris'
 # FuzzedDataProvider names). Three implement it: atheris' provider (the
 # harness), ``kvproof.fuzz.provider.PyFDP`` (same byte semantics, pure Python)
-# and ``kvproof.spec.strategies.HypothesisSource`` (each choice one
+# and ``HypothesisSource`` (tests/layout_strategies.py) (each choice one
 # ``st.integers(lo, hi)`` / ``st.booleans()`` draw, so Hypothesis shrinks the
 # choices towards ``lo`` / False). The helpers take the source's bound methods
 # (``i`` = ConsumeIntInRange, ``b`` = ConsumeBool): this is the fuzzer's hot path.

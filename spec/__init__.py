@@ -10,7 +10,8 @@ Public API:
 * ``kvproof.spec.fingerprint``: the resolver source fingerprint.
 * ``kvproof.spec.properties.PROPERTIES`` and ``kvproof.spec.query.Query``:
   the contract catalogue as Z3 queries.
-* ``kvproof.spec.strategies.layouts()``: Hypothesis strategy for Layouts.
+* Dev only, outside the wheel: ``tests/layout_strategies.py`` (Hypothesis strategy for
+  Layouts) and ``tests/crosshair_model.py`` (CrossHair contracts on the model).
 
 z3 is imported lazily so that ``kvproof.spec.fingerprint`` and the revision
 table work inside a vLLM environment without z3.

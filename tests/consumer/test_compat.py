@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from kvproof.bridge.client import worker_env
-from kvproof.consumer import compat
+from kvproof.bridge import compat
 from kvproof.consumer.result import ConsumerResult
 
 from conftest import require_env
@@ -65,7 +65,8 @@ def test_own_frame_tells_kvproof_frames_from_others(tmp_path):
 
 PROBE = textwrap.dedent("""
     import json, sys
-    from kvproof.consumer import compat, harness
+    from kvproof.bridge import compat
+    from kvproof.consumer import harness
     from kvproof.consumer.stream import Req, Stream
     from kvproof.layout import Layout
     mode = sys.argv[1]

@@ -18,7 +18,7 @@ import hypothesis  # noqa: F401 -- the dev extra installs z3 and hypothesis: a m
 from hypothesis import HealthCheck, given, settings
 
 from kvproof.spec import drift, evaluate, revision_for
-from kvproof.spec.strategies import layouts
+from layout_strategies import layouts
 from kvproof.bridge import client
 from conftest import require_env
 

@@ -47,7 +47,7 @@ def long_layouts(n: int = N_LAYOUTS, seed: int = 18) -> list[Layout]:
 
     from kvproof.fuzz.decode import FULL, decode
     from kvproof.fuzz.provider import PyFDP
-    from kvproof.spec.strategies import _NO_FLAGS
+    from layout_strategies import _NO_FLAGS
     plain = replace(FULL, **_NO_FLAGS)  # every release expresses these (no 0.29+ spec fields)
     rng = random.Random(seed)
     out: list[Layout] = []

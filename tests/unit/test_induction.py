@@ -23,7 +23,7 @@ from kvproof.spec import model as M
 from kvproof.spec import revisions as R
 from kvproof.spec.properties import BY_KEY, PROPERTIES, summary_formulas
 from kvproof.spec.query import Query, concrete_holds
-from kvproof.spec.strategies import layouts
+from layout_strategies import layouts
 from kvproof.verdicts import ProofStatus
 
 SEED = {"groups": [{"kind": "mamba", "block_size": 544, "count": 4}, {"kind": "hidden_state", "block_size": 181}]}

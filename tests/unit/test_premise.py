@@ -12,7 +12,7 @@ from kvproof.layout import Layout  # noqa: E402
 from kvproof.spec import model as M  # noqa: E402
 from kvproof.spec import premise  # noqa: E402
 from kvproof.spec import revisions as R  # noqa: E402
-from kvproof.spec.strategies import layouts  # noqa: E402
+from layout_strategies import layouts  # noqa: E402
 
 
 def _z3_holds(fact, layout: Layout, revision: str) -> bool:

@@ -1,4 +1,4 @@
-"""CrossHair checks the contracts of spec/model_ch_test.py on the model (bounded, about 40 s).
+"""CrossHair checks the contracts of tests/crosshair_model.py on the model (bounded, about 40 s).
 
 CrossHair enumerates small integer inputs (see the module docstring for why
 they are realized); a clean run is no counterexample within the budget, not
@@ -8,6 +8,7 @@ so a clean run is not a vacuous one.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -21,13 +22,16 @@ BUDGET_S = 150  # hard stop for one crosshair process; the checks take ~40 s and
 
 
 def crosshair(target: str, per_condition: float, cwd: Path) -> subprocess.CompletedProcess:
+    # tests/ on the path: the contracts (tests/crosshair_model.py) are dev code, not in the wheel
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"),
+                                                                 os.environ.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, "-m", "crosshair", "check", target,
                            "--per_condition_timeout", str(per_condition)],
-                          cwd=cwd, capture_output=True, text=True, timeout=BUDGET_S)
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=BUDGET_S)
 
 
 def test_model_contracts_have_no_counterexample():
-    out = crosshair("spec/model_ch_test.py", 5, ROOT)
+    out = crosshair("tests/crosshair_model.py", 5, ROOT)
     assert out.returncode == 0 and "error" not in out.stdout, out.stdout + out.stderr
 
 
@@ -35,7 +39,7 @@ def test_crosshair_reports_a_violated_contract_through_the_same_path(tmp_path):
     """The 0.27 seed bug (Mamba fallback to the lcm in align mode) as a contract: CrossHair finds it."""
     (tmp_path / "seed_027.py").write_text(textwrap.dedent('''
         from kvproof.outcome import Outcome
-        from kvproof.spec.model_ch_test import DCP_VALUES, MAX, facts, model, returned
+        from crosshair_model import DCP_VALUES, MAX, facts, model, returned
 
 
         def hybrid_align_engine_027(m: int, a: int, dcp_i: int) -> Outcome:

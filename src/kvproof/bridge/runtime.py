@@ -39,8 +39,8 @@ MEMO_SIZE = 1 << 16
 
 
 def needs() -> list:
-    """The vLLM APIs the bridge calls, as it calls them (checked at start-up: kvproof.consumer.compat)."""
-    from kvproof.consumer.compat import Need
+    """The vLLM APIs the bridge calls, as it calls them (checked at start-up: kvproof.bridge.compat)."""
+    from kvproof.bridge.compat import Need
     here = "kvproof/bridge/runtime.py"
     return [Need(f"{here}:Bridge.evaluate", kv_cache_utils.resolve_kv_cache_block_sizes,
                  positional=("kv_cache_config", "vllm_config")),
@@ -98,7 +98,7 @@ class Bridge:
         self.manager_hits = self.manager_misses = 0
         self._tokens = itertools.count()
         self._has_pmu = "prefix_match_unit" in self.builder.cache_fields
-        from kvproof.consumer.compat import first_problem
+        from kvproof.bridge.compat import first_problem
         self.incompatible = first_problem(needs())  # a changed vLLM API: every Outcome is ERROR, never FAIL
 
     # --- configs -------------------------------------------------------------

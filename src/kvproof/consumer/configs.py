@@ -21,7 +21,7 @@ from vllm.v1 import kv_cache_interface as kvi
 
 from kvproof.bridge.build import Builder
 from kvproof.consumer import drafters
-from kvproof.consumer.compat import kwargs_for
+from kvproof.bridge.compat import kwargs_for
 from kvproof.consumer.stream import Stream
 from kvproof.errors import NotExpressible
 from kvproof.layout import Layout

@@ -18,7 +18,7 @@ from typing import Any
 
 from vllm.config import SpeculativeConfig
 
-from kvproof.consumer.compat import kwargs_for
+from kvproof.bridge.compat import kwargs_for
 from kvproof.consumer.drafts import Drafts
 from kvproof.errors import NotExpressible
 

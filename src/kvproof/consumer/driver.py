@@ -16,7 +16,7 @@ from vllm.sampling_params import SamplingParams
 from vllm.v1.request import Request, RequestStatus
 
 from kvproof.consumer import fake_worker
-from kvproof.consumer.compat import kwargs_for
+from kvproof.bridge.compat import kwargs_for
 from kvproof.consumer.observations import Recorder
 from kvproof.consumer.oracles import Oracles
 from kvproof.consumer.runner import FakeModelRunner

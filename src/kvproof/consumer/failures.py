@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 import kvproof
-from kvproof.consumer import compat
+from kvproof.bridge import compat
 from kvproof.consumer.result import RunState
 from kvproof.outcome import vllm_frame
 

@@ -27,8 +27,9 @@ import torch  # noqa: E402,F401
 import vllm  # noqa: E402
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 
+from kvproof.bridge import compat  # noqa: E402
 from kvproof.bridge.build import Builder  # noqa: E402
-from kvproof.consumer import compat, scheduler, wiring  # noqa: E402
+from kvproof.consumer import scheduler, wiring  # noqa: E402
 from kvproof.consumer.configs import EngineConfigs  # noqa: E402
 from kvproof.consumer.driver import Driver  # noqa: E402
 from kvproof.consumer.failures import raised  # noqa: E402

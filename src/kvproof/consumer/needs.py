@@ -16,7 +16,7 @@ from vllm.v1.core.sched import scheduler as sched_mod
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request
 
-from kvproof.consumer import compat
+from kvproof.bridge import compat
 from kvproof.spec import facts
 
 

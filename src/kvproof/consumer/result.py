@@ -34,7 +34,7 @@ class ConsumerResult:
     not_expressible: str | None = None
     setup_error: str | None = None  # the release's config refused it (not a block-size verdict)
     # kvproof's own harness broke: a vLLM API it relies on changed (start-up signature check,
-    # kvproof.consumer.compat) or an exception was raised in a kvproof frame (spies, fake
+    # kvproof.bridge.compat) or an exception was raised in a kvproof frame (spies, fake
     # worker, setup). The run says nothing about vLLM: the judge's verdict is ERROR, never FAIL.
     harness_error: str | None = None
     hits: list[dict[str, int]] = field(default_factory=list)

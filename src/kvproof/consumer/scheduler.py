@@ -17,7 +17,7 @@ from vllm.v1.core.sched import scheduler as sched_mod
 from vllm.v1.structured_output import StructuredOutputManager
 
 from kvproof.consumer import sizing
-from kvproof.consumer.compat import kwargs_for
+from kvproof.bridge.compat import kwargs_for
 from kvproof.consumer.configs import EngineConfigs
 from kvproof.consumer.failures import exc_line, own_error, raised
 from kvproof.consumer.result import RunState

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvproof.consumer.compat import kwargs_for
+from kvproof.bridge.compat import kwargs_for
 from kvproof.consumer.drafts import Drafts, output_token
 from kvproof.consumer.runner import FakeModelRunner
 

@@ -1,4 +1,4 @@
-"""CrossHair contracts on the model's concrete evaluation: ``crosshair check spec/model_ch_test.py``.
+"""CrossHair contracts on the model's concrete evaluation: ``crosshair check tests/crosshair_model.py``.
 
 Each function builds a Layout from small bounded integers (the revision is
 one of them: an index into the revision table), evaluates the model
