@@ -33,6 +33,7 @@ REASONS = {
     "ColQwen3_5": _WRAPS.format("Qwen3_5ForCausalLM"),
     "Qwen3_5ForConditionalGeneration": _WRAPS.format("Qwen3_5ForCausalLM"),
     "JambaForSequenceClassification": _WRAPS.format("JambaForCausalLM"),
+    "Qwen3_5MoeForConditionalGeneration": _WRAPS.format("Qwen3_5MoeForCausalLM"),
     "ColBERTLfm2Model": _WRAPS.format("Lfm2ForCausalLM"),
     "Lfm2VlForConditionalGeneration": _WRAPS.format("Lfm2ForCausalLM"),
     "NemotronH_Nano_VL_V2": _WRAPS.format("NemotronHForCausalLM"),
@@ -41,12 +42,12 @@ REASONS = {
     "NemotronH_Super_Omni_Reasoning_V3": _WRAPS.format("NemotronHForCausalLM"),
     **{arch: _NONE_SOURCED for arch in (
         "AliceAIForCausalLM", "BailingMoeV3ForCausalLM", "BailingMoeV3VLForConditionalGeneration",
-        "ClefFlashForJointSchema", "FalconMambaForCausalLM", "Glm5NextForCausalLM",
+        "ClefFlashForJointSchema", "Glm5NextForCausalLM",
         "Glm5NextForConditionalGeneration", "InternS2MobiusForConditionalGeneration",
-        "InternS2PreviewForConditionalGeneration", "KimiK3ForConditionalGeneration", "Mamba2ForCausalLM",
-        "MambaForCausalLM", "MiniCPMOcrForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration",
-        "MiniCPMV4_7ForConditionalGeneration", "NemotronHPuzzleForCausalLM", "Qwen3_5MoeForCausalLM",
-        "Qwen3_5MoeForConditionalGeneration", "Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration",
+        "InternS2PreviewForConditionalGeneration", "KimiK3ForConditionalGeneration",
+        "MiniCPMOcrForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration",
+        "MiniCPMV4_7ForConditionalGeneration", "NemotronHPuzzleForCausalLM",
+        "Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration",
         "Terratorch")},
 }
 
