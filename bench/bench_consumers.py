@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_consumers.py [--releases R ...] [--n 200] [--seconds 300]
 
 For each release, in its vLLM environment (one subprocess, one core): fuzzer-shaped
-inputs (random bytes -> ``kvproof.consumer.fuzz.decode_input``: Layout, optional
+inputs (random bytes -> ``kvproof.fuzz.consumers.decode_input``: Layout, optional
 connector, request stream) are run through the consumer tier (real Scheduler) and
 judged (``kvproof.judge.judge_consumer``); the consumer-tier contracts of
 ``kvproof.contracts`` are evaluated on the same (layout, resolved sizes). For each
@@ -50,7 +50,7 @@ import json, os, random, sys, time
 t_start = time.monotonic()
 os.environ["KVPROOF_FUZZ_INSTRUMENT"] = "0"
 real_stdout = sys.stdout; sys.stdout = sys.stderr
-from kvproof.consumer.fuzz import Target
+from kvproof.fuzz.consumers import Target
 from kvproof.bridge.runtime import Bridge
 from kvproof.judge import judge_consumer, consumer_outcome
 from kvproof import contracts

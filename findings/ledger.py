@@ -11,6 +11,7 @@ a known class is counted and the run goes on; only a new class fails a run.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -176,3 +177,26 @@ class Ledger:
 
 def known(ledger: Ledger, key: ClassKey) -> bool:
     return key in ledger
+
+
+@functools.lru_cache(maxsize=1)
+def checked_in() -> Ledger:
+    """The ledger (``KVPROOF_LEDGER`` or the checked-in one), read once per process."""
+    return Ledger.load()
+
+
+def known(row) -> Entry | None:
+    """The ledger entry of a judged row's class (``kvproof.checking.Row``): None when the row
+    observed nothing. Lives here, not on the row: the tier runner knows no ledger."""
+    from kvproof.findings.key import class_key
+    from kvproof.verdicts import Verdict
+    if row.verdict < Verdict.UNSUPPORTED or row.judgement.observed is None:
+        return None
+    return checked_in().get(class_key(row.judgement, row.layout))
+
+
+def known_dict(row) -> dict | None:
+    """``known(row)`` as the check report's JSON writes it."""
+    k = known(row)
+    return None if k is None else {"id": k.id, "status": str(k.status), "title": k.title, "upstream": k.upstream,
+                                   "fixed_in": k.fixed_in, "workaround": k.workaround}

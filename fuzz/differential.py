@@ -2,7 +2,7 @@
 
 After each epoch's merge, ``kvproof fuzz --continuous --target consumers`` runs
 ``kvproof.compare.diff`` on up to ``--diff-max`` files of the campaign's corpus,
-decoded the way the harness decodes them (``kvproof.consumer.fuzz.decode_choices``
+decoded the way the harness decodes them (``kvproof.fuzz.consumers.decode_choices``
 through ``PyFDP``, with the release capabilities the harness recorded in its
 stats files and the campaign's premise): each input runs on the campaign's
 release and on ``--diff-against`` (default: the newest managed release older
@@ -85,7 +85,7 @@ def decode_file(data: bytes, caps: Any, premise: str) -> tuple[Any, Any] | None:
     """The (Layout, Stream) the harness makes of ``data``; None when the decoder refuses it."""
     from kvproof.fuzz.provider import PyFDP
 
-    from kvproof.consumer.fuzz import decode_choices
+    from kvproof.fuzz.consumers import decode_choices
 
     try:
         return decode_choices(PyFDP(data), caps, premise)

@@ -1,8 +1,8 @@
-"""ClusterFuzzLite / OSS-Fuzz entry point: the consumer-tier harness (see kvproof.consumer.fuzz)."""
+"""ClusterFuzzLite / OSS-Fuzz entry point: the consumer-tier harness (see kvproof.fuzz.consumers)."""
 
 import atheris  # noqa: F401  (compile_python_fuzzer bundles what this file imports)
 
-from kvproof.consumer.fuzz import main
+from kvproof.fuzz.consumers import main
 
 if __name__ == "__main__":
     main()

@@ -6,7 +6,7 @@
     kvproof fuzz --target conformance --seconds 30
     kvproof fuzz --target consumers --vllm 0.32.0 --seconds 600 --jobs 1
 
-Target ``consumers`` runs ``<env>/bin/python -m kvproof.consumer.fuzz`` (the real
+Target ``consumers`` runs ``<env>/bin/python -m kvproof.fuzz.consumers`` (the real
 Scheduler driven by request streams, judged by ``kvproof.judge.judge_consumer``)
 with the same stats and classes; its findings carry their request stream
 (``meta.stream``: ``python -m kvproof.consumer FILE --vllm R`` replays it).
@@ -87,7 +87,7 @@ MAX_LEN = 256
 INTERRUPTED = 72  # libFuzzer's exit code after SIGTERM/SIGINT (-interrupted_exitcode)
 TARGETS = ("contracts", "conformance", "consumers")
 # targets whose harness is not ``kvproof.fuzz.harness <target>``
-HARNESS_MODULES = {"consumers": "kvproof.consumer.fuzz"}
+HARNESS_MODULES = {"consumers": "kvproof.fuzz.consumers"}
 
 
 def _stats_files(workdir: Path) -> list[dict]:

@@ -19,7 +19,7 @@ VLLM_SIDE = (
     "kvproof.consumer.configs",
     "kvproof.consumer.drafters",
     "kvproof.consumer.driver",
-    "kvproof.consumer.fuzz",
+    "kvproof.fuzz.consumers",
     "kvproof.consumer.harness",
     "kvproof.consumer.needs",
     "kvproof.consumer.scheduler",

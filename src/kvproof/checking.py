@@ -11,7 +11,6 @@ so ``check --config``, ``derive``, ``explain`` and the derivation tables share i
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,13 +93,6 @@ class Row:
     def warnings(self) -> tuple[contracts.Violation, ...]:
         return self.judgement.warnings
 
-    def known(self) -> Any:
-        """The ledger entry of this row's class, for a row that observed something, or None."""
-        from kvproof.findings.key import class_key
-        if self.verdict < Verdict.UNSUPPORTED or self.judgement.observed is None:
-            return None
-        return ledger().get(class_key(self.judgement, self.layout))
-
     def message(self) -> str:
         o = self.outcome
         if o is not None and not o.expressible:
@@ -123,17 +115,7 @@ class Row:
             "by_design": j.by_design, "note": j.note, "message": self.message(),
             "outcome": None if self.outcome is None else self.outcome.to_dict(),
             "consumer": None if self.consumer is None else self.consumer.to_dict(),
-            "known": None if (k := self.known()) is None else {
-                "id": k.id, "status": str(k.status), "title": k.title, "upstream": k.upstream,
-                "fixed_in": k.fixed_in, "workaround": k.workaround},
         }
-
-
-@functools.lru_cache(maxsize=1)
-def ledger() -> Any:
-    """The ledger (``KVPROOF_LEDGER`` or the checked-in one), read once per process."""
-    from kvproof.findings.ledger import Ledger
-    return Ledger.load()
 
 
 def judge(name: str, layout: Layout, env_name: str, outcome: Outcome) -> Row:
@@ -259,10 +241,6 @@ def run(named: Sequence[tuple[str, Layout]], envs: Sequence[Env], manager: bool 
                 info[env.name] = pool.info(env.name)
                 rows.extend(run_tiers(named, tiers, env.name, pool.bridge.get(env.name), pool.consumer.get(env.name)))
     return rows, info
-
-
-def dumps(rows: Sequence[Row], info: dict) -> str:
-    return json.dumps({"environments": info, "results": [r.to_dict() for r in rows]}, indent=2)
 
 
 # --- the derive step -------------------------------------------------------------

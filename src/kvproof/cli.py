@@ -22,6 +22,7 @@ from kvproof import checking, contracts, envs, explain, inputs
 from kvproof.cliutil import Parser, guarded
 from kvproof.config import Config, reference_models
 from kvproof.errors import KvproofError, UsageError
+from kvproof.findings.ledger import known, known_dict
 from kvproof.layout import Layout, parse_groups_spec
 from kvproof.spec import facts
 from kvproof.verdicts import Tier
@@ -219,9 +220,14 @@ def _print_table(rows: Sequence[checking.Row], info: dict) -> None:
             name = "" if r.layout is last else r.layout.summary()
             last = r.layout
             print(f"  {name:<{width}}  {s:>9}  {h:>7}  {_verdict_cell(r):<{vwidth}}  {r.message()}")
-            if (k := r.known()) is not None:
+            if (k := known(r)) is not None:
                 print(f"  {'':<{width}}  {'':>9}  {'':>7}  {'':<{vwidth}}  {k.known_line()}")
         print()
+
+
+def _row_dict(r: checking.Row) -> dict:
+    """A check row as JSON, with the ledger entry of its class (``known``: null when none)."""
+    return {**r.to_dict(), "known": known_dict(r)}
 
 
 def _verdict_cell(r: checking.Row) -> str:
@@ -291,7 +297,7 @@ def _print_config_checks(checks: Sequence[checking.ConfigCheck]) -> None:
             print(f"  derivation stopped at {d.error.line()}")
         for r in c.rows:
             print(f"  {_verdict_cell(r):<22} {r.message()}")
-            if (k := r.known()) is not None:
+            if (k := known(r)) is not None:
                 print(f"  {'':<22} {k.known_line()}")
         print()
 
@@ -308,7 +314,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(json.dumps([{"name": c.name, "env": c.env, "config": c.derived.config.to_dict(minimal=True),
                                "not_derivable": c.not_derivable, "log_line": c.derived.log_line(),
                                "seconds": c.derived.seconds, "peak_rss_mb": c.derived.peak_rss_mb,
-                               "results": [r.to_dict() for r in c.rows]} for c in checks], indent=2))
+                               "results": [_row_dict(r) for r in c.rows]} for c in checks], indent=2))
         else:
             _print_config_checks(checks)
         return checking.config_exit_code(checks)
@@ -322,7 +328,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     named = [("inline", _inline_layout(args))] if args.groups else inputs.load_layouts(args.files)
     rows, info = checking.run(named, _envs(args), tiers=tiers)
     if args.json:
-        print(checking.dumps(rows, info))
+        print(json.dumps({"environments": info, "results": [_row_dict(r) for r in rows]}, indent=2))
     else:
         _print_table(rows, info)
     return checking.exit_code(rows)

@@ -253,7 +253,7 @@ def test_consumer_inputs_stay_within_the_block_budget():
     token scale, and the budget is what shrank the largest (they needed more at first)."""
     code = r"""
 import random, sys
-from kvproof.consumer.fuzz import BLOCK_BUDGET, SPEC_SHARE, decode_input, fit_stream, stream_scale
+from kvproof.fuzz.consumers import BLOCK_BUDGET, SPEC_SHARE, decode_input, fit_stream, stream_scale
 from kvproof.consumer.harness import Harness
 from kvproof.consumer.sizing import auto_blocks
 from kvproof.consumer.stream import random_stream

@@ -219,12 +219,12 @@ def test_eagle_with_chunked_local_attention_alone_is_a_refusal_by_design():
 
 
 def test_a_new_consumer_class_is_stored_with_the_shortest_stream_that_keeps_its_class():
-    """consumer.fuzz.Target.minimal: kvproof's greedy stream shrinker driven by the class key (the
+    """fuzz.consumers.Target.minimal: kvproof's greedy stream shrinker driven by the class key (the
     harness's run stands in here: a kv_event FAIL whenever a request of 40+ prompt tokens runs,
     an exception otherwise on three requests or more -- another class, which must not be kept)."""
     from kvproof.findings.key import class_key
 
-    from kvproof.consumer.fuzz import Target
+    from kvproof.fuzz.consumers import Target
     from kvproof.judge import judge_consumer
 
     lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}]})

@@ -9,7 +9,7 @@ import pytest
 from kvproof.errors import UsageError
 from kvproof.findings import cli as findings_cli
 from kvproof.findings.key import ClassKey, class_key, frame_key, stem
-from kvproof.findings.ledger import Entry, Ledger, Status
+from kvproof.findings.ledger import Entry, Ledger, Status, known, known_dict
 from kvproof.judge import judge, judge_consumer
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome, StageError
@@ -155,11 +155,11 @@ def test_check_names_the_known_class_of_a_result():
     r = ConsumerResult("x", "0.33.0", [Observation("exception", 0, f"AssertionError:  @ {frame}")], {"exception": 1})
     j = judge_consumer(r, lay)
     row = Row("mistral", lay, "vllm-0.33.0", Outcome(lay.content_hash(), "0.33.0"), j)
-    k = row.known()
+    k = known(row)
     assert k is not None and k.id == "cd75d4f67114"
     line = k.known_line()
     assert line.startswith("known class cd75d4f67114 (bug, upstream ") and k.title in line
     assert "report: kvproof findings report cd75d4f67114" in line
     ok = Row("mistral", lay, "vllm-0.33.0", Outcome(lay.content_hash(), "0.33.0"),
              judge_consumer(ConsumerResult("x", "0.33.0"), lay))
-    assert ok.known() is None and row.to_dict()["known"]["id"] == "cd75d4f67114"
+    assert known(ok) is None and known_dict(row)["id"] == "cd75d4f67114" and "known" not in row.to_dict()

@@ -20,7 +20,7 @@ from kvproof.fuzz.decode import FULL, NotEncodable, decode, encode
 from kvproof.fuzz.provider import Encoder, PyFDP
 from kvproof.spec import facts
 
-from kvproof.consumer.fuzz import fit_stream
+from kvproof.fuzz.consumers import fit_stream
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream
 from kvproof.errors import UsageError

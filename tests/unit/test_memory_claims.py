@@ -5,7 +5,7 @@ check, fuzz, selftest, compare and ``bisect --matrix`` read the ledger, and that
 replay checks the corpus files' recorded expectations, not the ledger. Every
 import graph in the package reaches findings.ledger through some lazy import, so
 this reads what each command's own modules *call*: ``Ledger.load`` (or
-kvproof.checking's ``ledger()`` / ``Row.known()``, which load it).
+kvproof.findings.ledger's ``checked_in()`` / ``known(row)``, which load it).
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
-# A read of the ledger: a load, an import of it, or kvproof.checking's loader / per-row lookup.
-READS_LEDGER = re.compile(r"\bLedger\.load\b|findings\.ledger\b|from kvproof\.findings import ledger"
-                          r"|\bchecking\.ledger\(|\.known\(\)")
+# A read of the ledger: a load, an import of it (its per-process loader and per-row lookup too).
+READS_LEDGER = re.compile(r"\bLedger\.load\b|findings\.ledger\b|from kvproof\.findings import ledger")
 
 CLAIM = ("`kvproof verify` reads its baseline (`verify/baseline.json`) and never the ledger;\n"
          "`kvproof check` (the known-class column), `fuzz`, `selftest` (through its fuzz\n"
@@ -29,7 +28,7 @@ CLAIM = ("`kvproof verify` reads its baseline (`verify/baseline.json`) and never
 
 # command -> the files whose calls the claim is about
 LEDGER_READERS = {
-    "check": ["src/kvproof/cli.py", "src/kvproof/checking.py"],
+    "check": ["src/kvproof/cli.py"],
     "fuzz": ["fuzz/run.py", "fuzz/harness.py"],
     "selftest": ["fuzz/run.py"],  # selftest.layers.fuzz_classes runs `kvproof fuzz` and reads its classes
     "compare": ["src/kvproof/compare.py"],

@@ -6,7 +6,7 @@ shrinker, not vLLM)."""
 
 from __future__ import annotations
 
-from kvproof.consumer.minimize import layout_moves, minimal, size
+from kvproof.fuzz.minimize import layout_moves, minimal, size
 from kvproof.consumer.stream import Req, Stream
 from kvproof.fuzz.decode import engine_groups
 from kvproof.layout import Layout

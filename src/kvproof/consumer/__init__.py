@@ -2,8 +2,8 @@
 
 Modules (one concept each): ``stream`` (request streams, stdlib). Inside a
 vLLM env: ``harness`` (one run, from its parts), ``refusals`` (inputs no
-engine builds), ``needs`` (the vLLM APIs it calls, checked by ``compat`` at
-start-up), ``configs`` and ``drafters`` (the engine's configs), ``scheduler``
+engine builds), ``needs`` (the vLLM APIs it calls, checked by
+``kvproof.bridge.compat`` at start-up), ``configs`` and ``drafters`` (the engine's configs), ``scheduler``
 (the real Scheduler built from them), ``wiring`` (the oracles hung on it
 through ``spies``, wrappers that report what vLLM did), ``driver`` (the step
 loop), ``runner`` and ``spec_runner`` (the fake model runner, and its
@@ -15,7 +15,8 @@ share), ``hit_oracle``, ``chain_oracle``, ``connector_oracle``,
 record), ``truth`` (the ground truth: computed tokens, the hash index).
 ``result`` (ConsumerResult; ``kvproof.judge.judge_consumer`` gives its
 verdict), ``worker`` (the in-env process), ``client`` (``run``/``run_many``
-from any Python), ``fuzz`` (atheris target).
+from any Python). Its atheris target and the shrinker of what a campaign stores sit
+above it, in ``kvproof.fuzz.consumers`` and ``kvproof.fuzz.minimize``.
 
     from kvproof.consumer import run
     result = run(layout, stream, env)   # env: kvproof.envs.Env

@@ -17,7 +17,7 @@ that on 0.32.0), so a FAIL on an overlay is the mutant's:
 - OffloadingConnector and SimpleCPUOffloadConnector on full attention under block pressure
   (stores, CPU hits, loads), SimpleCPUOffloadConnector on the hybrid.
 
-``SEEDED`` adds the consumer fuzzer's own random streams (``consumer.fuzz.fit_stream``) on the
+``SEEDED`` adds the consumer fuzzer's own random streams (``fuzz.consumers.fit_stream``) on the
 same layouts, a few seeds each, so the replay is not only hand-written shapes.
 """
 
@@ -106,7 +106,7 @@ SEEDS = (1, 2, 3)
 
 def seeded(seeds: tuple[int, ...] = SEEDS) -> list[tuple[str, Layout, Stream]]:
     """The consumer fuzzer's streams (``fit_stream``) on each hand-written layout, ``seeds`` each."""
-    from kvproof.consumer.fuzz import fit_stream
+    from kvproof.fuzz.consumers import fit_stream
 
     layouts: dict[str, tuple[str, Layout]] = {}
     for name, lay, _ in hand():

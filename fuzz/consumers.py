@@ -1,7 +1,7 @@
 """The consumer fuzz target: (Layout, stream) bytes -> the real scheduler -> consumer oracles -> the judge.
 
 Runs INSIDE a vLLM environment. ``kvproof fuzz --target consumers`` (``fuzz/run.py``)
-starts it as ``<env>/bin/python -m kvproof.consumer.fuzz [libFuzzer flags]``;
+starts it as ``<env>/bin/python -m kvproof.fuzz.consumers [libFuzzer flags]``;
 ``fuzz/fuzz_consumers.py`` is the ClusterFuzzLite entry point; ``Target.test_one_input(data)``
 works without atheris' ``Fuzz`` loop (benchmarks, tests).
 
@@ -153,9 +153,9 @@ class Target:
         return res
 
     def minimal(self, layout: Any, stream: Any, key: Any) -> tuple[Any, Any]:
-        """The smallest (layout, stream) (``consumer.minimize``) that still FAILs in class
+        """The smallest (layout, stream) (``fuzz.minimize``) that still FAILs in class
         ``key`` on this release; at most SHRINK_RUNS runs and SHRINK_SECONDS."""
-        from kvproof.consumer.minimize import minimal
+        from kvproof.fuzz.minimize import minimal
         from kvproof.findings.key import class_key
         from kvproof.judge import judge_consumer
 
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
               f"instrumented={sum(target.instrumented.values())} functions", file=sys.stderr, flush=True)
         return target.test_one_input
 
-    run_libfuzzer("kvproof.consumer.fuzz", argv, make)
+    run_libfuzzer("kvproof.fuzz.consumers", argv, make)
 
 
 if __name__ == "__main__":
