@@ -34,6 +34,7 @@ REASONS = {
     "Qwen3_5ForConditionalGeneration": _WRAPS.format("Qwen3_5ForCausalLM"),
     "JambaForSequenceClassification": _WRAPS.format("JambaForCausalLM"),
     "Qwen3_5MoeForConditionalGeneration": _WRAPS.format("Qwen3_5MoeForCausalLM"),
+    "Glm5NextForConditionalGeneration": _WRAPS.format("Glm5NextForCausalLM"),
     "ColBERTLfm2Model": _WRAPS.format("Lfm2ForCausalLM"),
     "Lfm2VlForConditionalGeneration": _WRAPS.format("Lfm2ForCausalLM"),
     "NemotronH_Nano_VL_V2": _WRAPS.format("NemotronHForCausalLM"),
@@ -42,8 +43,8 @@ REASONS = {
     "NemotronH_Super_Omni_Reasoning_V3": _WRAPS.format("NemotronHForCausalLM"),
     **{arch: _NONE_SOURCED for arch in (
         "AliceAIForCausalLM", "BailingMoeV3ForCausalLM", "BailingMoeV3VLForConditionalGeneration",
-        "ClefFlashForJointSchema", "Glm5NextForCausalLM",
-        "Glm5NextForConditionalGeneration", "InternS2MobiusForConditionalGeneration",
+        "ClefFlashForJointSchema",
+        "InternS2MobiusForConditionalGeneration",
         "InternS2PreviewForConditionalGeneration", "KimiK3ForConditionalGeneration",
         "MiniCPMOcrForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration",
         "MiniCPMV4_7ForConditionalGeneration", "NemotronHPuzzleForCausalLM",

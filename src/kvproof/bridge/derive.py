@@ -382,6 +382,13 @@ def _meta_weights(on: bool) -> Iterator[None]:
         base_loader.process_weights_after_loading = real
 
 
+def _name_stand_in(out: dict[str, Any], name: str) -> None:
+    """Add ``name`` to the derivation's stand-ins (once)."""
+    named = out.get("stand_in_backend") or ""
+    if name not in named:
+        out["stand_in_backend"] = f"{named}; {name}" if named else name
+
+
 @contextlib.contextmanager
 def _stand_in_amx(out: dict[str, Any]) -> Iterator[None]:
     """The CPU platform builds MLA layers for its AMX MLA backend only on CPUs with AMX tiles;
@@ -394,13 +401,45 @@ def _stand_in_amx(out: dict[str, Any]) -> Iterator[None]:
         yield
         return
     def stand_in() -> bool:
-        out["stand_in_backend"] = "CPU AMX MLA (platforms/cpu.py; this CPU has no AMX tiles)"
+        _name_stand_in(out, "CPU AMX MLA (platforms/cpu.py; this CPU has no AMX tiles)")
         return True
     torch.cpu._is_amx_tile_supported = stand_in
     try:
         yield
     finally:
         torch.cpu._is_amx_tile_supported = real
+
+
+SPARSE_MLA_STAND_IN = ("CUDA FLASHMLA_SPARSE for sparse MLA (platforms/cuda.py; the CPU platform refuses sparse "
+                       "attention), its workspace on the meta device")
+
+
+@contextlib.contextmanager
+def _stand_in_sparse_mla(out: dict[str, Any]) -> Iterator[None]:
+    """The CPU platform refuses sparse MLA outright ("Sparse Attention is not supported on CPU"), so
+    a model with an indexer (DeepSeek-V3.2-style, GLM-5.3) has no CPU build at all. A sparse MLA
+    layer is built as the release builds it on CUDA, for FLASHMLA_SPARSE (in the sparse priorities
+    of platforms/cuda.py for SM90 and SM100; its class imports without CUDA), and the derivation
+    says so (``stand_in_backend``). Every other layer keeps the CPU backend."""
+    platform = type(current_platform)
+    real = platform.__dict__["get_attn_backend_cls"]
+
+    def stand_in(cls: Any, selected_backend: Any, attn_selector_config: Any, *args: Any, **kw: Any) -> str:
+        if not getattr(attn_selector_config, "use_sparse", False):
+            return real.__func__(cls, selected_backend, attn_selector_config, *args, **kw)
+        _name_stand_in(out, SPARSE_MLA_STAND_IN)
+        import torch
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+        from vllm.v1.worker import workspace  # GPUModelRunner.__init__ sets it up; the CPU runner never does
+        if not workspace.is_workspace_manager_initialized():
+            workspace.init_workspace_manager(torch.device("meta"))
+        return AttentionBackendEnum.FLASHMLA_SPARSE.get_path()
+
+    platform.get_attn_backend_cls = classmethod(stand_in)
+    try:
+        yield
+    finally:
+        platform.get_attn_backend_cls = real
 
 
 def _uses_mla(args: Any) -> bool:
@@ -603,6 +642,7 @@ def _derive(config: Config) -> dict[str, Any]:
             out["stage"] = "config"
             if _uses_mla(args):
                 amx.enter_context(_stand_in_amx(out))
+                amx.enter_context(_stand_in_sparse_mla(out))
             with amx:
                 vllm_config = args.create_engine_config(UsageContext.OPENAI_API_SERVER)
                 vllm_config.load_config.device = "meta"  # the release's own layers, no parameter storage
