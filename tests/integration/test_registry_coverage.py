@@ -35,6 +35,7 @@ REASONS = {
     "JambaForSequenceClassification": _WRAPS.format("JambaForCausalLM"),
     "Qwen3_5MoeForConditionalGeneration": _WRAPS.format("Qwen3_5MoeForCausalLM"),
     "Glm5NextForConditionalGeneration": _WRAPS.format("Glm5NextForCausalLM"),
+    "Qwen4ExpForConditionalGeneration": _WRAPS.format("Qwen4ExpForCausalLM"),
     "ColBERTLfm2Model": _WRAPS.format("Lfm2ForCausalLM"),
     "Lfm2VlForConditionalGeneration": _WRAPS.format("Lfm2ForCausalLM"),
     "NemotronH_Nano_VL_V2": _WRAPS.format("NemotronHForCausalLM"),
@@ -48,7 +49,7 @@ REASONS = {
         "InternS2PreviewForConditionalGeneration", "KimiK3ForConditionalGeneration",
         "MiniCPMOcrForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration",
         "MiniCPMV4_7ForConditionalGeneration", "NemotronHPuzzleForCausalLM",
-        "Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration",
+       
         "Terratorch")},
 }
 
