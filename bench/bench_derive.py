@@ -1,6 +1,7 @@
 """Bench the derivation of the reference models at real dimensions (spec/models/).
 
     .venv/bin/python bench/bench_derive.py [--vllm R] [--out bench/results/derive.md]
+    .venv/bin/python bench/bench_derive.py --vllm 0.33.0 --out bench/results/derive_0.33.0.md
 
 One worker of the release derives every reference model with default flags through the
 release's own code (kvproof.bridge.derive: every layer on the meta device, KV memory sized
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import time
 
 from kvproof import envs
 from kvproof.bridge.client import Worker
@@ -24,14 +26,16 @@ from kvproof.cliutil import Parser, guarded
 from kvproof.config import Config, reference_models
 from kvproof.fsio import atomic_write
 
+OUT = "bench/results/derive.md"
+
 
 def _main(argv) -> int:
     ap = Parser(prog="bench_derive.py")
     ap.add_argument("--vllm", default=envs.DEFAULT_RELEASE,
                     help=f"release (default: the newest CPU release of spec/facts.py, {envs.DEFAULT_RELEASE})")
-    ap.add_argument("--out", default="bench/results/derive.md")
+    ap.add_argument("--out", default=OUT)
     args = ap.parse_args(argv)
-    load = os.getloadavg()[0]
+    load, t0 = os.getloadavg()[0], time.monotonic()
     configs = [Config.from_dict({"model": m}) for m in reference_models()]
     with Worker(envs.find(args.vllm)) as w:
         w.derive(configs)  # warm: imports and model classes
@@ -39,8 +43,10 @@ def _main(argv) -> int:
     ok = [r for r in results if r.error is None]
     lines = [f"# bench: reference models derived at real dimensions on vLLM {args.vllm}", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-             f"1-min load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end.",
-             f"Command: `.venv/bin/python bench/bench_derive.py --vllm {args.vllm}`", "",
+             f"1-min load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end; "
+             f"wall {time.monotonic() - t0:.0f} s (worker start, a warm pass, the timed pass).",
+             f"Command: `.venv/bin/python bench/bench_derive.py --vllm {args.vllm}"
+             f"{'' if args.out == OUT else ' --out ' + args.out}`", "",
              f"{len(ok)} of {len(results)} derive; seconds per model after import (warm worker), "
              f"slowest {max((r.seconds for r in ok), default=0):.2f} s.", "",
              "| model | layout | vLLM's line | s | peak RSS MB | stand-in |",
