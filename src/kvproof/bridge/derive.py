@@ -633,17 +633,17 @@ def _derive(config: Config) -> dict[str, Any]:
     t0 = time.perf_counter()
     executor = None
     try:
-        # The AMX stand-in covers both the config hooks and the executor build: 0.32+ picks the
-        # attention backend and checks the aligned block size against it there.
-        amx = contextlib.ExitStack()
+        # An MLA model's backend stand-ins cover the config hooks and the executor build alike: 0.32+
+        # picks the attention backends and checks the aligned block size against them there.
+        backends = contextlib.ExitStack()
         if config.model is not None:
             out["stage"] = "flags"
             args = serve_engine_args(config)
             out["stage"] = "config"
             if _uses_mla(args):
-                amx.enter_context(_stand_in_amx(out))
-                amx.enter_context(_stand_in_sparse_mla(out))
-            with amx:
+                backends.enter_context(_stand_in_amx(out))
+                backends.enter_context(_stand_in_sparse_mla(out))
+            with backends:
                 vllm_config = args.create_engine_config(UsageContext.OPENAI_API_SERVER)
                 vllm_config.load_config.device = "meta"  # the release's own layers, no parameter storage
                 out["stage"] = "model"
