@@ -161,6 +161,11 @@ CONSUMER_CONNECTOR_EXTRA = {"cpu_bytes_to_use": 64 << 20}
 # BlockPool's BlockHashToBlockMap.insert/get_one_block in simple_kv_offload).
 CONNECTOR_HASH_METHODS = ("lookup", "prepare_store", "prepare_load", "touch", "complete_store",
                           "complete_load", "insert", "get_one_block")
+# CacheConfig field the engine copies into KVCacheConfig (get_kv_cache_config_from_groups,
+# 0.29+): the prefix-cache retention interval of sliding-window and Mamba groups. Its
+# CacheConfig default is 0 (sparse: only semantic checkpoints, replay boundaries included);
+# KVCacheConfig's own default None means dense, which no engine builds.
+RETENTION_FIELD = "prefix_cache_retention_interval"
 # Where a coordinator states the alignment of prefix hits
 # (HybridKVCacheCoordinator._cache_hit_alignment_tokens, 0.27+; a unitary
 # coordinator aligns to its block_size); absent: the scheduler block size.

@@ -59,10 +59,15 @@ def test_normal_hybrid_runs_clean_with_hand_computed_efficiency(cw):
     a = res.alignment
     assert a in (16, 32)
     assert [h["truth"] for h in res.hits] == TRUTH
-    assert [h["hit"] for h in res.hits] == [t // a * a for t in TRUTH]
+    # r1 shares 150 tokens of r0's prompt, where no request ends: under the engine's default sparse
+    # retention (prefix_cache_retention_interval 0, 0.29+) the sliding-window group keeps no window
+    # at 128 and r1 hits nothing; dense (0.27, 0.28 have no such field) it hits 128.
+    sparse = facts.release_key(res.vllm_version) >= facts.release_key("0.29.0")
+    want = [0 if sparse and i == 1 else t // a * a for i, t in enumerate(TRUTH)]
+    assert [h["hit"] for h in res.hits] == want
     e = res.efficiency
     assert e.reusable_tokens == 569 and e.prompt_tokens == 210 + 155 + 220 + 220
-    assert e.hit_tokens == sum(t // a * a for t in TRUTH)
+    assert e.hit_tokens == sum(want)
     assert res.events_stored > 0
     assert consumer_verdict(res)[0] == Verdict.OK
 

@@ -36,6 +36,7 @@ class EngineConfigs:
     def __init__(self, builder: Builder) -> None:
         self.builder = builder
         self._model_configs: dict[str, Any] = {}
+        self._retention: dict | None = None
         # One folder, removed when this object goes or the process exits (a test run used to
         # leave two folders in /tmp per harness, hundreds per make test).
         self._tmp = tempfile.TemporaryDirectory(prefix="kvproof-consumer-")
@@ -71,7 +72,18 @@ class EngineConfigs:
             tensors.append(kvi.KVCacheTensor(**kwargs_for(
                 kvi.KVCacheTensor, size=page * num_blocks, shared_by=[name], layers=[name],
                 layer_stride=page * num_blocks, block_stride=page)))
-        return kvi.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups)
+        return kvi.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups,
+                                 **kwargs_for(kvi.KVCacheConfig, **self.retention()))
+
+    def retention(self) -> dict:
+        """The retention interval the engine puts in KVCacheConfig: its CacheConfig's (the release's
+        default; {} before 0.29). Left out, KVCacheConfig says None (dense) and the coordinator
+        never reads replay boundaries, while the offloading connector reads CacheConfig's 0."""
+        if self._retention is None:
+            c = CacheConfig()
+            self._retention = {facts.RETENTION_FIELD: getattr(c, facts.RETENTION_FIELD)} \
+                if hasattr(c, facts.RETENTION_FIELD) else {}
+        return self._retention
 
     def vllm_config(self, layout: Layout, stream: Stream, num_blocks: int, gpu_bytes: int | None = None) -> Any:
         c = layout.cache
