@@ -8,13 +8,17 @@ prefix_hit  (b) a prefix hit covered a token beyond the longest common token
             landed off the alignment the release's coordinator promises: ``hit_oracle``;
             or a block the hit hands the request holds other tokens, another
             position or another prefix than the request's (cause ``shadow-*``): ``shadow``.
+            Or the hybrid coordinator's groups disagree on the hit it reconciled
+            (cause ``coord-*``): ``coord_oracle``.
 hash_chain  (b) ``Request.block_hashes`` disagree with the request's tokens: ``chain_oracle``.
 connector   (c) a hash a connector stored or looked up is not the hash of a
             real token prefix, does not belong to the request it was used for,
             or ends off the block boundary of the group it is paired with;
             or a connector claimed external tokens beyond the true prefix: ``connector_oracle``.
 kv_event    (d) a BlockStored event's hashes, token ids, parent or block size
-            disagree with the blocks it describes: ``event_oracle``.
+            disagree with the blocks it describes: ``event_oracle``; or an entry
+            announced by BlockStored left the prefix cache without a BlockRemoved,
+            or a BlockRemoved withdraws one never announced: ``removal_oracle``.
 spec_hit    (b) under an EAGLE-family drafter, a hit covered the unit before the
             generation point that drop_eagle_block makes the drafter recompute: ``hit_oracle``.
 efficiency  (e) measurement only: tokens reusable in principle vs hit: ``efficiency``.
@@ -74,6 +78,8 @@ class Oracles:
         self.lookups_after_claim: dict[str, int] = {}
         self.first_seen: set[str] = set()
         self.shadow: Any = None  # what each block holds (``shadow.Shadow``), once the harness wires one
+        self.removals: Any = None  # announced prefix-cache entries (``removal_oracle.Removals``), once wired
+        self.queued: Any = tuple  # () -> events the block pool has queued but not yet handed out
 
     # The oracles proper live in their own modules as functions of this object (``o``); bound
     # here as methods, so a report costs no call more than it did when they were written inline.

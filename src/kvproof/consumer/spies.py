@@ -1,7 +1,7 @@
 """The consumer harness's spies: wrappers on the real scheduler's methods that report to the oracles.
 
 No vLLM import: each spy wraps a bound method of an object the harness built
-(``KVCacheManager`` lookups and ``allocate_slots``, the block pool's
+(``KVCacheManager`` lookups and ``allocate_slots``, the hybrid coordinator's hit, the block pool's
 ``get_new_blocks``, the KV event publisher, the connector's scheduler side and
 the hash-carrying methods of its inner pieces), calls the real method unchanged and hands what it saw to
 ``kvproof.consumer.oracles.Oracles``. Every wrapper takes the real method's
@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from kvproof.consumer import coord_oracle
 from kvproof.consumer.oracles import Oracles
 from kvproof.spec import facts
 
@@ -55,8 +56,14 @@ def spy_events(publisher: Any, oracles: Oracles) -> None:
     real_publish = publisher.publish
 
     def publish(batch: Any) -> None:
-        for ev in getattr(batch, "events", ()) or ():
+        events = getattr(batch, "events", ()) or ()
+        rm = oracles.removals
+        for ev in events:
             oracles.event(ev)
+            if rm is not None:
+                rm.apply(ev)
+        if rm is not None and events:
+            rm.check(oracles.queued())  # what the pool emitted after the batch was taken
         return real_publish(batch)
     publisher.publish = publish
 
@@ -70,6 +77,50 @@ def spy_reuse(pool: Any, shadow: Any) -> None:
         shadow.reused(got)
         return got
     pool.get_new_blocks = get_new_blocks
+
+
+def spy_coordinator(coord: Any, oracles: Oracles) -> None:
+    """The reconciliation oracle: each attention group's manager lookups (a subclass per group
+    that records the length it answered; the coordinator compares classes only at init) and
+    the reconciled hit the hybrid coordinator returns. A coordinator without attention groups
+    (unitary, no prefix cache) has nothing to reconcile."""
+    groups = getattr(coord, "attention_groups", None)
+    if not groups:
+        return
+    answers: dict[int, int] = {}
+    judged = []
+    for k, grp in enumerate(groups):
+        spec, ids, cls = grp.spec, grp.group_ids, grp.manager_cls
+        mgr = coord.single_type_managers[ids[0]]
+        judged.append(coord_oracle.Group(
+            full=any(c.__name__ == "FullAttentionSpec" for c in type(spec).__mro__), group_ids=ids,
+            block_size=int(getattr(mgr, "block_size", 0) or 0), eagle=bool(getattr(grp, "use_eagle", False)),
+            keeps_longer=bool(getattr(mgr, "retains_longer_hit", False)), name=type(spec).__name__))
+        groups[k] = grp._replace(manager_cls=_answering(cls, k, answers))
+    real = coord.find_longest_cache_hit
+    name = type(coord).__name__
+
+    def report(rule: str, text: str) -> None:
+        oracles.rec.add("prefix_hit", text, cause=f"coord-{rule}|{name} (reconciled)")
+
+    def find_longest_cache_hit(*args: Any, **kw: Any) -> Any:
+        answers.clear()
+        got = real(*args, **kw)
+        coord_oracle.judge(judged, answers, got[0], got[1], report)
+        return got
+    coord.find_longest_cache_hit = find_longest_cache_hit
+
+
+def _answering(cls: Any, k: int, answers: dict[int, int]) -> Any:
+    """``cls`` whose ``find_longest_cache_hit`` records the length it answered for group ``k``."""
+    real = cls.find_longest_cache_hit
+
+    def find_longest_cache_hit(klass: Any, *args: Any, **kw: Any) -> Any:
+        got = real(*args, **kw)
+        answers[k] = got[1]
+        return got
+    return type(cls.__name__, (cls,), {"find_longest_cache_hit": classmethod(find_longest_cache_hit),
+                                       "__module__": cls.__module__})
 
 
 def spy_connector(conn: Any, scheduler: Any, oracles: Oracles) -> None:

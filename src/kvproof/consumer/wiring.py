@@ -16,6 +16,7 @@ from vllm.v1.core import kv_cache_utils
 from kvproof.bridge.build import Builder
 from kvproof.consumer import spies
 from kvproof.consumer.oracles import Oracles
+from kvproof.consumer.removal_oracle import Removals
 from kvproof.consumer.result import RunState
 from kvproof.consumer.shadow import Shadow, group_rule
 from kvproof.consumer.truth import HashIndex
@@ -36,6 +37,7 @@ def wire(st: RunState, layout: Layout, scheduler: Any, hash_fn: Any, builder: Bu
                       specs=[type(g.kv_cache_spec).__name__ for g in kcc.kv_cache_groups],
                       coordinator=type(mgr.coordinator).__name__)
     spies.spy_lookups(mgr, oracles)
+    spies.spy_coordinator(mgr.coordinator, oracles)
     spies.spy_allocations(mgr, oracles)
     spies.spy_events(scheduler.kv_event_publisher, oracles)
     if scheduler.connector is not None:
@@ -44,7 +46,27 @@ def wire(st: RunState, layout: Layout, scheduler: Any, hash_fn: Any, builder: Bu
     oracles.shadow = Shadow(oracles, mgr.coordinator, [group_rule(g.kv_cache_spec) for g in kcc.kv_cache_groups],
                             connector=scheduler.connector is not None)
     spies.spy_reuse(mgr.block_pool, oracles.shadow)
+    oracles.removals = removals(mgr.block_pool, oracles)
+    oracles.queued = lambda: list(getattr(mgr.block_pool, "kv_event_queue", None) or ())
     return oracles
+
+
+def removals(pool: Any, oracles: Oracles) -> Removals | None:
+    """The BlockRemoved oracle on the pool's medium; None where the pool's cache is not the
+    ``BlockHashToBlockMap`` of packed (hash, group) keys read here (0.27-0.33 all are)."""
+    cache = getattr(getattr(pool, "cached_block_hash_to_block", None), "_cache", None)
+    if not isinstance(cache, dict) or not getattr(pool, "enable_kv_cache_events", False):
+        return None
+    medium = getattr(pool, "medium", None) or "GPU"
+
+    def present() -> set:
+        m = pool.cached_block_hash_to_block._cache  # reset_prefix_cache replaces the map
+        return {(kv_cache_utils.get_group_id(k), kv_cache_utils.maybe_convert_block_hash(
+            kv_cache_utils.get_block_hash(k))) for k in m}
+
+    def report(rule: str, text: str) -> None:
+        oracles.rec.add("kv_event", text, cause=f"{rule}|BlockPool (BlockRemoved[{medium}])")
+    return Removals(medium, present, report)
 
 
 def hash_block(hash_fn: Any) -> Any:

@@ -1,0 +1,75 @@
+"""The BlockRemoved oracle (d): the event stream, replayed, must match the block pool's prefix cache. No vLLM import.
+
+A KV-aware router keeps the set of (group, hash) a worker announced with
+``BlockStored`` and not yet withdrawn with ``BlockRemoved`` (or
+``AllBlocksCleared``). vLLM's ``BlockPool`` (identical in 0.27-0.33) emits one
+``BlockRemoved(group_idx=g)`` for every (hash, g) entry it drops from
+``cached_block_hash_to_block`` (``_maybe_evict_cached_block`` when a cached
+block is reused or evicted, a partial-to-full promotion), and an
+``AllBlocksCleared`` when ``reset_prefix_cache`` drops them all; ``move_block_hashes``
+re-points an entry without events (it stays cached). So, after every published
+batch (plus what still waits in the pool's queue), each announced entry of the
+pool's medium must still be in the pool's cache; one that is not was evicted
+silently, and a router would keep sending requests to KV that is gone.
+
+Set semantics on purpose: a hash cached in two blocks is announced twice and
+withdrawn once per copy; the first withdrawal drops it here, so this side can
+only miss a fault, never invent one. A ``BlockRemoved`` for an entry never
+announced (on that medium and group) is a fault too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+Key = tuple[Any, Any]  # (group_idx, external block hash)
+
+
+class Removals:
+    """The announced prefix-cache entries of one medium (the block pool's), checked against the pool."""
+
+    def __init__(self, medium: str, present: Callable[[], set[Key]], report: Callable[[str, str], None]) -> None:
+        self.medium = medium
+        self.present = present  # () -> the (group, hash) entries the pool's cache holds now
+        self.report = report  # (rule, text) -> records a kv_event observation
+        self.announced: set[Key] = set()
+        self.ever: set[Key] = set()
+
+    def mine(self, ev: Any) -> bool:
+        return (getattr(ev, "medium", None) or "GPU") == self.medium
+
+    def apply(self, ev: Any, judge: bool = True) -> None:
+        """Replay one event; ``judge`` False for events still queued (judged once published)."""
+        kind = type(ev).__name__
+        if kind == "AllBlocksCleared":
+            self.announced.clear()  # carries no medium: every medium's entries go
+            return
+        if not self.mine(ev):
+            return
+        g = getattr(ev, "group_idx", None)
+        if kind == "BlockStored":
+            for h in ev.block_hashes or ():
+                self.announced.add((g, h))
+                self.ever.add((g, h))
+        elif kind == "BlockRemoved":
+            for h in ev.block_hashes or ():
+                if judge and (g, h) not in self.ever:
+                    self.report("removed-unknown", f"BlockRemoved(group={g}) of a hash never announced "
+                                f"by a BlockStored on medium {self.medium}")
+                self.announced.discard((g, h))
+
+    def check(self, queued: Iterable[Any] = ()) -> None:
+        """After a published batch: every announced entry, the queued events applied, is still cached."""
+        view = Removals(self.medium, self.present, self.report)
+        view.announced, view.ever = set(self.announced), self.ever
+        for ev in queued:
+            view.apply(ev, judge=False)
+        if not view.announced:
+            return
+        stale = view.announced - self.present()
+        if stale:
+            g = sorted(stale, key=repr)[0][0]
+            self.report("removed-missing", f"{len(stale)} (group, hash) entries announced by BlockStored "
+                        f"are no longer in the {self.medium} prefix cache and no BlockRemoved withdrew them "
+                        f"(first: group {g}); a router would keep routing to evicted KV")
+            self.announced -= stale  # one report per silent eviction
