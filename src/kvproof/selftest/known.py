@@ -7,9 +7,10 @@ that on 0.32.0), so a FAIL on an overlay is the mutant's:
 
 - full attention, one group: shared prefixes, a partial prefix, a resend, a next turn
   (``default_stream``), the same under block pressure (eviction, preemption) and under EAGLE;
-- full attention + sliding window (hybrid, scheduler 32 / hash 16), plain and under EAGLE;
-- three spec groups (full attention + two sliding windows): the coordinator's fixed point
-  needs more than one pass;
+- full attention + sliding window (hybrid, scheduler 32 / hash 16), plain and under EAGLE, and a
+  block-aligned prompt resent (the replay boundary sparse retention keeps);
+- three spec groups (full attention + two sliding windows), in both orders of the windows: the
+  coordinator's fixed point needs more than one pass;
 - chunked local attention alone and beside full attention;
 - Mamba in align mode beside full attention, at the block granularity and fine-grained
   (``prefix_match_unit`` below the block: the managers' phase-2 / partial-tail paths and
@@ -36,6 +37,13 @@ THREE = {"groups": [{"kind": "full_attention", "block_size": 16},
                     {"kind": "sliding_window", "block_size": 16, "sliding_window": 48},
                     {"kind": "sliding_window", "block_size": 16, "sliding_window": 160}],
          "cache": {"block_size": 16, "enable_prefix_caching": True}}
+# the same windows, the wider first: a pass where the narrow window shrinks the hit below what the
+# wide one accepted, so the coordinator's fixed point must ask the wide one again (the first order's
+# windows never disagree that way under sparse retention)
+THREE_WIDE_FIRST = {"groups": [{"kind": "full_attention", "block_size": 16},
+                               {"kind": "sliding_window", "block_size": 16, "sliding_window": 160},
+                               {"kind": "sliding_window", "block_size": 16, "sliding_window": 48}],
+                    "cache": {"block_size": 16, "enable_prefix_caching": True}}
 CHUNKED = {"groups": [{"kind": "chunked_local", "block_size": 16, "attention_chunk_size": 64}],
            "cache": {"block_size": 16, "enable_prefix_caching": True}}
 FA_CHUNKED = {"groups": [{"kind": "full_attention", "block_size": 16},
@@ -68,6 +76,11 @@ PRESSURE = Stream((300, 260), (Req(0, 300, 20, 0, 3), Req(1, 260, 30, 1, 3), Req
 LATER = Stream((176, 240), (Req(0, 176, 1, 0, 4), Req(1, 240, 16, 1, 2), Req(0, 176, 40, 4, 2),
                             Req(1, 240, 0, 30, 1), Req(0, 176, 0, 40, 1), Req(0, 120, 30, 44, 2)),
                num_blocks=64, max_num_batched_tokens=256, max_num_seqs=2)
+# A block-aligned prompt (256 tokens) resent once it finished: a resend's hit is capped at
+# num_tokens - 1, so under sparse retention (the engine's default interval 0) the sliding-window
+# group must keep its state at the replay boundary 255 (kv_cache_coordinator.replay_boundaries);
+# kept at 256 only, the resend's hit collapses to 0.
+REPLAY = Stream((256,), (Req(0, 192, 64, 0, 2, resend_at=6),), max_num_batched_tokens=512)
 EAGLE = Drafts("eagle", 2, "all")
 
 
@@ -84,7 +97,9 @@ def hand() -> list[tuple[str, Layout, Stream]]:
         ("fa-eagle", FA, _spec(SHARED, EAGLE)),
         ("hybrid", HYBRID, SHARED), ("hybrid-pressure", HYBRID, PRESSURE),
         ("hybrid-eagle", HYBRID, _spec(SHARED, EAGLE)),
+        ("hybrid-replay", HYBRID, REPLAY),
         ("three-groups", THREE, SHARED), ("three-groups-pressure", THREE, PRESSURE),
+        ("three-groups-wide-first", THREE_WIDE_FIRST, SHARED),
         ("chunked", CHUNKED, SHARED), ("fa-chunked", FA_CHUNKED, SHARED),
         ("mamba", MAMBA, None), ("mamba-shared", MAMBA, SHARED), ("mamba-pressure", MAMBA, PRESSURE),
         ("mamba-fine", MAMBA_FINE, None), ("mamba-fine-shared", MAMBA_FINE, SHARED),

@@ -199,7 +199,11 @@ BEHAVIOURAL_MUTANTS: tuple[Mutant, ...] = (
            "            if not cached_block:\n                break\n",
            "            if not cached_block:\n                continue\n",
            "FullAttentionManager's phase 1 steps over a missing block instead of stopping (later blocks shift "
-           "left)", "hit-search", _SHADOW),
+           "left)", "hit-search",
+           "gap: the shadow judges each hit block's position, but no known input or campaign reached a hole in "
+           "a full-attention chain: the free queue holds each chain tail first (frees and touches keep that "
+           "order), so a missing block is followed by missing ones; BlockPool.evict_blocks (a connector's failed "
+           "load, which the fake worker never reports) punches one"),
     Mutant("swa_window_one_block_short", MANAGERS,
            "        blocks = cdiv(window_size - 1, block_size)\n",
            "        blocks = cdiv(window_size - 1, block_size) - 1\n",
@@ -238,15 +242,12 @@ BEHAVIOURAL_MUTANTS: tuple[Mutant, ...] = (
     Mutant("coord_full_attention_untruncated", COORD,
            "                    del blks[num_blocks:]\n",
            "                    pass\n",
-           "HybridKVCacheCoordinator leaves full-attention groups' blocks past the reconciled hit", "coordinator",
-           _SHADOW.replace("the block placement", "blocks handed past the hit")),
+           "HybridKVCacheCoordinator leaves full-attention groups' blocks past the reconciled hit", "coordinator"),
     Mutant("replay_boundary_off_by_one", COORD,
            "    if not use_eagle:\n        return (num_prompt_tokens - 1,)\n",
            "    if not use_eagle:\n        return (num_prompt_tokens,)\n",
            "replay_boundaries keeps the state at the whole prompt, not at the resend's num_tokens - 1",
-           "coordinator",
-           "gap: replay boundaries are read only under sparse retention (prefix_cache_retention_interval not "
-           "None: the engine's default 0); the consumer harness builds KVCacheConfig without it (None, dense)"),
+           "coordinator"),
     # the speculative paths: EAGLE's drop
     Mutant("fa_eagle_drop_removed", MANAGERS,
            "        if drop_eagle_block and hit_length > 0:\n",
@@ -298,8 +299,7 @@ BEHAVIOURAL_MUTANTS: tuple[Mutant, ...] = (
     Mutant("event_removed_dropped", POOL,
            "        if not self.enable_kv_cache_events:\n            return\n        for block_hash in block_hashes:\n",
            "        if True:\n            return\n        for block_hash in block_hashes:\n",
-           "no BlockRemoved event on eviction (a KV-aware router keeps routing to evicted blocks)", "kv-event",
-           "gap: the kv_event oracle judges BlockStored only; nothing checks that an evicted hash is removed"),
+           "no BlockRemoved event on eviction (a KV-aware router keeps routing to evicted blocks)", "kv-event"),
     # the connectors' hash/token pairing
     Mutant("offloading_claims_extra_chunk", OFFLOAD,
            "                        tokens_per_chunk * (start_chunk_idx + num_hit_chunks),\n",
