@@ -3,9 +3,10 @@
 The data flow is Layout -> bridge -> real vLLM -> Outcome -> contracts ->
 report / corpus. Only the modules in ``VLLM_SIDE`` import vLLM; each runs
 inside a vLLM environment (started there as ``<env>/bin/python -m ...``, or
-imported by one that was): the bridge worker's runtime and builder, the
-derive step, the consumer worker, harness (with its configs, drafters,
-driver, API list, scheduler build and oracle wiring) and fuzz target, the engine boot
+imported by one that was): the release's one worker (``kvproof.worker``,
+lazily) serves the bridge's runtime and builder, the derive step and the
+consumer harness (with its configs, drafters, driver, API list, scheduler
+build and oracle wiring); the consumer fuzz target, the engine boot
 and the atheris harnesses. Everything else, the client side included, never
 imports vLLM (tests/unit/test_vllm_side.py keeps this list true).
 """
@@ -24,7 +25,6 @@ VLLM_SIDE = (
     "kvproof.consumer.needs",
     "kvproof.consumer.scheduler",
     "kvproof.consumer.wiring",
-    "kvproof.consumer.worker",
     "kvproof.fuzz.harness",
     "kvproof.replay.boot",
 )

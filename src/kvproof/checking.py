@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 # and one row (its tier: the highest that ran); the consumer tier has a row of its own.
 CHECK_TIERS = (Tier.FUNCTION, Tier.MANAGER, Tier.CONSUMER)
 BRIDGE_TIERS = (Tier.FUNCTION, Tier.MANAGER)
-# Releases whose workers (a bridge and a consumer worker each) start and import vLLM together: the
-# README's three releases at once, about 7 GB of workers; more releases go three at a time.
+# Releases whose workers (one per release, every tier in it) start and import vLLM together: the
+# README's three releases at once; more releases go three at a time.
 PARALLEL_RELEASES = 3
 
 
@@ -147,44 +147,32 @@ def tiers_of(manager: bool = True, consumer: bool = False) -> tuple[Tier, ...]:
 
 @dataclass
 class Workers:
-    """The live workers of one run, by env name: a bridge worker (function and manager tiers,
-    derivation) and a consumer worker (consumer tier) where the tiers need them. Workers
-    passed in (``live``) are used, not closed; the rest are started together (their vLLM
-    imports overlap) and closed by :meth:`close`."""
+    """The live workers of one run, one per env name (``kvproof.worker``: derivation and every
+    tier in one process). Workers passed in (``live``) are used, not closed; the rest are started
+    together (their vLLM imports overlap) and closed by :meth:`close`."""
 
-    bridge: dict[str, Worker] = field(default_factory=dict)
-    consumer: dict[str, Worker] = field(default_factory=dict)
+    by_env: dict[str, Worker] = field(default_factory=dict)
     own: list[Worker] = field(default_factory=list)
 
     @classmethod
-    def start(cls, envs: Sequence[Env], bridge: bool, consumer: bool,
-              live: dict[str, Worker] | None = None, live_consumer: dict[str, Worker] | None = None) -> Workers:
-        from kvproof.consumer.client import ConsumerWorker
+    def start(cls, envs: Sequence[Env], live: dict[str, Worker] | None = None) -> Workers:
         pool = cls()
-        want: list[tuple[dict[str, Worker], Worker]] = []
-        for env in envs:
-            for on, kind, given, into in ((bridge, Worker, live, pool.bridge),
-                                          (consumer, ConsumerWorker, live_consumer, pool.consumer)):
-                if not on:
-                    continue
-                if given and env.name in given:
-                    into[env.name] = given[env.name]
-                else:
-                    want.append((into, kind(env)))
+        want = [Worker(env) for env in envs if not (live and env.name in live)]
+        pool.by_env.update({env.name: live[env.name] for env in envs if live and env.name in live})
         try:
-            for _, w in want:
+            for w in want:
                 pool.own.append(w)
                 w.spawn()
-            for into, w in want:
+            for w in want:
                 w.handshake()
-                into[w.env.name] = w
+                pool.by_env[w.env.name] = w
         except BaseException:
             pool.close()
             raise
         return pool
 
     def info(self, env_name: str) -> dict:
-        w = self.bridge.get(env_name) or self.consumer.get(env_name)
+        w = self.by_env.get(env_name)
         return dict(w.info) if w is not None else {}
 
     def close(self) -> None:
@@ -199,47 +187,46 @@ class Workers:
         self.close()
 
 
-def run_tiers(named: Sequence[tuple[str, Layout]], tiers: Iterable[Tier], env_name: str,
-              bridge: Worker | None = None, consumer: Worker | None = None) -> list[Row]:
-    """The one tier runner: named Layouts at ``tiers`` on one release, through its live workers
-    (``bridge`` for the function and manager tiers, one row per layout whose tier is the highest
-    that ran; ``consumer`` for the consumer tier, the layout's own stream or the default
-    shared-prefix one, a row of its own). Rows per layout in tier order, layouts in input order."""
+def rows_of(named: Sequence[tuple[str, Layout]], tiers: Iterable[Tier], env_name: str,
+            outcomes: Sequence[Outcome], results: Sequence[ConsumerResult]) -> list[Row]:
+    """The judged rows of one batch reply: per layout its bridge row (the highest bridge tier that
+    ran), then its consumer row; layouts in input order."""
     tiers = set(tiers)
-    per: list[list[Row]] = [[] for _ in named]
-    layouts = [lay for _, lay in named]
-    if not layouts:
+    rows: list[Row] = []
+    for i, (n, lay) in enumerate(named):
+        if tiers & set(BRIDGE_TIERS):
+            rows.append(judge(n, lay, env_name, outcomes[i]))
+        if Tier.CONSUMER in tiers:
+            rows.append(consumer_row(n, lay, env_name, results[i]))
+    return rows
+
+
+def run_tiers(named: Sequence[tuple[str, Layout]], tiers: Iterable[Tier], env_name: str,
+              worker: Worker) -> list[Row]:
+    """The one tier runner: named Layouts at ``tiers`` on one release, in one round trip to its
+    live worker (the consumer tier under each layout's own stream or the default shared-prefix
+    one). Rows per layout in tier order, layouts in input order."""
+    from kvproof.consumer.client import batch
+    if not named:
         return []
-    if tiers & set(BRIDGE_TIERS):
-        if bridge is None:
-            raise ValueError(f"{env_name}: the function and manager tiers need a bridge worker")
-        for rows, (n, lay), o in zip(per, named, bridge.run(layouts, manager=Tier.MANAGER in tiers)):
-            rows.append(judge(n, lay, env_name, o))
-    if Tier.CONSUMER in tiers:
-        if consumer is None:
-            raise ValueError(f"{env_name}: the consumer tier needs a consumer worker")
-        from kvproof.consumer.client import stream_for
-        results = consumer.run([(lay, stream_for(lay)) for lay in layouts])
-        for rows, (n, lay), r in zip(per, named, results):
-            rows.append(consumer_row(n, lay, env_name, r))
-    return [r for rows in per for r in rows]
+    _, outcomes, results = batch(worker, [], [lay for _, lay in named], tiers)
+    return rows_of(named, tiers, env_name, outcomes, results)
 
 
 def run(named: Sequence[tuple[str, Layout]], envs: Sequence[Env], manager: bool = True,
-        consumer: bool = False, tiers: Iterable[Tier] | None = None, workers: dict[str, Worker] | None = None,
-        consumer_workers: dict[str, Worker] | None = None) -> tuple[list[Row], dict]:
+        consumer: bool = False, tiers: Iterable[Tier] | None = None,
+        workers: dict[str, Worker] | None = None) -> tuple[list[Row], dict]:
     """Every layout through every environment at ``tiers`` (default: function, manager when
     ``manager``, consumer when ``consumer``); returns rows and per-env worker info.
-    ``workers`` / ``consumer_workers`` map an env name to a live worker to reuse."""
+    ``workers`` maps an env name to a live worker to reuse."""
     tiers = set(tiers_of(manager, consumer) if tiers is None else tiers)
     rows: list[Row] = []
     info: dict[str, dict] = {}
     for window in _windows(envs):
-        with Workers.start(window, bridge=bool(tiers & set(BRIDGE_TIERS)), consumer=Tier.CONSUMER in tiers,
-                           live=workers, live_consumer=consumer_workers) as pool:
+        with Workers.start(window, live=workers) as pool:
             for env in window:
                 info[env.name] = pool.info(env.name)
-                rows.extend(run_tiers(named, tiers, env.name, pool.bridge.get(env.name), pool.consumer.get(env.name)))
+                rows.extend(run_tiers(named, tiers, env.name, pool.by_env[env.name]))
     return rows, info
 
 
@@ -329,24 +316,26 @@ class ConfigCheck:
 
 def check_configs(named: Sequence[tuple[str, Config]], envs: Sequence[Env], manager: bool = True,
                   consumer: bool = True, workers: dict[str, Worker] | None = None,
-                  tiers: Iterable[Tier] | None = None,
-                  consumer_workers: dict[str, Worker] | None = None) -> list[ConfigCheck]:
-    """Each Config through each release: real derivation in the release's bridge worker, then
-    the derived Layouts through :func:`run_tiers` at ``tiers`` (default: function, manager when
-    ``manager``, consumer when ``consumer``), as a Layout given by hand would go. ``workers`` /
-    ``consumer_workers`` map an env name to a live worker to reuse; the others start together."""
+                  tiers: Iterable[Tier] | None = None) -> list[ConfigCheck]:
+    """Each Config through each release in one round trip to the release's worker: real
+    derivation, then the derived Layouts at ``tiers`` (default: function, manager when
+    ``manager``, consumer when ``consumer``), judged as a Layout given by hand would be.
+    ``workers`` maps an env name to a live worker to reuse; the others start together."""
+    from kvproof.consumer.client import batch
     tiers = set(tiers_of(manager, consumer) if tiers is None else tiers)
+    configs = [c for _, c in named]
     out: list[ConfigCheck] = []
     for window in _windows(envs):
-        with Workers.start(window, bridge=True, consumer=Tier.CONSUMER in tiers, live=workers,
-                           live_consumer=consumer_workers) as pool:
+        with Workers.start(window, live=workers) as pool:
             for env in window:
-                derived = derive_all(env.name, [c for _, c in named], pool.bridge[env.name])
-                layouts = [(n, d.layout) for (n, _), d in zip(named, derived) if d.layout is not None]
-                rows: dict[str, list[Row]] = {}
-                for r in run_tiers(layouts, tiers, env.name, pool.bridge[env.name], pool.consumer.get(env.name)):
-                    rows.setdefault(r.name, []).append(r)
-                out.extend(ConfigCheck(n, env.name, d, tuple(rows.get(n, ()))) for (n, _), d in zip(named, derived))
+                derived, outcomes, results = batch(pool.by_env[env.name], configs, [], tiers)
+                got = [i for i, d in enumerate(derived) if d.layout is not None]
+                layouts = [(named[i][0], derived[i].layout) for i in got]
+                rows = rows_of(layouts, tiers, env.name, outcomes, results)
+                per = len(rows) // len(got) if got else 0
+                by_config = {i: tuple(rows[k * per:(k + 1) * per]) for k, i in enumerate(got)}
+                out.extend(ConfigCheck(n, env.name, d, by_config.get(i, ()))
+                           for i, ((n, _), d) in enumerate(zip(named, derived)))
     return out
 
 

@@ -30,7 +30,8 @@ from typing import Any, Sequence
 
 from kvproof import envs
 from kvproof.cliutil import Parser, guarded
-from kvproof.consumer.client import default_stream, run_many
+from kvproof.consumer.client import run_many
+from kvproof.consumer.stream import default_stream
 from kvproof.consumer.drafts import effective_drafts
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream, random_stream

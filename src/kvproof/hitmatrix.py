@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from kvproof.config import Config
-from kvproof.consumer.client import default_stream, run_many
+from kvproof.consumer.client import run_many
+from kvproof.consumer.stream import default_stream
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream
 from kvproof.derivation import MODEL_FLAG_SETS, Derived, config_key, model_configs, model_rows_here

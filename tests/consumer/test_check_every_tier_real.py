@@ -1,7 +1,7 @@
 """`kvproof check` judges every tier for every input, on real vLLM (issue 24 item 3).
 
 A Layout pasted from a log line (a file, --groups) goes through the consumer tier as the
-Config that builds it does, through the one tier runner (checking.run_tiers):
+Config that builds it does, through the one tier runner (checking.run_tiers, one worker per release):
 
 - the Kimi-style hybrid (MLA 1536 + align Mamba 1536 + sliding window 3456) used to be OK
   from a Layout file (function and manager tiers only); its consumer tier is the WARN that
@@ -19,7 +19,8 @@ import pytest
 
 from kvproof import checking, cli
 from kvproof.config import Config
-from kvproof.consumer.client import ConsumerWorker, default_stream
+from kvproof.consumer.client import ConsumerWorker
+from kvproof.consumer.stream import default_stream
 from kvproof.judge import judge_consumer
 from kvproof.layout import Layout
 from kvproof.verdicts import Tier, Verdict
@@ -70,18 +71,16 @@ def test_a_derived_layout_checked_as_a_layout_gets_the_config_paths_verdicts(rel
     """The README's config (nemotron_h_8b, prefix caching, align) through check_configs, then its
     derived Layout through checking.run, on the same live workers: the same rows, tier by tier."""
     env = require_env(release)
-    bridge = {env.name: worker_for(release)}
-    with ConsumerWorker(env) as cw:
-        consumer = {env.name: cw}
-        cfg = Config(model="nemotron_h_8b", flags=("--enable-prefix-caching", "--mamba-cache-mode", "align"))
-        [check] = checking.check_configs([("nemotron_h_8b", cfg)], [env], workers=bridge, consumer_workers=consumer)
-        assert check.not_derivable is None, check.not_derivable
-        f = tmp_path / "derived.json"
-        f.write_text(json.dumps(check.derived.layout.to_dict()))
-        from kvproof.inputs import load_layouts
-        rows, _ = checking.run(load_layouts([str(f)]), [env], tiers=checking.CHECK_TIERS, workers=bridge,
-                               consumer_workers=consumer)
-        assert cw.proc is not None and cw.proc.poll() is None  # a live worker is used and left running
+    w = worker_for(release)
+    live = {env.name: w}
+    cfg = Config(model="nemotron_h_8b", flags=("--enable-prefix-caching", "--mamba-cache-mode", "align"))
+    [check] = checking.check_configs([("nemotron_h_8b", cfg)], [env], workers=live)
+    assert check.not_derivable is None, check.not_derivable
+    f = tmp_path / "derived.json"
+    f.write_text(json.dumps(check.derived.layout.to_dict()))
+    from kvproof.inputs import load_layouts
+    rows, _ = checking.run(load_layouts([str(f)]), [env], tiers=checking.CHECK_TIERS, workers=live)
+    assert w.proc is not None and w.proc.poll() is None  # a live worker is used and left running
     assert [r.tier for r in check.rows] == [Tier.MANAGER, Tier.CONSUMER], check.rows
 
     def seen(rs):

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from kvproof.consumer.stream import stream_for
 from kvproof.layout import Layout
-from kvproof.replay import classify, cli, core, engine
+from kvproof.replay import classify, cli, engine
 from kvproof.replay.families import Recipe
 from kvproof.verdicts import Tier, Verdict
 
@@ -42,10 +43,10 @@ def test_consumer_tier_replays_a_corpus_file_and_records(tmp_path, capsys):
 
 def test_consumer_rows_use_the_files_stream():
     lay = Layout.from_json(DCP_MAMBA.read_text())
-    assert core.stream_of(lay).requests  # the default stream when the file carries none
+    assert stream_for(lay).requests  # the default stream when the file carries none
     withs = lay.with_meta(**dict(lay.meta, stream={"prefixes": [40], "requests": [
         {"prefix": 0, "prefix_len": 40, "suffix_len": 2, "arrival": 0, "max_tokens": 1}]}))
-    assert [len(withs and core.stream_of(withs).prompt(0))] == [42]
+    assert [len(withs and stream_for(withs).prompt(0))] == [42]
 
 
 @pytest.mark.engine

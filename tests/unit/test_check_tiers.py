@@ -147,26 +147,35 @@ def test_a_fail_names_the_tier_that_observed_it(capsys):
 
 def test_live_workers_are_reused_and_left_running(tmp_path):
     """checking.Workers: a worker passed in is the one used, and only the ones it started are
-    closed (check_configs derives and runs every tier on one release's workers)."""
+    closed (check_configs derives and runs every tier on one release's one worker)."""
     from kvproof.bridge.client import Worker
-    from kvproof.consumer.client import ConsumerWorker
     from kvproof.envs import Env
     env = Env("vllm-x", tmp_path / "no-python")
-    bridge, consumer = Worker(env), ConsumerWorker(env)
-    pool = checking.Workers.start([env], bridge=True, consumer=True, live={env.name: bridge},
-                                  live_consumer={env.name: consumer})
-    assert pool.bridge == {env.name: bridge} and pool.consumer == {env.name: consumer} and pool.own == []
+    live = Worker(env)
+    pool = checking.Workers.start([env], live={env.name: live})
+    assert pool.by_env == {env.name: live} and pool.own == []
     pool.close()
-    # nothing live for a tier that is not asked for: no worker of that kind
-    pool = checking.Workers.start([env], bridge=False, consumer=True, live_consumer={env.name: consumer})
-    assert pool.bridge == {} and pool.consumer == {env.name: consumer}
-    with pytest.raises(ValueError, match="need a bridge worker"):
-        checking.run_tiers([("a", Layout.from_dict(KIMI_STYLE))], (F, C), env.name, None, consumer)
+    assert checking.run_tiers([], (F, C), env.name, live) == []  # nothing to run: no round trip
+
+
+def test_rows_of_a_batch_reply_come_per_layout_in_tier_order():
+    """One batch reply (bridge outcomes, consumer results) -> rows: each layout's bridge row, then
+    its consumer row; layouts in input order."""
+    lay = Layout.from_dict(KIMI_STYLE)
+    other = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
+                              "cache": {"block_size": 16, "enable_prefix_caching": True}})
+    outs = [Outcome(lay.content_hash(), "0.32.0", scheduler_block_size=13824, hash_block_size=384, manager_attempted=True),
+            Outcome(other.content_hash(), "0.32.0", scheduler_block_size=16, hash_block_size=16, manager_attempted=True)]
+    res = [ConsumerResult("kimi", "0.32.0"), ConsumerResult("fa", "0.32.0")]
+    rows = checking.rows_of([("kimi", lay), ("fa", other)], (F, M, C), "e", outs, res)
+    assert [(r.name, r.tier) for r in rows] == [("kimi", M), ("kimi", C), ("fa", M), ("fa", C)]
+    assert rows[2].hash_block_size == 16 and rows[3].consumer is res[1]
+    assert [r.tier for r in checking.rows_of([("fa", other)], (C,), "e", [], res[1:])] == [C]
 
 
 def test_workers_start_three_releases_at_a_time(tmp_path):
-    """Each release needs a bridge and a consumer worker (about 1.2 GB each once vLLM is
-    imported): eight releases at once would hold some 19 GB, so they start three at a time."""
+    """Each release's worker holds about 1.2 GB once vLLM and the consumer harness are imported,
+    and each import takes a core: the releases start three at a time."""
     from kvproof.envs import Env
     envs = [Env(f"vllm-{i}", tmp_path / "no-python") for i in range(7)]
     assert [[e.name for e in w] for w in checking._windows(envs)] == [

@@ -85,7 +85,7 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 class Worker:
     """A live worker: ``with Worker(env) as w: outcomes = w.run(layouts)``."""
 
-    MODULE = "kvproof.bridge.worker"  # the JSON-lines server run inside the environment
+    MODULE = "kvproof.worker"  # the JSON-lines server run inside the environment
 
     def __init__(self, env: Env, timeout: float = 600) -> None:
         self.env = env
@@ -122,6 +122,10 @@ class Worker:
         for line in self.proc.stderr:
             self._stderr.append(line.rstrip())
             del self._stderr[:-50]
+
+    def call(self, request: dict) -> dict:
+        """One request, one reply (``kvproof.worker``'s protocol); a worker error raises BridgeError."""
+        return self._call(request)
 
     def _call(self, request: dict) -> dict:
         if self.proc is None or self.proc.poll() is not None:

@@ -17,7 +17,8 @@ PROG = "kvproof consumer"
 
 def _body(argv: Sequence[str] | None) -> int:
     from kvproof import envs
-    from kvproof.consumer.client import default_stream, run
+    from kvproof.consumer.client import run
+    from kvproof.consumer.stream import default_stream
     from kvproof.consumer.stream import Stream
     from kvproof.judge import judge_consumer
     from kvproof.inputs import read_text

@@ -1,55 +1,47 @@
-"""Drive the consumer worker from any Python (no vLLM import here)."""
+"""Drive the consumer tier of a release's worker (``kvproof.worker``) from any Python (no vLLM import here)."""
 
 from __future__ import annotations
 
 from typing import Iterable, Sequence
 
 from kvproof.bridge.client import Worker, start_all
+from kvproof.config import Config
 from kvproof.consumer.result import ConsumerResult
-from kvproof.consumer.stream import Req, Stream
+from kvproof.consumer.stream import Stream, default_stream  # noqa: F401 -- kvproof.consumer exports it
+from kvproof.derivation import Derived
 from kvproof.envs import Env
 from kvproof.layout import Layout
-
-
-def default_stream(layout: Layout) -> Stream:
-    """A shared-prefix stream sized to the layout: full, partial and resent prefixes, some decode,
-    and a next turn of the first request (its prompt and outputs, then new tokens).
-
-    The prefix is about four of the largest group blocks long (capped by
-    max_model_len), so every release's hit alignment has room to land.
-    """
-    big = layout.largest_block
-    # the longest request is p + 64 prompt tokens + 4 outputs (+1) (the next turn: p + 28 + 2): it must fit max_model_len,
-    # or the scheduler never finishes it (a harness stall, not a vLLM verdict)
-    p = max(8, min(4 * big + 7, layout.max_model_len - 64 - 5))
-    reqs = (Req(0, p, 16, 0, 4),
-            Req(0, p, 32, 3, 2),
-            Req(0, p // 2, 9, 5, 2),
-            Req(0, p, 16, 8, 2, resend_at=None),
-            Req(0, p, 64, 10, 3, resend_at=30),
-            Req(suffix_len=8, arrival=36, max_tokens=2, extends=0))  # r0's next turn
-    return Stream((p,), reqs, None, max(512, big), 8)
-
-
-def stream_for(layout: Layout) -> Stream:
-    """The stream a Layout is checked under: its own (``meta["stream"]``, what a consumer
-    finding's file carries), else :func:`default_stream`."""
-    raw = (layout.meta or {}).get("stream")
-    return Stream.from_dict(raw) if isinstance(raw, dict) else default_stream(layout)
+from kvproof.outcome import Outcome
 
 
 class ConsumerWorker(Worker):
-    """``with ConsumerWorker(env) as w: results = w.run([(layout, stream), ...])``."""
-
-    MODULE = "kvproof.consumer.worker"
+    """``with ConsumerWorker(env) as w: results = w.run([(layout, stream), ...])``: the release's
+    one worker (``kvproof.worker``), its ``run`` being the consumer tier."""
 
     def __init__(self, env: Env, timeout: float = 900) -> None:
         super().__init__(env, timeout)
 
-    def run(self, items: Iterable[tuple[Layout, Stream]]) -> list[ConsumerResult]:
-        batch = [{"layout": lay.to_dict(), "stream": s.to_dict()} for lay, s in items]
-        reply = self._call({"op": "run", "items": batch})
-        return [ConsumerResult.from_dict(d) for d in reply["results"]]
+    def run(self, items: Iterable[tuple[Layout, Stream]]) -> list[ConsumerResult]:  # type: ignore[override]
+        return consume(self, items)
+
+
+def consume(worker: Worker, items: Iterable[tuple[Layout, Stream]]) -> list[ConsumerResult]:
+    """The consumer tier on a live worker: each (Layout, Stream) through the real scheduler."""
+    reply = worker.call({"op": "consume", "items": [{"layout": lay.to_dict(), "stream": s.to_dict()}
+                                                     for lay, s in items]})
+    return [ConsumerResult.from_dict(d) for d in reply["results"]]
+
+
+def batch(worker: Worker, configs: Sequence[Config], layouts: Sequence[Layout], tiers: Iterable[str]
+          ) -> tuple[list[Derived], list[Outcome], list[ConsumerResult]]:
+    """One round trip to a live worker: ``configs`` derived, then ``layouts`` followed by each
+    derived layout at ``tiers`` (function/manager outcomes, consumer results under each layout's
+    own stream or the default; empty where not asked)."""
+    reply = worker.call({"op": "batch", "configs": [c.to_dict() for c in configs],
+                         "layouts": [lay.to_dict() for lay in layouts], "tiers": sorted(str(t) for t in tiers)})
+    return ([Derived.from_reply(c, d) for c, d in zip(configs, reply["derived"])],
+            [Outcome.from_dict(d) for d in reply["outcomes"]],
+            [ConsumerResult.from_dict(d) for d in reply["consumer"]])
 
 
 def run_many(items: Sequence[tuple[Layout, Stream]], env: Env) -> list[ConsumerResult]:

@@ -28,7 +28,10 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:
+    from kvproof.layout import Layout
 
 from kvproof.consumer.drafts import VOCAB, Drafts, output_token, parse_drafts
 from kvproof.errors import LayoutError
@@ -293,3 +296,30 @@ def _without(stream: Stream, i: int) -> Stream:
             r = replace(r, extends=None if r.extends == i else r.extends - 1)
         reqs.append(r)
     return replace(stream, requests=tuple(reqs))
+
+
+def default_stream(layout: "Layout") -> Stream:
+    """A shared-prefix stream sized to the layout: full, partial and resent prefixes, some decode,
+    and a next turn of the first request (its prompt and outputs, then new tokens).
+
+    The prefix is about four of the largest group blocks long (capped by
+    max_model_len), so every release's hit alignment has room to land.
+    """
+    big = layout.largest_block
+    # the longest request is p + 64 prompt tokens + 4 outputs (+1) (the next turn: p + 28 + 2): it must fit max_model_len,
+    # or the scheduler never finishes it (a harness stall, not a vLLM verdict)
+    p = max(8, min(4 * big + 7, layout.max_model_len - 64 - 5))
+    reqs = (Req(0, p, 16, 0, 4),
+            Req(0, p, 32, 3, 2),
+            Req(0, p // 2, 9, 5, 2),
+            Req(0, p, 16, 8, 2, resend_at=None),
+            Req(0, p, 64, 10, 3, resend_at=30),
+            Req(suffix_len=8, arrival=36, max_tokens=2, extends=0))  # r0's next turn
+    return Stream((p,), reqs, None, max(512, big), 8)
+
+
+def stream_for(layout: "Layout") -> Stream:
+    """The stream a Layout is checked under: its own (``meta["stream"]``, what a consumer
+    finding's file carries), else :func:`default_stream`."""
+    raw = (layout.meta or {}).get("stream")
+    return Stream.from_dict(raw) if isinstance(raw, dict) else default_stream(layout)

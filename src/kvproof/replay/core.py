@@ -155,24 +155,16 @@ def bridge_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env],
 
 # --- consumer tier ------------------------------------------------------------------
 
-def stream_of(layout: Layout) -> Any:
-    """The file's own request stream (``meta["stream"]``, what a consumer finding carries), else the
-    default shared-prefix stream sized to the layout."""
-    from kvproof.consumer.client import default_stream
-    from kvproof.consumer.stream import Stream
-    raw = (layout.meta or {}).get("stream")
-    return Stream.from_dict(raw) if isinstance(raw, dict) else default_stream(layout)
-
-
 def consumer_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env]) -> list[ReplayRow]:
     """The real Scheduler, block pool, KV events and connector scheduler side driven by the file's
-    stream (one consumer worker per release, every file in one call), judged by ``judge_consumer``."""
+    stream (one worker per release, every file in one call), judged by ``judge_consumer``."""
     from kvproof.consumer.client import run_many
+    from kvproof.consumer.stream import stream_for
     from kvproof.judge import judge_consumer
     rows: list[ReplayRow] = []
     if not named:
         return rows
-    items = [(lay, stream_of(lay)) for _, lay in named]
+    items = [(lay, stream_for(lay)) for _, lay in named]
     for release, env in env_map.items():
         results = run_many(items, env)
         for (name, lay), res in zip(named, results):

@@ -90,7 +90,7 @@ def _spec(s: Stream, d: Drafts) -> Stream:
 
 def hand() -> list[tuple[str, Layout, Stream]]:
     """The hand-written pairs (name, layout, stream)."""
-    from kvproof.consumer.client import default_stream
+    from kvproof.consumer.stream import default_stream
 
     out: list[tuple[str, dict, Stream | None]] = [
         ("fa", FA, None), ("fa-shared", FA, SHARED), ("fa-pressure", FA, PRESSURE),

@@ -209,7 +209,8 @@ def conformance_fuzz(env: Env, seconds: int, workdir: Path) -> Catch:
 
 def consumer_verdicts(layouts: Sequence[Layout], env: Env) -> list[tuple[str, str]]:
     """(verdict, line) per layout: kvproof.consumer.client.run_many + judge_consumer."""
-    from kvproof.consumer.client import default_stream, run_many
+    from kvproof.consumer.client import run_many
+    from kvproof.consumer.stream import default_stream
     from kvproof.judge import judge_consumer
 
     res = run_many([(lay, default_stream(lay)) for lay in layouts], env)
@@ -276,7 +277,7 @@ def consumer_new(base: ConsumerJudged, got: ConsumerJudged) -> str:
 
 
 def start_consumers(env_list: Sequence[Env]) -> list:
-    """One consumer worker per environment, importing vLLM in parallel."""
+    """One worker per environment (its ``run``: the consumer tier), importing vLLM in parallel."""
     from kvproof.bridge.client import start_all
     from kvproof.consumer.client import ConsumerWorker
 

@@ -1,9 +1,19 @@
-"""The bridge worker: serves ``kvproof.bridge.runtime.Bridge`` over a pipe, inside a vLLM environment.
+"""The one worker of a release: every tier inside its vLLM environment, served over a pipe.
+
+Derive (``kvproof.bridge.derive``), the function and manager tiers (``kvproof.bridge.runtime.Bridge``)
+and the consumer tier (``kvproof.consumer.worker``) in one process. It sits above both
+folders: the bridge and the consumer tier import nothing of it (it is started by name,
+``python -m kvproof.worker``, by ``kvproof.bridge.client.Worker``).
 
 Protocol: one JSON object per line on stdin, one reply per line on stdout.
   {"op": "info"}                                   -> {"vllm": ..., "fingerprint": ...}
   {"op": "run", "layouts": [...], "manager": true} -> {"outcomes": [...]}
   {"op": "derive", "configs": [...]}               -> {"results": [...]} (kvproof.bridge.derive)
+  {"op": "consume", "items": [{"layout", "stream"}]} -> {"results": [...]} (kvproof.consumer.worker)
+  {"op": "batch", "configs": [...], "layouts": [...], "tiers": [...]}
+      -> {"derived": [...], "outcomes": [...], "consumer": [...]}: the configs derived, then the
+         given layouts and the derived ones at the tiers, in one round trip
+One process per release serves every tier: no second vLLM import for the consumer tier.
 Importing this module has no side effects; ``main`` parks stdout on stderr
 before vLLM is imported, so vLLM's prints never reach the protocol channel.
 """
@@ -34,7 +44,34 @@ def handle(bridge: Any, request: dict, import_seconds: float = 0.0) -> dict:
         t0 = time.perf_counter()
         results = [derive(d) for d in request["configs"]]
         return {"results": results, "seconds": time.perf_counter() - t0}
+    if op == "consume":  # the consumer tier (its harness imported on first use)
+        from kvproof.consumer.worker import consume
+        return {"results": consume(request["items"])}
+    if op == "batch":
+        return batch(bridge, request)
     return {"error": f"unknown op {op!r}"}
+
+
+def batch(bridge: Any, request: dict) -> dict:
+    """Derive ``configs``; run ``layouts`` and each derived layout at ``tiers`` (tier values):
+    function/manager through the bridge, consumer under each layout's own stream or the default."""
+    from kvproof.layout import Layout
+    derived: list[dict] = []
+    if request.get("configs"):
+        from kvproof.bridge.derive import derive
+        derived = [derive(d) for d in request["configs"]]
+    layouts = [Layout.from_dict(d) for d in request.get("layouts", [])]
+    layouts += [Layout.from_dict(d["layout"]) for d in derived if d.get("layout")]
+    tiers = set(request.get("tiers", ()))
+    outcomes: list[dict] = []
+    if tiers & {"function", "manager"}:
+        outcomes = [bridge.evaluate(lay, "manager" in tiers).to_dict() for lay in layouts]
+    consumer: list[dict] = []
+    if "consumer" in tiers and layouts:
+        from kvproof.consumer.stream import stream_for
+        from kvproof.consumer.worker import consume
+        consumer = consume([{"layout": lay.to_dict(), "stream": stream_for(lay).to_dict()} for lay in layouts])
+    return {"derived": derived, "outcomes": outcomes, "consumer": consumer}
 
 
 def serve(bridge: Any, lines: TextIO, out: TextIO, import_seconds: float) -> None:
