@@ -116,70 +116,68 @@ def _stored_recipe(layout: Layout) -> Recipe | None:
     return Recipe.from_dict(raw) if raw else None
 
 
-# --- function + manager tiers ---------------------------------------------------
+# --- function, manager and consumer tiers: the one tier runner -------------------------
 
-def bridge_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env],
-                tiers: Sequence[Tier | str]) -> list[ReplayRow]:
-    rows: list[ReplayRow] = []
-    tiers = {as_tier(t) for t in tiers}
-    if not ({Tier.FUNCTION, Tier.MANAGER} & tiers) or not named:
-        return rows
-    checked, _info = checking.run(named, list(env_map.values()), manager=Tier.MANAGER in tiers)
+def tier_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env],
+              tiers: Sequence[Tier | str]) -> list[ReplayRow]:
+    """``checking.run`` (one worker per release, one round trip for every tier asked) and its rows
+    as replay rows: a bridge row gives a function and/or a manager row, a consumer row (the
+    file's own stream, else the default one) a consumer row; each with the file's expectation."""
+    tiers = {as_tier(t) for t in tiers} & set(checking.CHECK_TIERS)
+    if not tiers or not named:
+        return []
+    checked, _info = checking.run(named, list(env_map.values()), tiers=tiers)
     by_env = {e.name: r for r, e in env_map.items()}
+    rows: list[ReplayRow] = []
     for row in checked:
         release = by_env[row.env]
-        name, lay, o = row.name, row.layout, row.outcome
+        if row.consumer is not None:
+            rows.append(_consumer_row(row, release))
+            continue
         if Tier.FUNCTION in tiers:
-            fo = classify.function_outcome(o)
-            v = judge(lay, fo, Tier.FUNCTION).verdict
-            cls = classify.failure_class(lay, fo)
-            detail = (f"scheduler={o.scheduler_block_size} hash={o.hash_block_size}"
-                      if o.resolved else (o.resolver_error.line() if o.resolver_error else o.not_expressible))
-            if cls.ids:
-                detail += " " + str(cls)
-            rows.append(ReplayRow(name, lay.content_hash(), release, Tier.FUNCTION, v,
-                                  expectation(lay, release, Tier.FUNCTION), detail,
-                                  {"scheduler_block_size": o.scheduler_block_size, "hash_block_size": o.hash_block_size,
-                                   "class": cls.to_dict(), "vllm": o.vllm_version}))
+            rows.append(_function_row(row, release))
         if Tier.MANAGER in tiers:
-            detail = row.message() or (f"{o.coordinator} built" if o.coordinator else "")
-            if o.manager_error is not None:
-                detail = f"{o.manager_error.line()} [{o.manager_error.frame}]"
-            rows.append(ReplayRow(name, lay.content_hash(), release, Tier.MANAGER, judge(lay, o, Tier.MANAGER).verdict,
-                                  expectation(lay, release, Tier.MANAGER), detail,
-                                  {"coordinator": o.coordinator,
-                                   "manager_error": o.manager_error.line() if o.manager_error else None,
-                                   "vllm": o.vllm_version}))
+            rows.append(_manager_row(row, release))
     return rows
 
 
-# --- consumer tier ------------------------------------------------------------------
+def _function_row(row: checking.Row, release: str) -> ReplayRow:
+    lay, o = row.layout, row.outcome
+    fo = classify.function_outcome(o)
+    cls = classify.failure_class(lay, fo)
+    detail = (f"scheduler={o.scheduler_block_size} hash={o.hash_block_size}"
+              if o.resolved else (o.resolver_error.line() if o.resolver_error else o.not_expressible))
+    if cls.ids:
+        detail += " " + str(cls)
+    return ReplayRow(row.name, lay.content_hash(), release, Tier.FUNCTION, judge(lay, fo, Tier.FUNCTION).verdict,
+                     expectation(lay, release, Tier.FUNCTION), detail,
+                     {"scheduler_block_size": o.scheduler_block_size, "hash_block_size": o.hash_block_size,
+                      "class": cls.to_dict(), "vllm": o.vllm_version})
 
-def consumer_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env]) -> list[ReplayRow]:
-    """The real Scheduler, block pool, KV events and connector scheduler side driven by the file's
-    stream (one worker per release, every file in one call), judged by ``judge_consumer``."""
-    from kvproof.consumer.client import run_many
-    from kvproof.consumer.stream import stream_for
-    from kvproof.judge import judge_consumer
-    rows: list[ReplayRow] = []
-    if not named:
-        return rows
-    items = [(lay, stream_for(lay)) for _, lay in named]
-    for release, env in env_map.items():
-        results = run_many(items, env)
-        for (name, lay), res in zip(named, results):
-            j = judge_consumer(res, lay)
-            detail = j.line() or j.note
-            if j.note and j.line() and j.note not in detail:
-                detail += f" ({j.note})"
-            rows.append(ReplayRow(name, lay.content_hash(), release, Tier.CONSUMER, j.verdict,
-                                  expectation(lay, release, Tier.CONSUMER), detail,
-                                  {"scheduler_block_size": res.scheduler_block_size,
-                                   "hash_block_size": res.hash_block_size, "alignment": res.alignment,
-                                   "connector": res.connector_class, "steps": res.steps,
-                                   "observations": [o.to_dict() for o in res.observations[:5]],
-                                   "hits": res.hits, "vllm": res.vllm_version}))
-    return rows
+
+def _manager_row(row: checking.Row, release: str) -> ReplayRow:
+    lay, o = row.layout, row.outcome
+    detail = row.message() or (f"{o.coordinator} built" if o.coordinator else "")
+    if o.manager_error is not None:
+        detail = f"{o.manager_error.line()} [{o.manager_error.frame}]"
+    return ReplayRow(row.name, lay.content_hash(), release, Tier.MANAGER, judge(lay, o, Tier.MANAGER).verdict,
+                     expectation(lay, release, Tier.MANAGER), detail,
+                     {"coordinator": o.coordinator, "manager_error": o.manager_error.line() if o.manager_error else None,
+                      "vllm": o.vllm_version})
+
+
+def _consumer_row(row: checking.Row, release: str) -> ReplayRow:
+    """The real Scheduler, block pool, KV events and connector scheduler side, judged by ``judge_consumer``."""
+    j, res = row.judgement, row.consumer
+    detail = j.line() or j.note
+    if j.note and j.line() and j.note not in detail:
+        detail += f" ({j.note})"
+    return ReplayRow(row.name, row.layout.content_hash(), release, Tier.CONSUMER, j.verdict,
+                     expectation(row.layout, release, Tier.CONSUMER), detail,
+                     {"scheduler_block_size": res.scheduler_block_size, "hash_block_size": res.hash_block_size,
+                      "alignment": res.alignment, "connector": res.connector_class, "steps": res.steps,
+                      "observations": [o.to_dict() for o in res.observations[:5]], "hits": res.hits,
+                      "vllm": res.vllm_version})
 
 
 # --- engine tier --------------------------------------------------------------------
@@ -282,17 +280,13 @@ def replay(named: Sequence[tuple[str, Layout]], releases: Sequence[str], tiers: 
     tiers = [as_tier(t) for t in tiers]
     env_map = resolve_envs(releases)
     need_function = Tier.ENGINE in tiers and not all(_stored_recipe(l) for _, l in named)
-    bridge_tiers = list(dict.fromkeys([t for t in tiers if t not in (Tier.ENGINE, Tier.CONSUMER)]
-                                      + ([Tier.FUNCTION] if need_function else [])))
-    rows = bridge_rows(named, env_map, bridge_tiers) if bridge_tiers else []
-    if Tier.CONSUMER in tiers:
-        rows += consumer_rows(named, env_map)
+    rows = tier_rows(named, env_map, tiers + ([Tier.FUNCTION] if need_function else []))
     if Tier.ENGINE in tiers:
         # The target class may show on a release outside the selection: evaluate all installed ones.
         extra = [r for r in default_releases() if r not in env_map]
         fn_rows = [r for r in rows if r.tier == Tier.FUNCTION]
         if need_function and extra:
-            fn_rows += bridge_rows(named, resolve_envs(extra), [Tier.FUNCTION])
+            fn_rows += tier_rows(named, resolve_envs(extra), [Tier.FUNCTION])
         rows += engine_rows(named, env_map, fn_rows, echo, synthesise)
     keep = [r for r in rows if r.tier in tiers]
     keep.sort(key=lambda r: (r.name, version_key(r.release), r.tier))
