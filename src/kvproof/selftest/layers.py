@@ -98,17 +98,16 @@ def judge_outcomes(layouts: Sequence[Layout], outcomes) -> list[Judged]:
 
 
 def run_batch(env_list: Sequence[Env], layouts: Sequence[Layout]) -> tuple[list[list[Judged]], float]:
-    """Every layout through every environment: one worker each, started in parallel, one call each."""
-    from kvproof.bridge.client import start_all
+    """Every layout through every environment at the function and manager tiers: the one tier
+    runner (``kvproof.checking.run``: one worker each, started in parallel, one call each)."""
+    from kvproof import checking
+    from kvproof.verdicts import Tier
 
     t = time.monotonic()
-    workers = start_all(list(env_list))
-    try:
-        outs = [w.run(list(layouts), manager=True) for w in workers]
-    finally:
-        for w in workers:
-            w.close()
-    return [judge_outcomes(layouts, o) for o in outs], time.monotonic() - t
+    rows, _ = checking.run([(str(i), lay) for i, lay in enumerate(layouts)], list(env_list),
+                           tiers=(Tier.FUNCTION, Tier.MANAGER))
+    per_env = [[r.outcome for r in rows if r.env == e.name] for e in env_list]
+    return [judge_outcomes(layouts, o) for o in per_env], time.monotonic() - t
 
 
 def new_fail(base: Judged, got: Judged) -> bool:
@@ -208,17 +207,13 @@ def conformance_fuzz(env: Env, seconds: int, workdir: Path) -> Catch:
 # --- consumer tier ------------------------------------------------------------------------
 
 def consumer_verdicts(layouts: Sequence[Layout], env: Env) -> list[tuple[str, str]]:
-    """(verdict, line) per layout: kvproof.consumer.client.run_many + judge_consumer."""
-    from kvproof.consumer.client import run_many
-    from kvproof.consumer.stream import default_stream
-    from kvproof.judge import judge_consumer
+    """(verdict, line) per layout at the consumer tier (``kvproof.checking.run``: the layout's
+    own stream, else the default one; ``judge_consumer``)."""
+    from kvproof import checking
+    from kvproof.verdicts import Tier
 
-    res = run_many([(lay, default_stream(lay)) for lay in layouts], env)
-    out = []
-    for lay, r in zip(layouts, res):
-        j = judge_consumer(r, lay)
-        out.append((j.verdict.name, j.line()[:160]))
-    return out
+    rows, _ = checking.run([(str(i), lay) for i, lay in enumerate(layouts)], [env], tiers=(Tier.CONSUMER,))
+    return [(r.verdict.name, r.judgement.line()[:160]) for r in rows]
 
 
 def consumer(layouts: Sequence[tuple[str, Layout]], env: Env, base: dict[str, tuple[str, str]]) -> Catch:
