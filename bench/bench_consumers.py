@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from kvproof import envs  # noqa: E402
-from kvproof.spec import facts  # noqa: E402
+from kvproof import facts  # noqa: E402
 from kvproof.cliutil import Parser, guarded  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
 
@@ -204,7 +204,7 @@ def _main(argv) -> int:
     # default: the seed pair (failing, fixed) and the newest CPU release, from the one release list
     default = list(dict.fromkeys(facts.SEED_PAIR + (envs.DEFAULT_RELEASE,)))
     p.add_argument("--releases", nargs="*", default=default,
-                   help=f"releases or subsets of spec/facts.py (default: {' '.join(default)})")
+                   help=f"releases or subsets of src/kvproof/facts.py (default: {' '.join(default)})")
     p.add_argument("--n", type=int, default=200, help="inputs per release")
     p.add_argument("--seconds", type=float, default=300, help="time cap per release (inputs stop there)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "consumer_agreement.md"))

@@ -21,7 +21,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from kvproof.spec import facts, revision_for
+from kvproof import facts
+from kvproof.spec import revision_for
 from kvproof.spec.properties import BY_KEY
 from kvproof.spec.query import Query
 

@@ -32,7 +32,7 @@ OUT = "bench/results/derive.md"
 def _main(argv) -> int:
     ap = Parser(prog="bench_derive.py")
     ap.add_argument("--vllm", default=envs.DEFAULT_RELEASE,
-                    help=f"release (default: the newest CPU release of spec/facts.py, {envs.DEFAULT_RELEASE})")
+                    help=f"release (default: the newest CPU release of src/kvproof/facts.py, {envs.DEFAULT_RELEASE})")
     ap.add_argument("--out", default=OUT)
     args = ap.parse_args(argv)
     load, t0 = os.getloadavg()[0], time.monotonic()

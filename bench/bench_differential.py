@@ -62,7 +62,7 @@ from kvproof.findings.key import ClassKey, class_key  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
 from kvproof.judge import judge_consumer  # noqa: E402
 from kvproof.fuzz import differential  # noqa: E402
-from kvproof.spec import facts  # noqa: E402
+from kvproof import facts  # noqa: E402
 
 PROG = "bench_differential.py"
 DEFAULT_OUT = ROOT / "bench" / "results" / "differential.md"

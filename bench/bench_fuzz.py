@@ -342,7 +342,7 @@ def render(args, tp: list[dict], cov: list[dict], ttf: list[dict], when: str, wa
 
 def main(argv=None) -> int:
     p = Parser(prog="bench_fuzz.py")
-    # defaults from the one release list (spec/facts.py), read after parsing: the in-env modes import no envs
+    # defaults from the one release list (src/kvproof/facts.py), read after parsing: the in-env modes import no envs
     p.add_argument("--vllm", help="release for throughput and coverage (default: the newest CPU release)")
     p.add_argument("--bug-vllm", help="release with the seed bug, for time to find (default: the seed pair's first)")
     p.add_argument("--runs", type=int, default=20000, help="inputs per throughput campaign")
@@ -367,7 +367,7 @@ def main(argv=None) -> int:
         pure_inner(Path(args.pure), Path(args.pure_out), args.loop)
         return 0
     from kvproof import envs
-    from kvproof.spec import facts
+    from kvproof import facts
 
     args.vllm = args.vllm or envs.DEFAULT_RELEASE
     args.bug_vllm = args.bug_vllm or facts.SEED_PAIR[0]

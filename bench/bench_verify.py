@@ -15,7 +15,7 @@ import platform
 import sys
 import time
 
-from kvproof.spec.revisions import DEFAULT_REVISIONS
+from kvproof.revisions import DEFAULT_REVISIONS
 from kvproof.verify.runner import Pool
 
 from kvproof.cliutil import Parser

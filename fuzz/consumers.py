@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kvproof.spec import facts
+from kvproof import facts
 from kvproof.verdicts import Verdict
 
 TARGET = "consumers"

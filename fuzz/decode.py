@@ -49,8 +49,8 @@ from typing import Any, Iterable
 
 from kvproof.fuzz.provider import as_source
 from kvproof.layout import Cache, Group, Layout
-from kvproof.spec import facts
-from kvproof.spec.facts import KINDS
+from kvproof import facts
+from kvproof.facts import KINDS
 
 # Kinds whose bytes carry a dcp_sharded choice. The byte format predates
 # hidden-state caches, which keep the AttentionSpec default (seeds stay valid).

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kvproof.spec import facts
+from kvproof import facts
 
 from kvproof import envs
 from kvproof.compare import Regression, diff

@@ -129,8 +129,8 @@ def release_caps(builder) -> "Caps":  # noqa: F821
     from vllm.v1 import kv_cache_interface as kvi
 
     from kvproof.fuzz.decode import FULL, Caps
-    from kvproof.spec import facts
-    from kvproof.spec.revisions import revision_for
+    from kvproof import facts
+    from kvproof.revisions import revision_for
 
     def fields(kind: str) -> set[str]:
         cls = getattr(kvi, facts.KIND_SPEC_CLASS[kind], None)
@@ -157,7 +157,7 @@ def premise_label(layout, vllm: str, premise: str) -> str:
     the layout; otherwise "unreachable: <why>" (an engine-premise campaign) or "free: <why>"
     (a ``--premise free`` campaign: only a direct caller of the resolver builds it)."""
     from kvproof.spec.premise import derivable
-    from kvproof.spec.revisions import revision_for
+    from kvproof.revisions import revision_for
     try:
         outside = derivable(layout, revision_for(vllm))
     except KeyError:
@@ -409,7 +409,7 @@ def _model_api():
     except ImportError:
         try:
             from kvproof.spec.model import evaluate
-            from kvproof.spec.revisions import revision_for
+            from kvproof.revisions import revision_for
         except ImportError as err:
             raise SystemExit(f"kvproof.fuzz conformance: the Z3 model is not available ({err})") from None
     return evaluate, revision_for

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 from kvproof.layout import Cache, Layout
-from kvproof.spec import facts
+from kvproof import facts
 
 
 def _engine(layout: Layout, groups: list, rule: str | None) -> Layout:

@@ -6,7 +6,7 @@ Public API:
   (``source="model:<revision>"``).
 * ``revision_for(vllm_version) -> str``: ``"0.27.0"`` -> ``"0.27"``.
 * ``REVISIONS``, ``drift(fingerprint, vllm_version)``, ``not_expressible``:
-  the revision table (kvproof.spec.revisions).
+  the revision table (kvproof.revisions).
 * ``kvproof.spec.fingerprint``: the resolver source fingerprint.
 * ``kvproof.spec.properties.PROPERTIES`` and ``kvproof.spec.query.Query``:
   the contract catalogue as Z3 queries.
@@ -19,7 +19,7 @@ table work inside a vLLM environment without z3.
 
 from __future__ import annotations
 
-from kvproof.spec.revisions import (REVISIONS, drift, not_expressible, revision_for,  # noqa: F401
+from kvproof.revisions import (REVISIONS, drift, not_expressible, revision_for,  # noqa: F401
                                     revision_for_fingerprint)
 
 

@@ -32,7 +32,7 @@ from kvproof.spec import fold as FD
 from kvproof.spec import induction as I
 from kvproof.spec import lemmas
 from kvproof.spec import model as M
-from kvproof.spec import revisions as R
+from kvproof import revisions as R
 from kvproof.verdicts import ProofStatus
 
 D = lemmas.D

@@ -3,7 +3,7 @@
 vLLM's resolver is a fold: ``math.lcm(*sizes)``, ``math.gcd(*hashing_sizes)``,
 "any Mamba group not in align", "which groups are prefix-cacheable", then a
 finite decision. Here that is written as three pieces, each branch naming
-the release that introduced it (the revision table, kvproof.spec.revisions):
+the release that introduced it (the revision table, kvproof.revisions):
 
 * the per-group map (``Fold.effective``, ``Fold.cacheable_in_gcd``,
   ``Fold.fallback_cond``, ``Fold.partial_size``, ``Fold.tps_cond``): what
@@ -58,9 +58,9 @@ import z3
 
 from kvproof.spec import lemmas
 from kvproof.spec import model as M
-from kvproof.spec import revisions as R
+from kvproof import revisions as R
 from kvproof.spec.premise import NONE_MODE
-from kvproof.spec import facts
+from kvproof import facts
 
 ALIGN = M.ALIGN
 NONE = facts.ALL_MAMBA_MODES.index(NONE_MODE)

@@ -46,7 +46,7 @@ import z3
 from kvproof.spec import fold as FD
 from kvproof.spec import lemmas
 from kvproof.spec import model as M
-from kvproof.spec import revisions as R
+from kvproof import revisions as R
 from kvproof.spec.properties import BY_KEY, PROPERTIES, summary_formulas
 from kvproof.verdicts import ProofStatus
 

@@ -1,7 +1,7 @@
 """The Z3 model of ``resolve_kv_cache_block_sizes``, one encoding for every revision.
 
 ``resolve(rev, x)`` follows vLLM's function branch for branch; each branch
-is guarded by the revision-table entry (:mod:`kvproof.spec.revisions`) that
+is guarded by the revision-table entry (:mod:`kvproof.revisions`) that
 names the release introducing it. The group count ``n`` is concrete (one
 encoding per n), everything else is symbolic: per group the kind (Mamba or
 an AttentionSpec subclass), raw block size, prefix_cacheable, dcp_sharded,
@@ -40,8 +40,9 @@ import z3
 
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome, StageError
-from kvproof.spec import facts, lemmas
-from kvproof.spec import revisions as R
+from kvproof import facts
+from kvproof.spec import lemmas
+from kvproof import revisions as R
 
 MODES = facts.ALL_MAMBA_MODES  # encoded by index
 ALIGN = MODES.index("align")

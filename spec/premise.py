@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from kvproof.spec import facts
+from kvproof import facts
 
 if TYPE_CHECKING:
     from kvproof.layout import Layout

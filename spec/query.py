@@ -40,10 +40,11 @@ import z3
 from kvproof import contracts as C
 from kvproof.layout import DEFAULT_MAX_MODEL_LEN, Cache, Group, Layout
 from kvproof.shrinking import shrink as greedy
-from kvproof.spec import facts, lemmas
+from kvproof import facts
+from kvproof.spec import lemmas
 from kvproof.spec.premise import engine_premise
 from kvproof.spec import model as M
-from kvproof.spec import revisions as R
+from kvproof import revisions as R
 from kvproof.spec.properties import BY_KEY, Property
 from kvproof.verdicts import ProofStatus
 

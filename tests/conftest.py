@@ -15,9 +15,9 @@ from kvproof import envs
 from kvproof.bridge.client import Worker
 from kvproof.errors import EnvError
 from kvproof.settings import settings
-from kvproof.spec import facts
+from kvproof import facts
 
-# The releases tests run on, from the one release list (spec/facts.py): KVPROOF_RELEASES
+# The releases tests run on, from the one release list (src/kvproof/facts.py): KVPROOF_RELEASES
 # (the Makefile's RELEASES; default the ci subset: oldest, the seed pair, newest CPU, newest).
 RELEASES: tuple[str, ...] = tuple(envs.resolve(list(settings().releases)))
 # Of those, the releases with their own CPU wheel: the tiers that need the release's compiled

@@ -25,9 +25,9 @@ from crosshair import NoTracing, deep_realize
 
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
-from kvproof.spec import facts
+from kvproof import facts
 from kvproof.spec.model import DCP_VALUES, evaluate
-from kvproof.spec.revisions import REVISIONS
+from kvproof.revisions import REVISIONS
 
 REVS = tuple(REVISIONS)
 MAX = 48  # block sizes range over 1..MAX

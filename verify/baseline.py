@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvproof.spec import revisions as R
+from kvproof import revisions as R
 from kvproof.spec.properties import BY_KEY
 from kvproof.verify.report import PROVED, UNKNOWN, WITNESS, parse_ranges, ranges, status
 

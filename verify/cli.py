@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from kvproof.spec import model as M
-from kvproof.spec import revisions as R
+from kvproof import revisions as R
 from kvproof.spec.properties import PROPERTIES
 from kvproof.spec.query import minimise_corpus, pad
 from kvproof.verify import baseline as B

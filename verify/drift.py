@@ -34,7 +34,7 @@ from typing import Callable, Iterable, Sequence
 
 from kvproof.cliutil import Parser, guarded, print_error
 from kvproof.spec import fingerprint
-from kvproof.spec import revisions as R
+from kvproof import revisions as R
 
 OVERLAY_KEY = "overlay"  # kvproof.envs.OVERLAY_KEY (not imported: this module must stay import-light)
 
@@ -207,7 +207,7 @@ def _smaller(n: int) -> list[int]:
 
 
 def _candidates(lay) -> Iterable:
-    from kvproof.spec.facts import engine_cache_block_size_of as engine_cache_block_size
+    from kvproof.facts import engine_cache_block_size_of as engine_cache_block_size
     gs, c = list(lay.groups), lay.cache
     for i in range(len(gs)):  # fewer groups (cache block size kept, or re-derived as an engine would)
         if len(gs) > 1:
@@ -354,7 +354,7 @@ def workflow(name, count: int = 300, seed: int = 1, show: int = 3, seconds: floa
         print_(f"  ... {res['disagree'] - len(res['shown'])} more disagreeing layouts (not shrunk)")
     if res["disagree"]:
         print_("drift: review the change; a wrong model or a wrong resolver: `kvproof check LAYOUT.json --vllm "
-               f"{name}` judges a layout's contracts, and spec/revisions.py needs a revision for this fingerprint")
+               f"{name}` judges a layout's contracts, and src/kvproof/revisions.py needs a revision for this fingerprint")
     return {"row": row, "result": res, "seconds": round(time.monotonic() - t0, 1)}
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvproof.spec import premise as premise_facts
-from kvproof.spec import revisions as R
+from kvproof import revisions as R
 from kvproof.spec.properties import BY_KEY, Property
 
 from kvproof.layout import Layout

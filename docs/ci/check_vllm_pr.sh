@@ -24,13 +24,14 @@
 # $GITHUB_STEP_SUMMARY when set). Exit 0 green, 1 red, 2 not checkable / usage.
 #
 # Settings (environment): KVPROOF (command, default `kvproof`), KVPROOF_BASE (release, default
-# kvproof's default release: `kvproof env releases default`, from spec/facts.py), KVPROOF_FUZZ_SECONDS (60), KVPROOF_VERIFY_ARGS (extra `kvproof verify` flags),
+# kvproof's default release: `kvproof env releases default`, from src/kvproof/facts.py), KVPROOF_FUZZ_SECONDS (60), KVPROOF_VERIFY_ARGS (extra `kvproof verify` flags),
 # KVPROOF_CORPUS_DIR (corpus/ of the kvproof checkout, default ./corpus), KVPROOF_OVERLAY (pr-check),
 # KVPROOF_WORK (scratch folder, default ./kvproof-ci), KVPROOF_PYTHON (the interpreter kvproof is
 # installed in, default python3), KVPROOF_DRIFT_COUNT (fuzzed layouts for the drift workflow, 200),
 # KVPROOF_DIFF_INPUTS (generated differential inputs, 20), KVPROOF_CONSUMER_SECONDS (consumers
 # fuzz, 120), KVPROOF_LEDGER_DIR (the ledger, default findings/ledger of the kvproof checkout),
-# KVPROOF_CONSUMERS (1; 0 skips steps 5 and 6).
+# KVPROOF_CONSUMERS (1; 0 skips steps 5 and 6), KVPROOF_KNOWN_INPUTS (how many of the self-test's
+# hand-written consumer inputs step 5 replays, in their order; default all).
 set -uo pipefail
 
 SRC=${1:?usage: check_vllm_pr.sh VLLM_CHECKOUT [PR_REF] [BASE_REF]}
@@ -47,6 +48,7 @@ PY=${KVPROOF_PYTHON:-python3}
 DIFF_N=${KVPROOF_DIFF_INPUTS:-20}
 SECONDS_CONSUMER=${KVPROOF_CONSUMER_SECONDS:-120}
 LEDGER_DIR=${KVPROOF_LEDGER_DIR:-findings/ledger}
+KNOWN_N=${KVPROOF_KNOWN_INPUTS:-all}
 mkdir -p "$WORK"
 rm -rf "$WORK/fuzz" "$WORK/consumers"
 status=0   # 0 green, 1 red
@@ -88,7 +90,7 @@ vrc=$?
 drift=$(grep -iE "^kvproof verify: .*$NAME|fingerprint .* (unknown|not modelled)|stale" "$WORK/verify.log" | grep -v "modelled)$" | head -3)
 case $vrc in
   0) say "- verify: matches the baseline; the resolver's fingerprint is a modelled revision" ;;
-  3) say "- verify: **resolver changed** (fingerprint unknown to the model: review the change and update spec/revisions.py): ${drift:-$(tail -1 "$WORK/verify.log")}"
+  3) say "- verify: **resolver changed** (fingerprint unknown to the model: review the change and update src/kvproof/revisions.py): ${drift:-$(tail -1 "$WORK/verify.log")}"
      "$PY" -m kvproof.verify.drift --vllm "$NAME" --count "${KVPROOF_DRIFT_COUNT:-200}" --show 3 --seconds 90 \
        >"$WORK/drift.log" 2>&1
      say "- drift workflow (model of the nearest revision vs the PR, minimal layouts; informational):"
@@ -161,8 +163,9 @@ KNOWN="$WORK/known-inputs"
 rm -rf "$KNOWN" && mkdir -p "$KNOWN"
 "$PY" -c 'import json, sys
 from kvproof.selftest.known import hand
-for name, lay, st in hand():
-    open(f"{sys.argv[1]}/{name}.json", "w").write(json.dumps({"layout": lay.to_dict(), "stream": st.to_dict()}))' "$KNOWN" \
+inputs = hand() if sys.argv[2] == "all" else hand()[:int(sys.argv[2])]
+for name, lay, st in inputs:
+    open(f"{sys.argv[1]}/{name}.json", "w").write(json.dumps({"layout": lay.to_dict(), "stream": st.to_dict()}))' "$KNOWN" "$KNOWN_N" \
   || say "- consumer differential: the self-test's known inputs could not be written (compared without them)"
 $KV compare --from "$BASE" --to "$NAME" --generated "$DIFF_N" "$LEDGER_DIR" "$KNOWN" --out "$WORK/compare.json" \
    >"$WORK/compare.log" 2>&1

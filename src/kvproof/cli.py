@@ -24,7 +24,7 @@ from kvproof.config import Config, reference_models
 from kvproof.errors import KvproofError, UsageError
 from kvproof.findings.ledger import known, known_dict
 from kvproof.layout import Layout, parse_groups_spec
-from kvproof.spec import facts
+from kvproof import facts
 from kvproof.verdicts import Tier
 
 # name -> (module, help); each module has main(argv) -> int
@@ -138,10 +138,10 @@ def _parser() -> argparse.ArgumentParser:
     envsub = env.add_subparsers(dest="env_cmd", parser_class=Parser)
     create = envsub.add_parser("create", help="build (or reuse) environments")
     create.add_argument("releases", nargs="*", default=["ci"],
-                        help="releases, a subset of spec/facts.py (all, ci, cpu, python-only, default) or latest")
+                        help="releases, a subset of src/kvproof/facts.py (all, ci, cpu, python-only, default) or latest")
     create.add_argument("--force", action="store_true")
     envsub.add_parser("list", help="show installed environments and their disk use")
-    rel = envsub.add_parser("releases", help="print a subset of the release list (spec/facts.py)")
+    rel = envsub.add_parser("releases", help="print a subset of the release list (src/kvproof/facts.py)")
     rel.add_argument("subset", nargs="*", default=["all"])
     ov = envsub.add_parser("overlay", help="a vLLM checkout's Python files over a release environment (seconds)")
     ov.add_argument("name")
@@ -414,7 +414,7 @@ def cmd_contracts(args: argparse.Namespace) -> int:
 def cmd_derive(args: argparse.Namespace) -> int:
     """Config -> real vLLM derivation, per release: the Layout and resolver result, or vLLM's error."""
     from kvproof.checking import derive_all, write_model_table, write_table
-    from kvproof.spec.revisions import revision_for
+    from kvproof.revisions import revision_for
     if args.enumerate:
         if args.config:
             raise UsageError("derive: give a Config or --enumerate, not both")

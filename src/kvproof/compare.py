@@ -40,7 +40,7 @@ from kvproof.fsio import atomic_write
 from kvproof.inputs import load_files, parse_json
 from kvproof.judge import judge_consumer
 from kvproof.layout import Layout
-from kvproof.spec import facts
+from kvproof import facts
 from kvproof.verdicts import Verdict
 
 # Layouts the generated differential corpus covers: each consumer path the speculative work

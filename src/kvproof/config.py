@@ -1,7 +1,7 @@
 """Config: what a user actually sets. Stdlib only; JSON in and out, validated once here.
 
 The bottom of the input layers: it imports only errors, reading and the vLLM
-facts (``kvproof.spec.facts``); everything that builds, boots or derives
+facts (``kvproof.facts``); everything that builds, boots or derives
 (bridge, replay, derivation) imports it, never the other way round.
 
 A user never writes a Layout. They name a model and the engine settings:
@@ -21,11 +21,12 @@ A user never writes a Layout. They name a model and the engine settings:
 
 Real vLLM derives the Layout from either (:mod:`kvproof.bridge.derive`).
 Every vLLM fact used to validate (Mamba modes, connector names, dtypes) comes
-from :mod:`kvproof.spec.facts`.
+from :mod:`kvproof.facts`.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
@@ -34,7 +35,7 @@ from typing import Any, TypeVar
 
 from kvproof.errors import LayoutError
 from kvproof.reading import parse_json_as
-from kvproof.spec import facts
+from kvproof import facts
 
 FAMILIES = ("nemotron_h", "granite_moe_hybrid", "qwen3_next")
 VOCAB = 512
@@ -45,8 +46,13 @@ SOURCE_KEY = "_kvproof_source"  # where a reference config.json's values come fr
 
 
 def models_dir() -> Path:
-    """``spec/models/``: one HF ``config.json`` per reference architecture (package data of kvproof.spec)."""
-    return Path(facts.__file__).resolve().parent / "models"  # spec/ is facts' folder
+    """``spec/models/``: one HF ``config.json`` per reference architecture (package data of kvproof.spec).
+
+    Found, not imported: ``find_spec`` locates kvproof.spec without running its ``__init__`` (the
+    Z3 model's package), so the input types stay on the ground floor."""
+    spec = importlib.util.find_spec("kvproof.spec")
+    assert spec is not None and spec.submodule_search_locations, "kvproof.spec is not installed"
+    return Path(list(spec.submodule_search_locations)[0]).resolve() / "models"
 
 
 def reference_models() -> tuple[str, ...]:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome, StageError
-from kvproof.spec import facts
-from kvproof.spec.revisions import revision_or_newest
+from kvproof import facts
+from kvproof.revisions import revision_or_newest
 from kvproof.verdicts import Tier
 
 SAFETY = "safety"
@@ -159,7 +159,7 @@ def unitary_block_size(layout: Layout, out: Outcome) -> int:
 
 def _revision(out: Outcome) -> str:
     """The modelled revision of the release that produced ``out``; past the table the newest
-    revision's rules, named with a drift alarm (kvproof.spec.revisions.revision_or_newest)."""
+    revision's rules, named with a drift alarm (kvproof.revisions.revision_or_newest)."""
     return revision_or_newest(out.vllm_version)
 
 

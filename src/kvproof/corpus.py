@@ -41,7 +41,7 @@ def rewrite(path: Path, layout: Layout) -> None:
 # --- recorded expectations ------------------------------------------------------------------
 # A file's meta ``kvproof.expect = {release: {tier: verdict}}`` (written by ``kvproof replay
 # --record``) is what tests/replay checks against real vLLM. Every managed release (the one
-# release list, spec/facts.py, as `kvproof env releases` prints it) must have one for the tiers
+# release list, src/kvproof/facts.py, as `kvproof env releases` prints it) must have one for the tiers
 # below; a release outside the list (an overlay, a patched checkout) need not.
 
 BRIDGE_TIERS = ("function", "manager")  # every file, every managed release
@@ -58,7 +58,7 @@ def required_tiers(layout: Layout, release: str) -> tuple[str, ...]:
     every managed release; the engine tier, for a file with an engine recipe, on the managed
     releases with their own CPU wheel (a python-only release cannot boot an engine: its boots
     are ERROR, which is never recorded). None for a release outside the release list."""
-    from kvproof.spec import facts
+    from kvproof import facts
     if release not in facts.MANAGED_RELEASES:
         return ()
     engine = ("engine",) if engine_recipe(layout) and release in facts.CPU_RELEASES else ()
@@ -67,7 +67,7 @@ def required_tiers(layout: Layout, release: str) -> tuple[str, ...]:
 
 def missing_expectations(named: list[tuple[str, Layout]]) -> list[str]:
     """``"NAME: vLLM R TIER"`` for each (file, managed release, required tier) without an expectation."""
-    from kvproof.spec import facts
+    from kvproof import facts
     out = []
     for name, lay in named:
         expect = (lay.meta or {}).get("expect") or {}

@@ -3,7 +3,7 @@
 * :func:`layout_dict` turns the groups the engine built (as the boot capture
   and :mod:`kvproof.bridge.derive` record them) plus the cache settings into
   a Layout dict, keeping only the spec flags the release has
-  (``kvproof.spec.facts.FIELDS``). Derivation and boot capture share it, so
+  (``kvproof.facts.FIELDS``). Derivation and boot capture share it, so
   "derive == boot" compares what vLLM built, not two conversions.
 * :func:`enumerate_configs` yields Configs over bounded knobs of the tiny
   families; :func:`kvproof.checking.derive_all` (the one derive step on the
@@ -40,7 +40,7 @@ from typing import Any
 from kvproof.config import FAMILIES, Config
 from kvproof.errors import KvproofError
 from kvproof.layout import Layout
-from kvproof.spec import facts
+from kvproof import facts
 
 BLOCK_SIZES = (None, 16, 32, 64)
 SLIDING_WINDOW = 64
@@ -162,7 +162,7 @@ class Derived:
 # --- enumeration --------------------------------------------------------------------
 
 def _revision(release: str) -> str:
-    from kvproof.spec.revisions import revision_for
+    from kvproof.revisions import revision_for
     try:
         return revision_for(release)
     except KeyError as err:

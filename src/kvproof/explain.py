@@ -21,8 +21,9 @@ from typing import Sequence
 
 from kvproof.errors import UsageError
 from kvproof.layout import Layout
-from kvproof.spec import facts, premise
-from kvproof.spec.revisions import not_expressible, revision_for
+from kvproof import facts
+from kvproof.spec import premise
+from kvproof.revisions import not_expressible, revision_for
 
 _PATTERN = re.compile(r"block_sizes=\[([\d,\s]+)\],\s*hash_block_size=(\d+)")
 MAX_DISTINCT = 6  # distinct block sizes a line may carry (each may be the Mamba one)

@@ -16,8 +16,8 @@ from typing import Any, Iterable, Mapping
 
 from kvproof.errors import LayoutError
 from kvproof.reading import parse_json_as
-from kvproof.spec.facts import ALL_MAMBA_MODES as MAMBA_MODES
-from kvproof.spec.facts import KINDS, connectors, default_dcp_sharded, engine_cache_block_size, is_attention
+from kvproof.facts import ALL_MAMBA_MODES as MAMBA_MODES
+from kvproof.facts import KINDS, connectors, default_dcp_sharded, engine_cache_block_size, is_attention
 MAX_BLOCK_SIZE = 1 << 24  # far above any real block size; keeps JSON sane
 META_KEY = "kvproof"  # corpus annotations ride along under this key, outside the hash
 

@@ -17,7 +17,7 @@ KVPROOF_LEDGER              the ledger of known finding classes (the package's f
 KVPROOF_OUT                 reports and unrecorded counterexamples (./out)
 KVPROOF_REQUIRE_ENVS        1: a test needing a missing vLLM environment fails, not skips
 KVPROOF_RELEASES            releases the tests run on: a subset of the release list in
-                            spec/facts.py (ci, all, cpu, python-only, default) or release
+                            src/kvproof/facts.py (ci, all, cpu, python-only, default) or release
                             names, comma/space separated (ci); the Makefile's RELEASES sets it
 KVPROOF_ENGINE_ALL          1: engine tests boot every family on every release
 KVPROOF_GPU_PYTHON          interpreter of a CUDA vLLM for the gpu tests
@@ -48,6 +48,7 @@ KVPROOF_DIFF_INPUTS         docs/ci/check_vllm_pr.sh: generated inputs of the co
 KVPROOF_CONSUMER_SECONDS    docs/ci/check_vllm_pr.sh: length of the overlay's consumers fuzz (120)
 KVPROOF_LEDGER_DIR          docs/ci/check_vllm_pr.sh: the ledger the differential replays (./findings/ledger)
 KVPROOF_CONSUMERS           docs/ci/check_vllm_pr.sh: 0 skips the consumer tier (1)
+KVPROOF_KNOWN_INPUTS        docs/ci/check_vllm_pr.sh: how many of the self-test's hand-written consumer inputs step 5 replays (all)
 KVPROOF_GPU_LEFT            gpu/replay_gpu.sh: seconds of GPU_BUDGET_S left, passed by the script to
                             its own Python part as the boots' deadline (400)
 ==========================  ==================================================

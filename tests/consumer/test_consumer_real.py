@@ -13,7 +13,7 @@ from kvproof.consumer import ConsumerWorker, default_stream
 from kvproof.consumer.stream import Req, Stream
 from kvproof.judge import judge_consumer
 from kvproof.layout import Layout
-from kvproof.spec import facts
+from kvproof import facts
 from kvproof.verdicts import Verdict
 
 from conftest import require_env

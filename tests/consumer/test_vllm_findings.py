@@ -72,7 +72,10 @@ STALE_BLOCK = pytest.mark.xfail(strict=True, raises=AssertionError,
 def test_simple_cpu_offload_sliding_window_event_pairs_its_own_tokens(release):
     res = _run(release, SW_HYBRID, SW_STREAM)
     hard = _hard(res)
-    if any(o.oracle != "kv_event" or "group=1" not in o.detail for o in hard):
+    # Under the engine's sparse retention (0.29+: prefix_cache_retention_interval 0) the stale ids
+    # also pair full-attention (group 0) hashes with other positions; the same root cause: with
+    # findings/fixes/9a8b69482973.diff laid over 0.32.0 all six observations of both groups go.
+    if any(o.oracle != "kv_event" or "SimpleCPUOffloadConnector (BlockStored[CPU])" not in o.cause for o in hard):
         pytest.fail(f"another observation than the known one: {hard}")
     assert res.events_stored > 0
     assert not hard, hard[0].detail  # 0.32.0: "hash #0 ends at token 64, not a block boundary ... [176, 192)"
@@ -177,13 +180,17 @@ def test_simple_cpu_offload_loads_reported_once():
     """(d) under block pressure with CPU hits, the fake worker reports each load event once (as
     simple_kv_offload/worker.py:297 get_finished does), so scheduler.py:3230 never sees a load
     completion for a request already promoted to RUNNING."""
-    # the seed's shape (hash 1, fine-grained hits) with the smallest pool the engine accepts: the
-    # resent prompts hit the CPU copies (async loads) and one request is preempted
+    # the seed's shape (hash 1, fine-grained hits) with the smallest pool the engine accepts and the
+    # default stream's first three requests sent again a step later: the resent prompts hit the CPU
+    # copies (async loads) and one request is preempted (the default stream alone preempts nothing
+    # under the engine's sparse retention, which keeps fewer Mamba blocks)
     layout = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 544, "count": 4},
                                           {"kind": "hidden_state", "block_size": 181}],
                                "cache": {"block_size": 181, "enable_prefix_caching": True,
                                          "mamba_cache_mode": "align"}, "kv_connector": SIMPLE})
-    res = _run("0.32.0", layout, dataclasses.replace(default_stream(layout), num_blocks=1))
+    base = default_stream(layout)
+    again = tuple(dataclasses.replace(r, arrival=r.arrival + 1) for r in base.requests[:3])
+    res = _run("0.32.0", layout, dataclasses.replace(base, num_blocks=1, requests=base.requests + again))
     assert res.preemptions > 0 and res.worker_recv_dropped == 0
     assert not _hard(res), _hard(res)
     assert res.efficiency.external_tokens > 0  # CPU loads really happened

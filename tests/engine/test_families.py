@@ -16,7 +16,7 @@ from conftest import require_env
 from kvproof.layout import Layout
 from kvproof.replay import classify, engine, synth
 from kvproof.replay.families import SEED_HIDDEN_STATES, Recipe
-from kvproof.spec import facts
+from kvproof import facts
 from kvproof.verdicts import Tier, Verdict
 
 pytestmark = pytest.mark.engine

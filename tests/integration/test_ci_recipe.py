@@ -30,7 +30,10 @@ def run_script(home: Path, src: Path, work: Path, consumers: bool = True) -> tup
            "KVPROOF_WORK": str(work), "KVPROOF_SUMMARY": str(work / "summary.md"),
            "KVPROOF_CORPUS_DIR": str(CHECKOUT_ROOT / "corpus"), "KVPROOF_OUT": str(work / "out"),
            "KVPROOF_LEDGER_DIR": str(CHECKOUT_ROOT / "findings" / "ledger"), "KVPROOF_DIFF_INPUTS": "3",
-           "KVPROOF_CONSUMER_SECONDS": "20", "KVPROOF_CONSUMERS": "1" if consumers else "0"}
+           "KVPROOF_CONSUMER_SECONDS": "20", "KVPROOF_CONSUMERS": "1" if consumers else "0",
+           # the same path with four of the self-test's known inputs (the gate's default is all of them,
+           # each replayed on the base and the overlay): the test checks the wiring, not the set
+           "KVPROOF_KNOWN_INPUTS": "4"}
     env.pop("GITHUB_STEP_SUMMARY", None)
     p = subprocess.run(["bash", str(SCRIPT), str(src), "HEAD"], capture_output=True, text=True, env=env,
                        cwd=str(work.parent), timeout=600)

@@ -24,7 +24,7 @@ from conftest import require_env
 
 pytestmark = pytest.mark.integration
 
-from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, spec/facts.py)
+from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, src/kvproof/facts.py)
 
 
 @pytest.fixture(scope="module", params=RELEASES)
@@ -207,7 +207,7 @@ def test_wrong_model_edit_is_caught(worker, corpus_of_layouts, monkeypatch):
     import dataclasses
 
     from kvproof.spec import model as M
-    from kvproof.spec import revisions as R
+    from kvproof import revisions as R
     release, w = worker
     rev = R.REVISIONS[revision_for(release)]
     swap = ({R.MAMBA_FALLBACK_MODE}, {R.MAMBA_FALLBACK_BLOCK_SIZE})

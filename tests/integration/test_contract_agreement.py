@@ -26,7 +26,7 @@ from kvproof.verdicts import Tier
 from conftest import require_env
 
 pytestmark = pytest.mark.integration
-from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, spec/facts.py)
+from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, src/kvproof/facts.py)
 N = 3000
 
 PROBE = r"""

@@ -3,7 +3,7 @@
 The tables (the tiny families' spec/derived/R.json and the reference
 architectures' spec/derived/models/R.json) are what `verify` searches for
 witness Configs, real architectures first, and what the engine premise
-(spec/premise.py, the per-kind facts of spec/facts.py) was read from; they
+(spec/premise.py, the per-kind facts of src/kvproof/facts.py) was read from; they
 must stay true:
 - every derived layout, toy or real architecture, is inside the engine
   premise (the premise over-approximates what users reach, so a fact that a
@@ -26,9 +26,10 @@ import pytest
 
 from kvproof import derivation
 from kvproof.layout import Layout
-from kvproof.spec import facts, premise
+from kvproof import facts
+from kvproof.spec import premise
 from kvproof.spec.properties import BY_KEY
-from kvproof.spec.revisions import revision_for
+from kvproof.revisions import revision_for
 from conftest import RELEASES as TEST_RELEASES, worker_for
 
 RELEASES = ("0.27.0", "0.28.0", "0.32.0")  # tiny-family tables

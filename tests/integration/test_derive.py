@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import require_env, worker_for
-from kvproof.spec.revisions import revision_for
+from kvproof.revisions import revision_for
 
 from kvproof.config import Config
 from kvproof.checking import derive_all
@@ -18,7 +18,7 @@ from kvproof.layout import Layout
 from kvproof.replay.engine import boot_many
 from kvproof.replay.families import Recipe
 
-from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, spec/facts.py)
+from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, src/kvproof/facts.py)
 
 # Two recipes per release: hidden-state extraction in align mode (the seed's shape,
 # page-size unification makes the hidden-state group small), and a model left at

@@ -1,4 +1,4 @@
-"""Every fact in kvproof.spec.facts, read back from each installed release.
+"""Every fact in kvproof.facts, read back from each installed release.
 
 The facts module is the one place the model, the contracts, the generators
 and the bridge take vLLM facts from; this is the test that it has not drifted.
@@ -14,8 +14,8 @@ import subprocess
 import pytest
 
 from kvproof.bridge.client import worker_env
-from kvproof.spec import facts
-from kvproof.spec.revisions import revision_for
+from kvproof import facts
+from kvproof.revisions import revision_for
 from conftest import RELEASES, require_env
 
 pytestmark = pytest.mark.integration
@@ -68,7 +68,7 @@ print(json.dumps({
 '''
 
 
-# The releases under test (conftest.RELEASES: the ci subset of spec/facts.py's list by default;
+# The releases under test (conftest.RELEASES: the ci subset of src/kvproof/facts.py's list by default;
 # `make test RELEASES=all` reads back 0.27.1, 0.29, 0.30 and 0.31 too).
 @pytest.fixture(scope="module", params=RELEASES)
 def real(request):

@@ -18,7 +18,7 @@ from kvproof import envs
 from kvproof.layout import Layout
 from kvproof.spec import fold as FD
 from kvproof.spec import revision_for
-from kvproof.spec import revisions as R
+from kvproof import revisions as R
 from conftest import require_env
 
 pytestmark = pytest.mark.integration

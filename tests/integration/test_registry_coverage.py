@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from conftest import require_env
-from kvproof.spec import facts
+from kvproof import facts
 
 from kvproof import envs
 from kvproof.config import models_dir

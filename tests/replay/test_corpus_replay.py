@@ -2,7 +2,7 @@
 
 A file's expectations live in its meta: ``kvproof.expect = {release: {tier: verdict}}``
 (written by ``kvproof replay --record``). Releases: KVPROOF_RELEASES (conftest's
-RELEASES, default the ci subset). A managed release (spec/facts.py) without an
+RELEASES, default the ci subset). A managed release (src/kvproof/facts.py) without an
 expectation for a tier it must record (``kvproof.corpus.required_tiers``; checked
 without vLLM by tests/unit/test_corpus_expectations.py) fails; only a release
 outside the release list (an overlay) or a tier a release cannot run (the engine
@@ -29,7 +29,7 @@ from kvproof.layout import Layout
 from kvproof.replay import classify, engine
 from kvproof.replay.families import Recipe
 from kvproof.settings import settings
-from kvproof.spec import facts
+from kvproof import facts
 from kvproof.verdicts import Tier, Verdict
 
 from conftest import RELEASES, require_env

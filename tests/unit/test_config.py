@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from kvproof.spec import facts
+from kvproof import facts
 
 from kvproof.config import Config
 from kvproof.derivation import all_configs, enumerate_configs, layout_dict

@@ -11,7 +11,8 @@ from kvproof.fuzz.provider import PyFDP
 from kvproof.judge import judge, resolver_rejects_user_error
 from kvproof.layout import Group, Layout
 from kvproof.outcome import Outcome, StageError
-from kvproof.spec import facts, premise
+from kvproof import facts
+from kvproof.spec import premise
 from kvproof.verdicts import Verdict
 
 NEW = Caps(modes=("align", "none"))  # what 0.32's spec classes give (release_caps)

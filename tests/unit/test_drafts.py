@@ -3,7 +3,7 @@
 import random
 
 import pytest
-from kvproof.spec import facts
+from kvproof import facts
 
 from kvproof import compare
 from kvproof.consumer.drafts import Drafts, output_token, parse_drafts, wrong_token

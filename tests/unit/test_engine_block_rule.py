@@ -13,9 +13,10 @@ import pytest
 
 z3 = pytest.importorskip("z3")
 
-from kvproof.spec import facts, premise  # noqa: E402
+from kvproof import facts
+from kvproof.spec import premise  # noqa: E402
 from kvproof.spec import fold as F  # noqa: E402
-from kvproof.spec.revisions import REVISIONS  # noqa: E402
+from kvproof.revisions import REVISIONS  # noqa: E402
 
 SIZES = (1, 2, 5)
 CASES = [(bs, pc) for n in (1, 2, 3) for bs in itertools.product(SIZES, repeat=n)
@@ -51,7 +52,7 @@ def test_the_fold_form_is_the_python_rule(revision):
 
 
 def test_the_revisions_read_the_one_record():
-    """spec/revisions.py's table and facts' per-fact views are the RevisionFacts records."""
+    """src/kvproof/revisions.py's table and facts' per-fact views are the RevisionFacts records."""
     assert set(REVISIONS) == set(facts.REVISION_FACTS)
     for name, rev in REVISIONS.items():
         rec = facts.REVISION_FACTS[name]

@@ -28,7 +28,7 @@ def test_bad_release_spec_is_a_usage_error():
 
 
 def test_release_list_is_defined_once_and_subsets_come_from_it():
-    from kvproof.spec import facts
+    from kvproof import facts
     assert envs.resolve(["all"]) == list(facts.MANAGED_RELEASES)
     ci = envs.resolve(["ci"])
     assert ci[0] == facts.MANAGED_RELEASES[0]  # oldest

@@ -8,7 +8,7 @@ import pytest
 
 from kvproof.fuzz import seeds
 from kvproof.fuzz.decode import CONNECTOR, DCP_SIZES, FULL, MAX_GROUPS, Caps, NotEncodable, decode, encode
-from kvproof.spec.facts import engine_cache_block_size_of as engine_cache_block_size
+from kvproof.facts import engine_cache_block_size_of as engine_cache_block_size
 from kvproof.fuzz.provider import Encoder, PyFDP, int_chunk
 from kvproof.layout import KINDS, Layout
 

@@ -18,7 +18,7 @@ from kvproof.findings.ledger import Entry, Ledger, Status
 from kvproof.fuzz import differential, run
 from kvproof.fuzz.decode import FULL, NotEncodable, decode, encode
 from kvproof.fuzz.provider import Encoder, PyFDP
-from kvproof.spec import facts
+from kvproof import facts
 
 from kvproof.fuzz.consumers import fit_stream
 from kvproof.consumer.result import ConsumerResult

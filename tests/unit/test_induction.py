@@ -20,7 +20,7 @@ from kvproof.spec import equivalence as EQ
 from kvproof.spec import fold as FD
 from kvproof.spec import induction as I
 from kvproof.spec import model as M
-from kvproof.spec import revisions as R
+from kvproof import revisions as R
 from kvproof.spec.properties import BY_KEY, PROPERTIES, summary_formulas
 from kvproof.spec.query import Query, concrete_holds
 from layout_strategies import layouts

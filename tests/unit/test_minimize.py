@@ -10,7 +10,7 @@ from kvproof.fuzz.minimize import layout_moves, minimal, size
 from kvproof.consumer.stream import Req, Stream
 from kvproof.fuzz.decode import engine_groups
 from kvproof.layout import Layout
-from kvproof.spec import facts
+from kvproof import facts
 
 RULE = "prefix_cacheable"
 BIG = Layout.from_dict({

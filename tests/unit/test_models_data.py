@@ -189,7 +189,7 @@ def test_reference_flag_sets_sweep_mtp_depth_and_eagle3_where_the_model_has_them
     is one the derivation bridge can find (spec/models/drafts/)."""
     from kvproof.config import reference_drafts
     from kvproof.derivation import MODEL_FLAG_SETS, model_configs, model_flag_sets
-    from kvproof.spec import facts
+    from kvproof import facts
 
     def specs(model):
         return [json.loads(f[f.index("--speculative-config") + 1]) for f in model_flag_sets(model)

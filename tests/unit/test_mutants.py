@@ -36,7 +36,7 @@ def test_anchors_once_or_absent_on_every_installed_release():
     """Every managed release whose environment is here: each mutant's anchor is in its file at most
     once (absent: ``kvproof selftest`` skips it there) and the edit still parses. On the release the
     anchors are written for every behavioural one applies. Skips when no environment is installed."""
-    from kvproof.spec import facts
+    from kvproof import facts
 
     found = []
     for release in facts.MANAGED_RELEASES:

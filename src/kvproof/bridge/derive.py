@@ -83,8 +83,8 @@ from vllm.v1.executor import Executor
 from kvproof.config import Config, load_model_config
 from kvproof.derivation import layout_dict
 from kvproof.outcome import vllm_frame
-from kvproof.spec import facts
-from kvproof.spec.revisions import revision_for
+from kvproof import facts
+from kvproof.revisions import revision_for
 from kvproof.settings import use_release_cache_root
 
 use_release_cache_root()

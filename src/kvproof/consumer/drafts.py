@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvproof.errors import LayoutError, NotExpressible
-from kvproof.spec import facts
+from kvproof import facts
 
 VOCAB = 30000
 _KEYS = {"method", "k", "accept", "p", "seed"}

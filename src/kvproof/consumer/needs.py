@@ -17,7 +17,7 @@ from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request
 
 from kvproof.bridge import compat
-from kvproof.spec import facts
+from kvproof import facts
 
 
 def needs() -> list[compat.Need]:

@@ -24,7 +24,7 @@ from kvproof.consumer.result import RunState
 from kvproof.consumer.stream import Stream
 from kvproof.errors import NotExpressible
 from kvproof.layout import Layout
-from kvproof.spec import facts
+from kvproof import facts
 
 
 def build(configs: EngineConfigs, st: RunState, layout: Layout, stream: Stream) -> tuple[Any, Any, Any] | None:

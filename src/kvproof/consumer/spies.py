@@ -17,7 +17,7 @@ from typing import Any
 
 from kvproof.consumer import coord_oracle
 from kvproof.consumer.oracles import Oracles
-from kvproof.spec import facts
+from kvproof import facts
 
 # Methods of a connector's inner pieces whose arguments carry block hashes / offload keys.
 HASH_METHODS = facts.CONNECTOR_HASH_METHODS

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 from kvproof.consumer.drafts import VOCAB, Drafts, output_token, parse_drafts
 from kvproof.errors import LayoutError
 from kvproof.reading import parse_json_as
-from kvproof.spec import facts
+from kvproof import facts
 
 MAX_TOKENS_PER_PROMPT = 1 << 17
 MAX_REQUESTS = 512

@@ -21,7 +21,7 @@ from kvproof.consumer.result import RunState
 from kvproof.consumer.shadow import Shadow, group_rule
 from kvproof.consumer.truth import HashIndex
 from kvproof.layout import Layout
-from kvproof.spec import facts
+from kvproof import facts
 
 
 def wire(st: RunState, layout: Layout, scheduler: Any, hash_fn: Any, builder: Builder) -> Oracles:

@@ -58,7 +58,7 @@ def matrix(rows: Sequence[core.ReplayRow], tiers: Sequence[Tier | str]) -> str:
 
 
 def managed_installed() -> list[str]:
-    """Every managed release (spec/facts.py) whose environment is built, oldest first."""
+    """Every managed release (src/kvproof/facts.py) whose environment is built, oldest first."""
     from kvproof import envs
     return core.installed_releases(envs.MANAGED)
 

@@ -40,7 +40,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from kvproof.outcome import vllm_frame  # noqa: E402
 from kvproof.replay.families import PROMPTS, VOCAB, BootResult, Recipe  # noqa: E402
-from kvproof.spec import facts  # noqa: E402
+from kvproof import facts  # noqa: E402
 
 _T0 = time.perf_counter()
 import torch  # noqa: E402,F401

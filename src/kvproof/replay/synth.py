@@ -31,7 +31,7 @@ from kvproof.replay import classify
 from kvproof.replay.engine import boot_many, env_release
 from kvproof.replay.families import FAMILIES, BootResult, Recipe
 from kvproof.settings import settings
-from kvproof.spec import facts
+from kvproof import facts
 
 PRODUCIBLE_KINDS = {"mamba", "full_attention", "sliding_window", "hidden_state"}
 BATCH = 14  # probes per process: RSS grows ~65 MB per boot in one process

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvproof.errors import UsageError
-from kvproof.spec import facts
+from kvproof import facts
 
 UTILS = "vllm/v1/core/kv_cache_utils.py"
 COORD = "vllm/v1/core/kv_cache_coordinator.py"
@@ -35,7 +35,7 @@ RESOLVER_CLASSES = ("operator", "dropped-condition", "fallback", "dcp", "validat
                     "validation-over-eager", "consumer")
 BEHAVIOURAL_CLASSES = ("hit-search", "coordinator", "block-pool", "kv-event", "connector", "speculative")
 CLASSES = RESOLVER_CLASSES + BEHAVIOURAL_CLASSES
-# The release the anchors are written against: the default of the one release list (spec/facts.py);
+# The release the anchors are written against: the default of the one release list (src/kvproof/facts.py);
 # when the default moves, the anchor check (every anchor present once) says which need rewriting.
 RELEASE = facts.DEFAULT_RELEASE
 

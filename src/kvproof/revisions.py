@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvproof.spec import facts
-from kvproof.spec.facts import F_DCP_SHARDED, F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE, default_dcp_sharded
+from kvproof import facts
+from kvproof.facts import F_DCP_SHARDED, F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE, default_dcp_sharded
 
 if TYPE_CHECKING:
     from kvproof.layout import Layout
@@ -71,7 +71,7 @@ _BASE = frozenset({SINGLE_GROUP, LCM, HASHING_INACTIVE})
 
 def _revision(name: str, branches: frozenset[str]) -> Revision:
     """A table row: the model's branch set beside the revision's one record of vLLM facts
-    (releases, fingerprints, fields, modes, engine rule: kvproof.spec.facts.REVISION_FACTS)."""
+    (releases, fingerprints, fields, modes, engine rule: kvproof.facts.REVISION_FACTS)."""
     rec = facts.REVISION_FACTS[name]
     return Revision(name, rec.releases, rec.fingerprints, _BASE | branches, rec.fields, rec.mamba_modes,
                     rec.engine_block_size_over)

@@ -231,7 +231,7 @@ FULL_ATTENTION_SPEC_KINDS = ("full_attention", "mla", "hidden_state")
 
 
 # --- one record per modelled revision ---------------------------------------------
-# A revision is one distinct resolver (spec/revisions.py adds the model's branch set);
+# A revision is one distinct resolver (src/kvproof/revisions.py adds the model's branch set);
 # everything kvproof knows of it from vLLM's code is this one record, read as the
 # sections above say. The per-fact dicts below are views of these records, never edited.
 @dataclass(frozen=True)
