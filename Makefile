@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 export KVPROOF_REQUIRE_ENVS := 1
 
-.PHONY: verify test unit envs envs-all fuzz fuzz-continuous replay matrix bench clean
+.PHONY: verify test unit envs envs-all fuzz fuzz-continuous replay matrix bench bench-smoke clean
 
 $(VENV)/.stamp: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -82,6 +82,11 @@ BENCH_SELFTEST_CONS := --campaign-seconds 20
 BENCH_CONT    := --seconds 120 --box 30
 BENCH_DIFF    := --campaign-seconds 60 --max 50
 endif
+
+# Every bench script at its smallest setting (tests/integration/test_bench_scripts.py; make test runs the
+# fast ones, this the slow ones too): each runs to the end and writes its table, into a temp folder.
+bench-smoke: envs-all
+	KVPROOF_BENCH_SMOKE=1 $(VPY) -m pytest -n $(TEST_JOBS) tests/integration/test_bench_scripts.py
 
 bench: envs
 	$(VPY) bench/bench_bridge.py $(BENCH_BRIDGE)

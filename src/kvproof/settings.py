@@ -20,6 +20,7 @@ KVPROOF_RELEASES            releases the tests run on: a subset of the release l
                             src/kvproof/facts.py (ci, all, cpu, python-only, default) or release
                             names, comma/space separated (ci); the Makefile's RELEASES sets it
 KVPROOF_ENGINE_ALL          1: engine tests boot every family on every release
+KVPROOF_BENCH_SMOKE         1: tests/integration/test_bench_scripts.py also runs the slow bench scripts (make bench-smoke)
 KVPROOF_GPU_PYTHON          interpreter of a CUDA vLLM for the gpu tests
 KVPROOF_FUZZ_WORKDIR        harness: campaign folder (seen/, stats/, conformance/)
 KVPROOF_FUZZ_CORPUS_OUT     harness: where new crash classes go (<out>/fuzz-findings)

@@ -19,6 +19,7 @@ must stay true:
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 
@@ -99,8 +100,10 @@ def _cpu_dependent(row) -> bool:
             and _table_cpu(row.release) != derivation.host_cpu())
 
 
-def _witness_rows(release):
-    """Every Config the proof run's baseline cites as a reachable witness on this release."""
+@functools.lru_cache(maxsize=1)
+def _all_witness_rows() -> tuple:
+    """Every Config the proof run's baseline cites as a reachable witness (found once per process:
+    each is a search of the tables; the tests ask for every release's share)."""
     import kvproof.verify
     from pathlib import Path
     baseline = json.loads((Path(kvproof.verify.__file__).parent / "baseline.json").read_text())
@@ -111,9 +114,13 @@ def _witness_rows(release):
                 continue
             row = derivation.find_config(revision, key)
             assert row is not None, f"the baseline says {revision} {key} is reachable; no table row violates it"
-            if row.release == release:
-                out.append(row)
-    return out
+            out.append(row)
+    return tuple(out)
+
+
+def _witness_rows(release):
+    """Every Config the proof run's baseline cites as a reachable witness on this release."""
+    return [row for row in _all_witness_rows() if row.release == release]
 
 
 ALL_RELEASES = tuple(sorted(set(RELEASES) | set(MODEL_RELEASES)))
