@@ -175,10 +175,6 @@ class Ledger:
         return atomic_write(self.folder / f"{entry.id}.json", json.dumps(entry.to_dict(), indent=1, sort_keys=True) + "\n")
 
 
-def known(ledger: Ledger, key: ClassKey) -> bool:
-    return key in ledger
-
-
 @functools.lru_cache(maxsize=1)
 def checked_in() -> Ledger:
     """The ledger (``KVPROOF_LEDGER`` or the checked-in one), read once per process."""

@@ -329,11 +329,11 @@ def check_configs(named: Sequence[tuple[str, Config]], envs: Sequence[Env], mana
         with Workers.start(window, live=workers) as pool:
             for env in window:
                 derived, outcomes, results = batch(pool.by_env[env.name], configs, [], tiers)
+                # the reply's outcomes and results follow the configs that derived a layout, in order
                 got = [i for i, d in enumerate(derived) if d.layout is not None]
-                layouts = [(named[i][0], derived[i].layout) for i in got]
-                rows = rows_of(layouts, tiers, env.name, outcomes, results)
-                per = len(rows) // len(got) if got else 0
-                by_config = {i: tuple(rows[k * per:(k + 1) * per]) for k, i in enumerate(got)}
+                by_config = {i: tuple(rows_of([(named[i][0], derived[i].layout)], tiers, env.name,
+                                              outcomes[k:k + 1], results[k:k + 1]))
+                             for k, i in enumerate(got)}
                 out.extend(ConfigCheck(n, env.name, d, by_config.get(i, ()))
                            for i, ((n, _), d) in enumerate(zip(named, derived)))
     return out

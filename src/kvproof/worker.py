@@ -69,8 +69,8 @@ def batch(bridge: Any, request: dict) -> dict:
     consumer: list[dict] = []
     if "consumer" in tiers and layouts:
         from kvproof.consumer.stream import stream_for
-        from kvproof.consumer.worker import consume
-        consumer = consume([{"layout": lay.to_dict(), "stream": stream_for(lay).to_dict()} for lay in layouts])
+        from kvproof.consumer.worker import run_one
+        consumer = [run_one(lay, stream_for(lay)).to_dict() for lay in layouts]
     return {"derived": derived, "outcomes": outcomes, "consumer": consumer}
 
 

@@ -22,6 +22,6 @@ above it, in ``kvproof.fuzz.consumers`` and ``kvproof.fuzz.minimize``.
     result = run(layout, stream, env)   # env: kvproof.envs.Env
 """
 
-from kvproof.consumer.client import ConsumerWorker, default_stream, run, run_many  # noqa: F401
+from kvproof.consumer.client import ConsumerWorker, run, run_many  # noqa: F401
 from kvproof.consumer.result import ConsumerResult  # noqa: F401
-from kvproof.consumer.stream import Stream  # noqa: F401
+from kvproof.consumer.stream import Stream, default_stream  # noqa: F401
