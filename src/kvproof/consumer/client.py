@@ -7,7 +7,7 @@ from typing import Iterable, Sequence
 from kvproof.bridge.client import Worker, start_all
 from kvproof.config import Config
 from kvproof.consumer.result import ConsumerResult
-from kvproof.consumer.stream import Stream, default_stream  # noqa: F401 -- kvproof.consumer exports it
+from kvproof.consumer.stream import Stream, default_stream
 from kvproof.derivation import Derived
 from kvproof.envs import Env
 from kvproof.layout import Layout
