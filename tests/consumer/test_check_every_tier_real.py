@@ -89,3 +89,22 @@ def test_a_derived_layout_checked_as_a_layout_gets_the_config_paths_verdicts(rel
     assert seen(rows) == seen(check.rows)
     assert rows[1].consumer is not None and rows[1].outcome is None
     assert all(r.verdict != Verdict.ERROR for r in rows), [r.message() for r in rows]
+
+
+def test_a_layout_runs_under_its_own_stream_through_the_tier_runner():
+    """A consumer finding's file carries its stream in meta.stream; the one round trip must send
+    it to the worker (it once sent the Layout without meta, so every finding, corpus input and
+    self-test input ran under the default stream). Two prompts of 48 and 80 tokens: the result
+    counts exactly those (the default stream's are hundreds)."""
+    from kvproof.consumer.stream import Req, Stream
+
+    env = require_env("0.32.0")
+    w = worker_for("0.32.0")
+    lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
+                            "cache": {"block_size": 16, "enable_prefix_caching": True}})
+    own = Stream(prefixes=(32,), requests=(Req(prefix=0, prefix_len=32, suffix_len=16),
+                                           Req(prefix=0, prefix_len=32, suffix_len=48, arrival=1)))
+    rows = checking.run_tiers([("own", lay.with_meta(stream=own.to_dict())), ("default", lay)],
+                              [Tier.CONSUMER], env.name, w)
+    got = [r.consumer.efficiency.prompt_tokens for r in rows]
+    assert got[0] == 128 and got[1] > 128, [r.message() for r in rows]

@@ -38,7 +38,7 @@ def batch(worker: Worker, configs: Sequence[Config], layouts: Sequence[Layout], 
     derived layout at ``tiers`` (function/manager outcomes, consumer results under each layout's
     own stream or the default; empty where not asked)."""
     reply = worker.call({"op": "batch", "configs": [c.to_dict() for c in configs],
-                         "layouts": [lay.to_dict() for lay in layouts], "tiers": sorted(str(t) for t in tiers)})
+                         "layouts": [lay.to_dict(with_meta=True) for lay in layouts], "tiers": sorted(str(t) for t in tiers)})
     return ([Derived.from_reply(c, d) for c, d in zip(configs, reply["derived"])],
             [Outcome.from_dict(d) for d in reply["outcomes"]],
             [ConsumerResult.from_dict(d) for d in reply["consumer"]])
