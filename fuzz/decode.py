@@ -20,7 +20,7 @@ What the bytes choose:
   sliding window / chunk sizes). Per-state compression (``tokens_per_state``)
   follows the premise: ``engine`` puts it only on the kinds whose in-tree specs
   carry it (facts.COMPRESSED_KINDS: MLA, as DeepSeek-V4 / GLM-5-next indexers /
-  QSA do), at a real compress ratio (4, 128) and on a block of whole states,
+  QSA do), at a real compress ratio (facts.COMPRESS_RATIOS) and on a block of whole states,
   never on Mamba; ``free`` puts any value on any kind whose spec class has the
   field;
 - prefix caching on/off, a KV connector on/off, dcp in 1/2/4/8,

@@ -321,8 +321,11 @@ UNSHARDED_KINDS = ("mamba",)
 # and ring buffers (DeepSeek-V4: SlidingWindowMLASpec + CircularBufferSpec compressor state),
 # and Mamba: Qwen4-exp mixes GDN layers (MambaSpec) with QSA layers (compressed
 # MLAAttentionSpec + CircularBufferSpec ring) in one model (vllm/models/qwen4_exp/nvidia/model.py).
-# DeepSeek-V4's compress ratios (vllm/models/deepseek_v4/compressor.py: assert compress_ratio in [4, 128]).
-COMPRESS_RATIOS = (4, 128)
+# The compress ratios in-tree builders set: DeepSeek-V4's (vllm/models/deepseek_v4/compressor.py:
+# assert compress_ratio in [4, 128]) and GLM-5.3's indexer pool, tokens_per_state = index_kpool
+# (vllm/models/glm5next/common/attention.py; spec/models/glm5_3.json: 16, derived as mla tps 16 on
+# 0.32.0's 4608- and 8704-token blocks).
+COMPRESS_RATIOS = (4, 16, 128)
 # Every in-tree builder sizes a compressed group's block as a multiple of its ratio: DeepSeek-V4
 # on cache_config.block_size 256 (vllm/platforms/cpu.py: "DeepSeek-V4 CPU backend requires
 # block_size=256"), GLM-5-next / QSA rings that divide the attention block size (their asserts in
