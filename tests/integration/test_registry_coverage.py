@@ -29,7 +29,6 @@ ROOTS = ("IsHybrid", "IsAttentionFree")
 _WRAPS = "its language model is {}'s (a reference config), under a multimodal, pooling or classification head"
 _SAME_CLASS = ("its registry entry is {}'s model class (a reference config) under another name; no config.json of "
                "its own (a Puzzle model's per-layer block_configs) sourced here")
-_NONE_SOURCED = "no reference config: no published config.json sourced on this machine yet (issue 27 items 1, 3)"
 # Why a registered architecture with a non-attention spec has no reference config of its own.
 REASONS = {
     "ColQwen3_5": _WRAPS.format("Qwen3_5ForCausalLM"),
@@ -46,12 +45,29 @@ REASONS = {
     "NemotronH_Nano_Omni_Reasoning_V3": _WRAPS.format("NemotronHForCausalLM"),
     "NemotronH_Omni_Reasoning_V3": _WRAPS.format("NemotronHForCausalLM"),
     "NemotronH_Super_Omni_Reasoning_V3": _WRAPS.format("NemotronHForCausalLM"),
-    **{arch: _NONE_SOURCED for arch in (
-        "AliceAIForCausalLM", "BailingMoeV3ForCausalLM", "BailingMoeV3VLForConditionalGeneration",
-        "ClefFlashForJointSchema", "InternS2MobiusForConditionalGeneration",
-        "InternS2PreviewForConditionalGeneration",
-        "MiniCPMOcrForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration",
-        "MiniCPMV4_7ForConditionalGeneration", "Terratorch")},
+    # Qwen3_5MoeForConditionalGeneration's subclass (time-series weights dropped); the text dimensions a
+    # quantization's model card lists for internlm/Intern-S2-Preview (40 layers, hidden 2048, 16/2 heads of
+    # 256, 256 experts top-8, GDN with full attention every 4th) are qwen3_5_moe.json's
+    "InternS2PreviewForConditionalGeneration": _WRAPS.format("Qwen3_5MoeForCausalLM"),
+    "ClefFlashForJointSchema": _WRAPS.format("Qwen3_5ForCausalLM"),  # Qwen3_5ForConditionalGeneration + a pooler
+    "MiniCPMV4_6ForConditionalGeneration": _WRAPS.format("Qwen3_5ForCausalLM"),  # language_model: Qwen3_5ForCausalLM
+    "MiniCPMV4_7ForConditionalGeneration": _WRAPS.format("Qwen3_5ForCausalLM"),  # MiniCPMV4_6's subclass
+    "MiniCPMOcrForConditionalGeneration": _WRAPS.format("Qwen3_5ForCausalLM"),  # MiniCPMV4_6's subclass
+    "BailingMoeV3VLForConditionalGeneration": _WRAPS.format("BailingMoeV3ForCausalLM"),  # text_config: Ling-3.0-flash's
+    "InternS2MobiusForConditionalGeneration": (
+        "no reference config: the registered architecture is multimodal (a nested text_config; spec/models holds "
+        "ForCausalLM configs) and its language model, InternS2MobiusForCausalLM (Qwen3.5 GDN hybrid layers whose "
+        "routed MoE banks are shared by several decoder layers), is no registered architecture of its own; the only "
+        "source found, InternLM/Intern-S2-Mobius's configuration_interns2_mobius.py (code search), is remote code "
+        "(model_type interns2_mobius, which neither environment registers) whose class defaults (40 layers, hidden "
+        "2048, 16/2 heads of 256, GDN 16/32 heads of 128, 256 experts top-8, num_blocks 4) are not a published "
+        "config.json"),
+    "Terratorch": (
+        "no reference config: not a language model but IBM's geospatial (Prithvi-style) pooling wrapper, chosen with "
+        "--model-impl terratorch; it declares IsAttentionFree only to get no KV cache at all (no Mamba state shape, "
+        "an IdentityPooler over terratorch.vllm's InferenceRunner), and its config is the terratorch package's "
+        "pretrained_cfg, a package installed in neither environment (vllm/model_executor/models/terratorch.py "
+        "imports terratorch.vllm at module level)"),
 }
 
 
