@@ -10,9 +10,12 @@
                                                (vLLM only), their runs per release, and the fix checked
                                                on an overlay, in out/findings/<id>/ (--all: every bug
                                                entry into out/reports/) (kvproof.findings.report)
+    kvproof findings witness ID|--all [--vllm R] [--model M ...] [--write]
+                                               which reference models reach the class on real vLLM
+                                               (kvproof.findings.witness); --write records the first
 
 Exit codes: 0 done, 1 ``add``/``key`` found nothing to record (no release shows a
-FAIL, UNSUPPORTED or ERROR) or ``report``'s script did not behave as the ledger says on
+FAIL, UNSUPPORTED or ERROR), ``witness`` found no reference model reaching a class, or ``report``'s script did not behave as the ledger says on
 some release or the fix did not remove the symptom, 2 usage or input error.
 """
 
@@ -47,6 +50,13 @@ def _parser() -> Parser:
     rep.add_argument("--out", help="folder for <id>/ (default: out/findings)")
     rep.add_argument("--vllm", action="append", metavar="RELEASE",
                      help="run the script on this release (repeatable; default: the entry's measured releases)")
+    wit = sub.add_parser("witness", help="the reference models that reach a class on real vLLM")
+    wit.add_argument("id", nargs="?", help="a ledger id (or --all: every bug and latent entry)")
+    wit.add_argument("--all", action="store_true")
+    wit.add_argument("--vllm", metavar="RELEASE",
+                     help="release to search on (default: the newest installed release the entry fails on)")
+    wit.add_argument("--model", action="append", help="search only this reference model (repeatable)")
+    wit.add_argument("--write", action="store_true", help="record the witness in the ledger entry")
     for name in ("add", "key"):
         p = sub.add_parser(name, help="measure a layout on real releases" + (" and record its class" if name == "add" else ""))
         p.add_argument("layout", help="a Layout JSON file (a consumer finding carries its stream in meta.stream)")
@@ -146,6 +156,40 @@ def _report(args, ledger: Ledger) -> int:
     return 0 if ok else 1
 
 
+def _witness(args, ledger: Ledger) -> int:
+    from kvproof import envs
+    from kvproof.config import reference_models
+    from kvproof.findings.witness import record, search
+
+    if args.all == bool(args.id):
+        raise UsageError("findings witness: give one ledger id or --all")
+    for m in args.model or ():
+        if m not in reference_models():
+            raise UsageError(f"--model {m}: not a reference model (spec/models/)")
+    entries = ([e for e in ledger.entries() if e.status in (Status.BUG, Status.LATENT)] if args.all
+               else [ledger.find(args.id)])
+    have = set(_installed())
+    found_all = True
+    for entry in entries:
+        bad = [r for r, v in entry.releases.items() if v in ("FAIL", "ERROR", "UNSUPPORTED") and r in have]
+        release = envs.resolve([args.vllm])[0] if args.vllm else (bad[-1] if bad else None)
+        if release is None:
+            print(f"  {entry.id}: no installed release shows it")
+            found_all = False
+            continue
+        hits = search(entry, release, tuple(args.model) if args.model else None)
+        named = (entry.report or {}).get("model")
+        hits.sort(key=lambda w: w.config.model != named)  # the model the report already names first
+        for w in hits:
+            print(f"  {entry.id} vLLM {release}: {w.config.describe()}: {w.message}")
+        if not hits:
+            print(f"  {entry.id} vLLM {release}: no reference model reaches it")
+            found_all = False
+        elif args.write:
+            print(f"recorded {record(ledger, entry, hits[0])}")
+    return 0 if found_all else 1
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     ledger = Ledger.load(args.ledger)
@@ -162,6 +206,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return 0
     if args.cmd == "report":
         return _report(args, ledger)
+    if args.cmd == "witness":
+        return _witness(args, ledger)
     layout, stream, m = _measure(args)
     for r, v in m.releases.items():
         print(f"  vLLM {r}: {v}")

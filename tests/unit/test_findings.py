@@ -114,6 +114,37 @@ def test_the_checked_in_ledger_loads_and_every_file_is_named_by_its_key():
         if e.witness_config is not None:
             from kvproof.config import Config
             assert Config.from_dict(e.witness_config), e.title
+        # a report that names the real model a user serves names the witness the ledger records
+        if e.status == Status.BUG and (e.report or {}).get("model"):
+            assert e.reachability == "reachable", (e.id, e.reachability)
+            assert (e.witness_config or {}).get("model") == e.report["model"], (e.id, e.witness_config)
+
+
+def test_the_witness_search_asks_for_the_found_layouts_settings_and_scales_its_stream():
+    from kvproof.consumer.stream import Req, Stream
+    from kvproof.findings import witness
+
+    found = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16},
+                                         {"kind": "sliding_window", "block_size": 16, "sliding_window": 32},
+                                         {"kind": "mamba", "block_size": 16}],
+                              "cache": {"block_size": 16, "enable_prefix_caching": True, "mamba_cache_mode": "align"},
+                              "kv_connector": "SimpleCPUOffloadConnector"})
+    flags = witness.serve_flags(found)
+    assert flags[:3] == ("--enable-prefix-caching", "--mamba-cache-mode", "align")
+    assert flags[3] == "--kv-transfer-config" and '"kv_connector":"SimpleCPUOffloadConnector"' in flags[4]
+    real = Layout.from_dict({"groups": [{"kind": "sliding_window", "block_size": 128, "sliding_window": 128},
+                                        {"kind": "full_attention", "block_size": 128},
+                                        {"kind": "mamba", "block_size": 128}],
+                             "cache": {"block_size": 128, "enable_prefix_caching": True},
+                             "kv_connector": "SimpleCPUOffloadConnector"})
+    assert witness.same_shape(found, real)
+    assert not witness.same_shape(found, Layout.from_dict({**real.to_dict(), "kv_connector": None}))
+    assert not witness.same_shape(found, Layout.from_dict({**real.to_dict(), "groups": real.to_dict()["groups"][:2]}))
+    assert witness.scales(found, real) == [4, 8]  # the window ratio 128/32, the block ratio 128/16
+    s = witness.scale(Stream(prefixes=(256,), requests=(Req(prefix_len=256, suffix_len=1),), num_blocks=40,
+                             max_num_batched_tokens=512), 8, 16, 128)
+    assert (s.prefixes, s.requests[0].prefix_len, s.requests[0].suffix_len, s.num_blocks,
+            s.max_num_batched_tokens) == ((2048,), 2048, 8, 40, 4096)
 
 
 def test_a_fixed_class_met_on_its_fix_release_is_a_regression(tmp_path):
