@@ -10,20 +10,23 @@ worker's peak RSS, and the stand-in where the CPU derivation is not the release'
 it stands: a GPU-only layer's spec built for another backend, torchvision's import placeholder
 (kvproof.bridge.derive: the environments have none), a GPU kernel turned off by the release's
 own switch. Each model is derived once before the timed pass (lazy imports, model-class
-registration), so the seconds are a warm worker's.
+registration), so the seconds are a warm worker's. On a release with its own ``vllm/models/``
+package (0.33+), a second table: per family, the architectures it registers
+(kvproof.registry, read from the release's source) and the reference models that build them.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import sys
 import time
 
-from kvproof import envs
+from kvproof import envs, registry
 from kvproof.bridge.client import Worker
 from kvproof.cliutil import Parser, guarded
-from kvproof.config import Config, reference_models
+from kvproof.config import Config, models_dir, reference_models
 from kvproof.fsio import atomic_write
 
 OUT = "bench/results/derive.md"
@@ -59,9 +62,34 @@ def _main(argv) -> int:
             cause = " ".join(r.error.line().split())[:300].replace("|", "/")  # one table row
             lines.append(f"| {r.config.model} | NOT_DERIVABLE: {cause} | | {r.seconds:.2f} | "
                          f"{r.peak_rss_mb or 0:.0f} | |")
+    lines += family_lines(envs.site_packages(envs.find(args.vllm).root) / "vllm", results)
     atomic_write(args.out, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
+
+
+def family_lines(vllm, results) -> list[str]:
+    """The vllm/models/ families table: which derive through a reference model, and why not."""
+    fams = registry.families(vllm)
+    if not fams:
+        return []
+    archs = {m: set(json.loads((models_dir() / f"{m}.json").read_text()).get("architectures", []))
+             for m in reference_models()}
+    rows, derived = [], 0
+    for fam, registered in fams.items():
+        mine = [r for r in results if archs.get(r.config.model, set()) & set(registered)]
+        ok = [r for r in mine if r.error is None]
+        derived += bool(ok)
+        if ok:
+            verdict = "derives: " + ", ".join(f"{r.config.model} `{r.layout.summary()}`" for r in ok)
+        elif mine:
+            verdict = "NOT_DERIVABLE: " + "; ".join(
+                f"{r.config.model}: " + " ".join(r.error.line().split())[:200].replace("|", "/") for r in mine)
+        else:
+            verdict = "no reference config (spec/models/) builds one of its architectures"
+        rows.append(f"| {fam} | {', '.join(registered)} | {verdict} |")
+    return ["", f"## vllm/models/ families: {derived} of {len(fams)} derive", "",
+            "| family | architectures it registers | through the reference models |", "|---|---|---|", *rows]
 
 
 def main(argv=None) -> int:

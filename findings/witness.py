@@ -17,10 +17,11 @@ import json
 import math
 from dataclasses import dataclass, replace
 
+from kvproof.findings.key import class_key
+
 from kvproof import facts
 from kvproof.config import Config, reference_models
 from kvproof.consumer.stream import Req, Stream
-from kvproof.findings.key import class_key
 from kvproof.layout import Layout
 
 
@@ -95,8 +96,9 @@ def candidates(entry, found: Layout, real: Layout, name: str) -> list[tuple[str,
 def search(entry, release: str, models: tuple[str, ...] | None = None) -> list[Witness]:
     """Every reference model (or ``models``) that reaches ``entry``'s class on ``release``,
     the plainest KV cache (fewest groups, smallest blocks) first."""
-    from kvproof import checking, envs
     from kvproof.findings.measure import TIERS
+
+    from kvproof import checking, envs
 
     found = Layout.from_dict(entry.layout)
     env = envs.find(release)

@@ -2,7 +2,7 @@
 reference config (spec/models/) or a named reason (issue 27 item 1).
 
 The list comes from the release's own source, read without importing vLLM: the architecture ->
-(module, class) tables of ``vllm/model_executor/models/registry.py`` and the classes under
+(module, class) tables of ``vllm/model_executor/models/registry.py`` (kvproof.registry) and the classes under
 ``vllm/model_executor/models/`` and ``vllm/models/``; an architecture counts when its class
 derives (by name, through any file) from ``IsHybrid`` or ``IsAttentionFree``, the interfaces
 whose models build Mamba-style specs. Architectures whose several spec kinds come from the config
@@ -18,10 +18,10 @@ import json
 from pathlib import Path
 
 from conftest import require_env
-from kvproof import facts
 
-from kvproof import envs
+from kvproof import envs, facts
 from kvproof.config import models_dir
+from kvproof.registry import registered
 
 NEWEST = facts.MANAGED_RELEASES[-1]
 ROOTS = ("IsHybrid", "IsAttentionFree")
@@ -69,22 +69,6 @@ REASONS = {
         "pretrained_cfg, a package installed in neither environment (vllm/model_executor/models/terratorch.py "
         "imports terratorch.vllm at module level)"),
 }
-
-
-def registered(vllm: Path) -> dict[str, tuple[str, str]]:
-    """architecture -> (module, class), from the registry module's dict literals."""
-    tree = ast.parse((vllm / "model_executor" / "models" / "registry.py").read_text())
-    out: dict[str, tuple[str, str]] = {}
-    for node in tree.body:
-        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
-        if not isinstance(value, ast.Dict):
-            continue
-        for k, v in zip(value.keys, value.values):
-            if (isinstance(k, ast.Constant) and isinstance(k.value, str) and isinstance(v, ast.Tuple)
-                    and len(v.elts) >= 2 and all(isinstance(e, ast.Constant) and isinstance(e.value, str)
-                                                 for e in v.elts[:2])):
-                out[k.value] = (v.elts[0].value, v.elts[1].value)
-    return out
 
 
 def class_bases(vllm: Path) -> dict[str, set[str]]:
@@ -145,3 +129,14 @@ def test_every_non_attention_architecture_of_the_newest_release_has_a_config_or_
     for arch, reason in REASONS.items():
         if reason.startswith(("its language model is", "its registry entry is")):
             assert reason.split("is ", 1)[1].split("'s", 1)[0] in covered, (arch, reason)
+
+
+def test_the_newest_release_families_are_read_from_its_own_package():
+    """kvproof.registry.families (bench/results/derive_0.33.0.md's second table): 0.33's vllm/models/
+    packages and what each registers; the families the issue lists are there, common/ is not."""
+    from kvproof.registry import families
+
+    fams = families(envs.site_packages(require_env(NEWEST).root) / "vllm")
+    assert {"deepseek_v4", "glm5next", "kimi_k3", "qwen4_exp"} <= set(fams) and "common" not in fams, sorted(fams)
+    assert "Glm5NextForCausalLM" in fams["glm5next"] and "KimiLinearForCausalLM" in fams["kimi_k3"], fams
+
