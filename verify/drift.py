@@ -127,7 +127,7 @@ def fuzzed_layouts(count: int = 400, seed: int = 1) -> list[tuple[str, "Layout"]
     """
     from kvproof.fuzz.decode import FULL, decode
     from kvproof.fuzz.provider import PyFDP
-    from kvproof.fuzz.run import SEEDS
+    from kvproof.fuzz.libfuzzer import SEEDS
 
     rng = random.Random(seed)
     seeds = [p.read_bytes() for p in sorted(Path(SEEDS).glob("*")) if p.is_file()] if Path(SEEDS).is_dir() else []

@@ -266,7 +266,8 @@ def test_runner_builds_a_wrapper_and_command(tmp_path):
     assert os.access(wrapper, os.X_OK)
     text = wrapper.read_text()
     assert "kvproof.fuzz.harness contracts" in text and 'KVPROOF_FUZZ_ARGV0="$0"' in text
-    assert "-seed=3" in cmd and f"-dict={fuzz_run.DICT}" in cmd and str(fuzz_run.SEEDS) in cmd
+    from kvproof.fuzz.libfuzzer import DICT, SEEDS
+    assert "-seed=3" in cmd and f"-dict={DICT}" in cmd and str(SEEDS) in cmd
     env = c.env_vars()
     assert env["KVPROOF_FUZZ_CORPUS_OUT"] == str(tmp_path / "c") and env["KVPROOF_FUZZ_PREMISE"] == "engine"
 

@@ -49,7 +49,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     work.mkdir()
     packages = _packages()
     probe = ("import importlib; [importlib.import_module(p) for p in " + repr(packages) + "];"
-             "import kvproof, kvproof.facts, kvproof.fuzz.run as r, kvproof.verify, kvproof.bridge.client as c;"
+             "import kvproof, kvproof.facts, kvproof.fuzz.run, kvproof.fuzz.libfuzzer as r, kvproof.verify, kvproof.bridge.client as c;"
              "from pathlib import Path; root = c.package_root();"
              "assert (root / 'kvproof' / 'spec' / 'model.py').exists() and (root / 'kvproof' / 'facts.py').exists(), root;"
              "import kvproof.spec as sp; assert not {'strategies.py', 'model_ch_test.py'} & {p.name for p in Path(sp.__file__).parent.iterdir()}, 'dev-only modules in the wheel';"
