@@ -17,7 +17,7 @@ from conftest import require_env
 
 from kvproof import overlay
 from kvproof.selftest import known
-from kvproof.selftest import layers as L
+from kvproof.selftest import behaviour as B
 from kvproof.selftest.mutants import BY_NAME, RELEASE
 from kvproof.settings import settings
 
@@ -34,24 +34,24 @@ def test_behavioural_mutant_is_killed_by_the_known_inputs():
                         {"mutant": m.name, "test": __name__}, where=home, force=True)
     items = known.hand()
     try:
-        workers = L.start_consumers([base, made.env])
+        workers = B.start_consumers([base, made.env])
         try:
             base_w, mut_w = workers
-            base_j = L.run_consumers(base_w, items)
-            got = L.run_consumers(mut_w, items)
+            base_j = B.run_consumers(base_w, items)
+            got = B.run_consumers(mut_w, items)
             fails = [(n, b.line) for (n, _, _), b in zip(items, base_j) if b.failed]
             assert fails == [], fails  # every known input is clean on the release itself
 
             def confirm(idx):
                 sub = [items[i] for i in idx]
-                return L.run_consumers(base_w, sub), L.run_consumers(mut_w, sub)
-            cells = L.known(items, base_j, got, 0.0, confirm)
+                return B.run_consumers(base_w, sub), B.run_consumers(mut_w, sub)
+            cells = B.known(items, base_j, got, 0.0, confirm)
         finally:
             for w in workers:
                 w.close()
     finally:
         overlay.remove(name, where=home)
     assert cells["known"].caught is True, cells["known"].detail
-    first = next(g for b, g in zip(base_j, got) if L.consumer_new(b, g))
+    first = next(g for b, g in zip(base_j, got) if B.consumer_new(b, g))
     assert first.failed and "kv_event" in first.line, first.line
     assert cells["differential"].caught is not None

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from kvproof.layout import Cache, Group, Layout
+from kvproof.selftest import behaviour as B
 from kvproof.selftest import layers as L
 from kvproof.selftest import run as R
 from kvproof.selftest.mutants import BY_NAME
@@ -129,19 +130,19 @@ def test_fuzzed_layouts_deterministic():
 
 # --- behavioural consumer mutants: the known-input layer's rules, the catalogue, the inputs ----------
 
-def cj(verdict: str, key: str = "", hits: tuple = ((0, 16, 0), 3)) -> L.ConsumerJudged:
-    return L.ConsumerJudged(verdict, key, f"{verdict} line", hits)
+def cj(verdict: str, key: str = "", hits: tuple = ((0, 16, 0), 3)) -> B.ConsumerJudged:
+    return B.ConsumerJudged(verdict, key, f"{verdict} line", hits)
 
 
 def test_consumer_new_rule():
-    assert L.consumer_new(cj("OK"), cj("FAIL", "k1")) == "FAIL"
-    assert L.consumer_new(cj("WARN"), cj("FAIL", "k1")) == "FAIL"
-    assert L.consumer_new(cj("FAIL", "k1"), cj("FAIL", "k1")) == ""  # pre-existing on the base
-    assert L.consumer_new(cj("FAIL", "k1"), cj("FAIL", "k2")) == "FAIL"  # another class
-    assert L.consumer_new(cj("OK"), cj("WARN")) == "WARN"  # the PR gate's rule: a WARN the base lacks
-    assert L.consumer_new(cj("WARN"), cj("WARN")) == ""
-    assert L.consumer_new(cj("OK"), cj("OK")) == ""
-    assert L.consumer_new(cj("OK"), cj("ERROR", "h")) == ""  # the harness's own trouble is not a catch
+    assert B.consumer_new(cj("OK"), cj("FAIL", "k1")) == "FAIL"
+    assert B.consumer_new(cj("WARN"), cj("FAIL", "k1")) == "FAIL"
+    assert B.consumer_new(cj("FAIL", "k1"), cj("FAIL", "k1")) == ""  # pre-existing on the base
+    assert B.consumer_new(cj("FAIL", "k1"), cj("FAIL", "k2")) == "FAIL"  # another class
+    assert B.consumer_new(cj("OK"), cj("WARN")) == "WARN"  # the PR gate's rule: a WARN the base lacks
+    assert B.consumer_new(cj("WARN"), cj("WARN")) == ""
+    assert B.consumer_new(cj("OK"), cj("OK")) == ""
+    assert B.consumer_new(cj("OK"), cj("ERROR", "h")) == ""  # the harness's own trouble is not a catch
 
 
 def test_known_layer_confirms_and_reports_the_differential():
@@ -153,14 +154,14 @@ def test_known_layer_confirms_and_reports_the_differential():
     def confirm(idx):
         calls.append(idx)
         return [base[i] for i in idx], [got[i] for i in idx]
-    cells = L.known(items, base, got, 2.0, confirm)
+    cells = B.known(items, base, got, 2.0, confirm)
     assert calls == [[1]]
     assert cells["known"].caught is True and "first b: OK->FAIL" in cells["known"].detail
     assert cells["differential"].caught is True and "first c" in cells["differential"].detail
     # a catch that does not come back on the rerun is dropped (a connector's run-to-run variation)
-    cells = L.known(items, base, got, 2.0, lambda idx: ([base[i] for i in idx], [cj("OK") for _ in idx]))
+    cells = B.known(items, base, got, 2.0, lambda idx: ([base[i] for i in idx], [cj("OK") for _ in idx]))
     assert cells["known"].caught is False
-    cells = L.known(items[:1], base[:1], got[:1], 1.0)
+    cells = B.known(items[:1], base[:1], got[:1], 1.0)
     assert cells["known"].caught is False and cells["differential"].caught is False
 
 

@@ -46,6 +46,7 @@ from typing import Sequence
 from kvproof import envs, inputs, overlay
 from kvproof.cliutil import Parser, guarded
 from kvproof.fsio import atomic_write
+from kvproof.selftest import behaviour as B
 from kvproof.selftest import layers as L
 from kvproof.selftest.mutants import RELEASE, Mutant, select
 from kvproof.settings import settings
@@ -246,10 +247,10 @@ def behaviour_steps(args, mutants, cells_of, made_of, base, scratch) -> None:
         return
     items = known.inputs()
     t = time.monotonic()
-    [base_w] = L.start_consumers([base])
+    [base_w] = B.start_consumers([base])
     try:
         try:
-            base_known = L.run_consumers(base_w, items)
+            base_known = B.run_consumers(base_w, items)
         except Exception as err:  # the consumer tier is another engineer's: report, do not hide
             print(f"{PROG}: consumer tier not used: {type(err).__name__}: {str(err)[:150]}", flush=True)
             for m in todo:
@@ -261,17 +262,17 @@ def behaviour_steps(args, mutants, cells_of, made_of, base, scratch) -> None:
         for k in range(0, len(todo), max(1, args.batch)):
             batch = todo[k:k + max(1, args.batch)]
             t = time.monotonic()
-            workers = L.start_consumers([made_of[m.name].env for m in batch])
+            workers = B.start_consumers([made_of[m.name].env for m in batch])
             try:
                 start = (time.monotonic() - t) / len(batch)  # the batch's worker start-up, shared
                 # the overlays' runs in parallel (each worker is its own process)
                 with ThreadPoolExecutor(len(workers)) as pool:
-                    runs = list(pool.map(lambda w: _timed(L.run_consumers, w, items), workers))
+                    runs = list(pool.map(lambda w: _timed(B.run_consumers, w, items), workers))
                 for m, w, (got, secs) in zip(batch, workers, runs):
                     def confirm(idx, w=w):
                         sub = [items[i] for i in idx]
-                        return L.run_consumers(base_w, sub), L.run_consumers(w, sub)
-                    cells_of[m.name].update(L.known(items, base_known, got, start + secs, confirm))
+                        return B.run_consumers(base_w, sub), B.run_consumers(w, sub)
+                    cells_of[m.name].update(B.known(items, base_known, got, start + secs, confirm))
                     c = cells_of[m.name]["known"]
                     print(f"  {m.name}: known {c.cell()} {c.detail[:140]}", flush=True)
             finally:
@@ -279,9 +280,9 @@ def behaviour_steps(args, mutants, cells_of, made_of, base, scratch) -> None:
                     w.close()
         live = [m for m in todo if (m.behavioural or args.full) and (args.full or not _killed(cells_of[m.name]))]
         for m in live:
-            [w] = L.start_consumers([made_of[m.name].env])
+            [w] = B.start_consumers([made_of[m.name].env])
             try:
-                c = L.campaign(made_of[m.name].env, args.campaign_seconds, scratch / m.name / "campaign", base_w, w)
+                c = B.campaign(made_of[m.name].env, args.campaign_seconds, scratch / m.name / "campaign", base_w, w)
             finally:
                 w.close()
             cells_of[m.name]["campaign"] = c
