@@ -47,21 +47,35 @@ def _windows(envs: Sequence[Env]) -> list[Sequence[Env]]:
 @dataclass(frozen=True)
 class Row:
     """One (layout, release, tier) verdict: the bridge's ``outcome`` (function and manager
-    tiers) or the consumer tier's ``consumer`` result, with the one judge's ``judgement``."""
+    tiers) or the consumer tier's ``consumer`` result, with the one judge's ``judgement``.
+
+    ``kvproof replay`` makes its rows of this type too: the runner's rows with the ``release``
+    and the tier each answers for (``asked``: a manager row whose resolver raised is still the
+    manager tier's row, though its judgement names the function tier), a function row judged
+    without the manager stage, and engine rows (real boots) carrying ``engine``, the replay
+    layer's record of the boot. A row with nothing to judge (no engine reproducer) has no
+    ``judgement`` and says why in ``skip``: its ``verdict`` is None, never an expectation."""
 
     name: str
     layout: Layout
     env: str
     outcome: Outcome | None
-    judgement: Judgement
+    judgement: Judgement | None  # None: nothing ran (``skip`` says why)
     consumer: ConsumerResult | None = None
+    release: str = ""  # the vLLM release (replay's rows; the runner knows its env's name)
+    asked: Tier | None = None  # the tier this row answers for, when not the judgement's own
+    engine: Any = None  # engine tier: the boot and its recipe's source (kvproof.replay.core.EngineRun)
+    skip: str = ""  # why there is no judgement
 
     @property
-    def verdict(self) -> Verdict:
-        return self.judgement.verdict
+    def verdict(self) -> Verdict | None:
+        return None if self.judgement is None else self.judgement.verdict
 
     @property
     def tier(self) -> Tier:
+        if self.asked is not None:
+            return self.asked
+        assert self.judgement is not None, "a row without a judgement names its tier (asked)"
         return self.judgement.tier
 
     @property
@@ -94,6 +108,8 @@ class Row:
         return self.judgement.warnings
 
     def message(self) -> str:
+        if self.judgement is None:
+            return self.skip
         o = self.outcome
         if o is not None and not o.expressible:
             return o.not_expressible

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
+from kvproof import checking
+from kvproof.judge import Judgement
 from kvproof.layout import Layout
+from kvproof.outcome import Outcome, StageError
 from kvproof.replay import bisect, classify, cli, core, synth
 from kvproof.replay.families import (FAMILIES, SEED_HIDDEN_STATES, SEED_SLIDING_WINDOW, SSM_STATE_DTYPE, BootResult,
                                      Recipe)
@@ -224,33 +228,79 @@ def test_synthesiser_explains_a_missing_reproducer(monkeypatch, tmp_path):
 
 # --- expectations, record, bisect, CLI -------------------------------------------------------
 
+def row(release, tier, verdict, expected=None, layout=SEED, engine=None):
+    """A replay row (``checking.Row``) as ``core.replay`` makes it: ``expected`` is recorded in the
+    layout's meta; ``verdict`` None is a row with nothing judged (no engine reproducer)."""
+    if expected is not None:
+        layout = layout.with_meta(expect={release: {str(tier): expected.name}})
+    j = None if verdict is None else Judgement(verdict, tier)
+    return checking.Row("f", layout, "env", None, j, release=release, asked=tier, engine=engine,
+                        skip="no engine reproducer: none" if verdict is None else "")
+
+
 def test_contradiction_only_against_a_recorded_expectation():
-    assert core.ReplayRow("f", "h", "0.27.0", Tier.ENGINE, Verdict.OK, Verdict.FAIL).contradicts
-    assert core.ReplayRow("f", "h", "0.27.0", Tier.ENGINE, Verdict.LATENT, Verdict.FAIL).contradicts
-    assert not core.ReplayRow("f", "h", "0.27.0", Tier.ENGINE, Verdict.OK, None).contradicts
-    assert not core.ReplayRow("f", "h", "0.27.0", Tier.ENGINE, None, Verdict.FAIL).contradicts
+    assert core.contradicts(row("0.27.0", Tier.ENGINE, Verdict.OK, Verdict.FAIL))
+    assert core.contradicts(row("0.27.0", Tier.ENGINE, Verdict.LATENT, Verdict.FAIL))
+    assert not core.contradicts(row("0.27.0", Tier.ENGINE, Verdict.OK, None))
+    assert not core.contradicts(row("0.27.0", Tier.ENGINE, None, Verdict.FAIL))
+    assert core.expected(row("0.27.0", Tier.ENGINE, None, Verdict.FAIL)) is Verdict.FAIL
+    assert core.expected(row("0.28.0", Tier.MANAGER, Verdict.OK)) is None  # nothing recorded for it
+
+
+def test_tier_rows_are_the_runners_rows_with_their_release_and_tier():
+    """A bridge row gives the function row (its outcome without the manager stage, judged so) and
+    the manager row (the runner's own, answering for the manager tier though the resolver raised)."""
+    raised = Outcome(layout_hash=SEED.content_hash(), vllm_version="0.27.0", scheduler_block_size=None,
+                     hash_block_size=None, resolver_error=StageError("AssertionError", "boom", "vllm/x.py:1 in f"),
+                     manager_attempted=False)
+    runner = checking.judge("f", SEED, "env", raised)
+    assert runner.tier is Tier.FUNCTION
+    fn = core.function_row(runner, "0.27.0")
+    mgr = replace(runner, release="0.27.0", asked=Tier.MANAGER)
+    assert (fn.tier, fn.verdict, mgr.tier, mgr.verdict) == (Tier.FUNCTION, Verdict.FAIL, Tier.MANAGER, Verdict.FAIL)
+    assert core.observed_by(mgr) == "manager" and core.replay_dict(mgr)["tier"] == "manager"
+    assert "AssertionError: boom" in core.detail(fn) and core.data(fn)["vllm"] == "0.27.0"
+    built = replace(raised, resolver_error=None, scheduler_block_size=128, hash_block_size=64,
+                    manager_attempted=True, manager_error=StageError("AssertionError", "m", "vllm/c.py:2 in g"))
+    fn = core.function_row(checking.judge("f", SEED, "env", built), "0.27.0")
+    assert fn.outcome.manager_error is None and fn.judgement.tier is Tier.FUNCTION and fn.verdict is not Verdict.FAIL
 
 
 def test_rows_carry_enums_and_name_the_tier_that_observed_a_fail():
-    row = core.ReplayRow("f", "h", "0.27.0", "engine", "FAIL", "FAIL")  # names parse to the enums
-    assert (row.tier, row.verdict, row.expected) == (Tier.ENGINE, Verdict.FAIL, Verdict.FAIL)
-    d = row.to_dict()
+    r = row("0.27.0", Tier.ENGINE, Verdict.FAIL, Verdict.FAIL)
+    assert (r.tier, r.verdict, core.expected(r)) == (Tier.ENGINE, Verdict.FAIL, Verdict.FAIL)
+    d = core.replay_dict(r)
     assert (d["tier"], d["verdict"], d["observed_by"], d["expected"]) == ("engine", "FAIL", "engine", "FAIL")
-    assert core.ReplayRow("f", "h", "0.28.0", Tier.ENGINE, Verdict.LATENT).to_dict()["observed_by"] is None
-    assert core.ReplayRow("f", "h", "0.28.0", Tier.ENGINE, None).to_dict()["verdict"] == core.SKIP
-    table = core.format_table([row])
+    assert d["layout_hash"] == SEED.content_hash() and d["release"] == "0.27.0"
+    assert core.replay_dict(row("0.28.0", Tier.ENGINE, Verdict.LATENT))["observed_by"] is None
+    table = core.format_table([r])
     assert "engine" in table and "FAIL" in table
+
+
+def test_a_row_without_a_reproducer_prints_skip_and_is_never_recorded(tmp_path):
+    skip = checking.Row("f", SEED, "env", None, None, release="0.28.0", asked=Tier.ENGINE,
+                        engine=core.EngineRun({"source": "none", "reason": "no stored recipe"}),
+                        skip="no engine reproducer: no stored recipe")
+    assert skip.verdict is None and skip.tier is Tier.ENGINE and skip.message() == skip.skip
+    d = core.replay_dict(skip)
+    assert (d["verdict"], d["observed_by"], d["contradicts"]) == (core.SKIP, None, False)
+    assert d["detail"] == "no engine reproducer: no stored recipe"
+    assert d["synth"] == {"source": "none", "reason": "no stored recipe"}
+    assert "SKIP" in core.format_table([skip])
+    path = tmp_path / f"{SEED.content_hash()}.json"
+    path.write_text(json.dumps(SEED.to_dict()))
+    assert core.record(str(path), SEED, [skip]).meta["expect"] == {}
 
 
 def test_record_writes_meta_and_keeps_the_content_hash(tmp_path):
     path = tmp_path / f"{SEED.content_hash()}.json"
     path.write_text(json.dumps(SEED.to_dict()))
-    boot = boot_result(token_ids=[[1]]).to_dict()
-    rows = [core.ReplayRow(str(path), SEED.content_hash(), "0.27.0", Tier.MANAGER, Verdict.FAIL),
-            core.ReplayRow(str(path), SEED.content_hash(), "0.28.0", Tier.ENGINE, Verdict.OK,
-                           data={"recipe": "x", "boot": boot, "synth": {"source": "synthesiser", "target": "FAIL{}"}}),
-            core.ReplayRow(str(path), SEED.content_hash(), "0.29.0", Tier.ENGINE, Verdict.LATENT),
-            core.ReplayRow(str(path), SEED.content_hash(), "0.32.0", Tier.ENGINE, Verdict.ERROR)]
+    run = core.EngineRun({"source": "synthesiser", "target": "FAIL{}"}, SEED_SLIDING_WINDOW, boot_result(token_ids=[[1]]))
+    rows = [row("0.27.0", Tier.MANAGER, Verdict.FAIL),
+            row("0.28.0", Tier.ENGINE, Verdict.OK, engine=run),
+            row("0.29.0", Tier.ENGINE, Verdict.LATENT),
+            row("0.32.0", Tier.ENGINE, Verdict.ERROR),
+            row("0.33.0", Tier.ENGINE, None)]
     core.record(str(path), SEED, rows)
     back = Layout.from_json(path.read_text())
     assert back.content_hash() == SEED.content_hash()
@@ -262,15 +312,18 @@ def test_record_writes_meta_and_keeps_the_content_hash(tmp_path):
 
 
 def test_first_fixed_release():
-    rows = [core.ReplayRow("f", "h", r, Tier.ENGINE, v) for r, v in
+    rows = [row(r, Tier.ENGINE, v) for r, v in
             [("0.27.0", Verdict.FAIL), ("0.28.0", Verdict.OK), ("0.32.0", Verdict.OK)]]
     assert bisect.first_fixed(rows, Tier.ENGINE) == ("0.28.0", ["0.27.0"])
     assert bisect.first_fixed(rows[:1], "engine") == (None, ["0.27.0"])
     assert "0.28.0" in bisect.matrix(rows, ["engine"])
-    latent = [rows[0], core.ReplayRow("f", "h", "0.28.0", Tier.ENGINE, Verdict.LATENT)]
+    latent = [rows[0], row("0.28.0", Tier.ENGINE, Verdict.LATENT)]
     assert bisect.first_fixed(latent, Tier.ENGINE) == ("0.28.0", ["0.27.0"])
-    error = [rows[0], core.ReplayRow("f", "h", "0.28.0", Tier.ENGINE, Verdict.ERROR)]
+    error = [rows[0], row("0.28.0", Tier.ENGINE, Verdict.ERROR)]
     assert bisect.first_fixed(error, Tier.ENGINE) == (None, ["0.27.0"])  # an ERROR says nothing
+    skipped = [rows[0], row("0.28.0", Tier.ENGINE, None)]
+    assert bisect.first_fixed(skipped, Tier.ENGINE) == (None, ["0.27.0"])  # nor does a SKIP
+    assert "SKIP" in bisect.matrix(skipped, ["engine"])
 
 
 def test_cli_input_errors_exit_2(tmp_path, capsys):

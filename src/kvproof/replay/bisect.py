@@ -19,6 +19,7 @@ import sys
 from typing import Sequence
 
 from kvproof import inputs
+from kvproof.checking import Row
 from kvproof.cliutil import Parser, guarded
 from kvproof.errors import UsageError
 from kvproof.replay import core
@@ -30,7 +31,7 @@ PROG = "kvproof bisect"
 STOPS_FAILING = (Verdict.OK, Verdict.WARN, Verdict.LATENT, Verdict.REJECTED)
 
 
-def first_fixed(rows: Sequence[core.ReplayRow], tier: Tier | str) -> tuple[str | None, list[str]]:
+def first_fixed(rows: Sequence[Row], tier: Tier | str) -> tuple[str | None, list[str]]:
     """(first release where ``tier`` stops failing, releases where it fails)."""
     tier = core.as_tier(tier)
     by_release = sorted((r for r in rows if r.tier == tier), key=lambda r: core.version_key(r.release))
@@ -43,16 +44,16 @@ def first_fixed(rows: Sequence[core.ReplayRow], tier: Tier | str) -> tuple[str |
     return None, failing
 
 
-def matrix(rows: Sequence[core.ReplayRow], tiers: Sequence[Tier | str]) -> str:
+def matrix(rows: Sequence[Row], tiers: Sequence[Tier | str]) -> str:
     tiers = [core.as_tier(t) for t in tiers]
     releases = sorted({r.release for r in rows}, key=core.version_key)
     cell = {(r.release, r.tier): r for r in rows}
     lines = [f"{'vllm':8}" + "".join(f"  {str(t):10}" for t in tiers) + "  engine detail" * (Tier.ENGINE in tiers)]
     for rel in releases:
-        line = f"{rel:8}" + "".join(f"  {(cell[(rel, t)].verdict_name if (rel, t) in cell else '-'):10}"
+        line = f"{rel:8}" + "".join(f"  {(core.verdict_name(cell[(rel, t)]) if (rel, t) in cell else '-'):10}"
                                     for t in tiers)
         if Tier.ENGINE in tiers and (rel, Tier.ENGINE) in cell:
-            line += "  " + cell[(rel, Tier.ENGINE)].detail[:200]
+            line += "  " + core.detail(cell[(rel, Tier.ENGINE)])[:200]
         lines.append(line)
     return "\n".join(lines)
 
@@ -114,7 +115,7 @@ def finding_matrix(args) -> int:
     if not args.json:
         print(f"{'finding':<{width}}  " + "  ".join(f"{r:>7}" for r in releases) + "  first bad  first good  last bad")
     for name, lay, tier in found:
-        vs = [(rel, cell[(name, rel, tier)].verdict_name if (name, rel, tier) in cell else "-") for rel in releases]
+        vs = [(rel, core.verdict_name(cell[(name, rel, tier)]) if (name, rel, tier) in cell else "-") for rel in releases]
         bad, good = first_bad_good(vs)
         last = next((r for r, v in reversed(vs) if v == "FAIL"), None)
         out.append({"finding": name, "layout": lay.summary(), "tier": tier, "verdicts": dict(vs),
@@ -159,14 +160,14 @@ def _main(argv: Sequence[str] | None) -> int:
         fixed, failing = first_fixed(mine, deciding)
         fixed_row = next((r for r in mine if r.tier == deciding and r.release == fixed), None)
         out.append({"name": name, "layout_hash": lay.content_hash(), "summary": lay.summary(),
-                    "deciding_tier": str(deciding), "first_fixed_verdict": fixed_row.verdict_name if fixed_row else None, "fails_on": failing, "first_fixed": fixed,
-                    "contradictions": sum(r.contradicts for r in mine), "results": [r.to_dict() for r in mine]})
+                    "deciding_tier": str(deciding), "first_fixed_verdict": core.verdict_name(fixed_row) if fixed_row else None, "fails_on": failing, "first_fixed": fixed,
+                    "contradictions": sum(core.contradicts(r) for r in mine), "results": [core.replay_dict(r) for r in mine]})
         if not args.json:
             print(f"\n{name}: {lay.summary()}")
             print(matrix(mine, tiers))
             if fixed:
                 latent = (f"; still LATENT there: the contracts flag the layout "
-                          f"({', '.join(fixed_row.data.get('contracts') or []) or 'see detail'})"
+                          f"({', '.join(core.data(fixed_row).get('contracts') or []) or 'see detail'})"
                           if fixed_row is not None and fixed_row.verdict == Verdict.LATENT else "")
                 print(f"first release where it stops failing ({deciding} tier): {fixed} "
                       f"(fails on {', '.join(failing)}){latent}")

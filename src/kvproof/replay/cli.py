@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from typing import Sequence
 
 from kvproof import inputs
@@ -52,14 +53,12 @@ def _main(argv: Sequence[str] | None) -> int:
     named = inputs.load_layouts(args.files)
     echo = (lambda s: print(s, file=sys.stderr)) if args.json else print
     rows = core.replay(named, releases_of(args), tiers_of(args.tier), echo=echo, synthesise=not args.no_synth)
-    if args.record:
-        for name, lay in named:
-            core.record(name, lay, rows)
-        for r in rows:
-            r.expected = r.expected if r.verdict is None or r.verdict in core.UNRECORDED else r.verdict
-    bad = [r for r in rows if r.contradicts]
+    if args.record:  # the rows read their expectations from the files as recorded now
+        recorded = {name: core.record(name, lay, rows) for name, lay in named}
+        rows = [replace(r, layout=recorded.get(r.name, r.layout)) for r in rows]
+    bad = [r for r in rows if core.contradicts(r)]
     if args.json:
-        print(json.dumps({"results": [r.to_dict() for r in rows], "contradictions": len(bad)}, indent=2))
+        print(json.dumps({"results": [core.replay_dict(r) for r in rows], "contradictions": len(bad)}, indent=2))
     else:
         print(core.format_table(rows))
         if bad:

@@ -8,15 +8,18 @@ engine:   a real ``vllm.LLM`` boot of a tiny model whose live layout has the
           (meta kvproof.engine.recipe) or one the synthesiser finds.
 
 Expectations ride in the corpus file: ``meta["kvproof"]["expect"] = {release: {tier: verdict}}``.
-Rows carry ``Verdict`` and ``Tier`` enums; JSON and the corpus speak their names. A FAIL names
-the tier that observed it; at the engine tier a clean boot whose live layout the contracts flag is
-LATENT (with the contract ids), never FAIL.
+Rows are ``kvproof.checking.Row`` (the tier runner's row type) with ``release`` and ``asked``
+(the tier each answers for) set; what replay shows of one (its expectation, detail, data, JSON)
+is computed here from the row. JSON and the corpus speak the enums' names. A FAIL names the tier
+that observed it; at the engine tier a clean boot whose live layout the contracts flag is LATENT
+(with the contract ids), never FAIL. An engine row with no reproducer has no judgement (printed
+SKIP, never recorded as an expectation).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -33,7 +36,7 @@ from kvproof.verdicts import Tier, Verdict
 
 REPLAY_TIERS = (Tier.FUNCTION, Tier.MANAGER, Tier.CONSUMER, Tier.ENGINE)
 TIERS = tuple(str(t) for t in REPLAY_TIERS)  # CLI spelling: "function", "manager", "consumer", "engine"
-SKIP = "SKIP"  # how a row without a verdict (no engine reproducer) is printed; ReplayRow.verdict is None
+SKIP = "SKIP"  # how a row without a judgement (no engine reproducer) is printed; its verdict is None
 UNRECORDED = (Verdict.ERROR,)  # say nothing about block sizes: never written as an expectation
 
 
@@ -66,43 +69,101 @@ def resolve_envs(releases: Sequence[str]) -> dict[str, Env]:
     return {r: envs.find(r) for r in releases}
 
 
-@dataclass
-class ReplayRow:
-    name: str
-    layout_hash: str
-    release: str
-    tier: Tier
-    verdict: Verdict | None  # None: nothing replayed (no engine reproducer)
-    expected: Verdict | None = None
-    detail: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
+@dataclass(frozen=True)
+class EngineRun:
+    """What an engine-tier row carries (``checking.Row.engine``): where its recipe came from
+    (stored in the file, cached, synthesised, or why there is none) and, when there was one,
+    the recipe and its boot."""
 
-    def __post_init__(self) -> None:
-        self.tier = as_tier(self.tier)
-        if self.verdict is not None and not (isinstance(self.verdict, str) and self.verdict == SKIP):
-            self.verdict = as_verdict(self.verdict)
-        else:
-            self.verdict = None
-        self.expected = None if self.expected is None else as_verdict(self.expected)
+    source: dict[str, Any]
+    recipe: Recipe | None = None
+    boot: BootResult | None = None
 
-    @property
-    def contradicts(self) -> bool:
-        return self.expected is not None and self.verdict is not None and self.verdict != self.expected
 
-    @property
-    def verdict_name(self) -> str:
-        return SKIP if self.verdict is None else self.verdict.name
+# --- what replay shows of a row ---------------------------------------------------------
 
-    @property
-    def observed_by(self) -> str | None:
-        """The tier that observed a FAIL (``None`` for every other verdict)."""
-        return str(self.tier) if self.verdict == Verdict.FAIL else None
+def verdict_name(row: checking.Row) -> str:
+    return SKIP if row.verdict is None else row.verdict.name
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "layout_hash": self.layout_hash, "release": self.release, "tier": str(self.tier),
-                "verdict": self.verdict_name, "observed_by": self.observed_by,
-                "expected": self.expected.name if self.expected is not None else None,
-                "contradicts": self.contradicts, "detail": self.detail, **self.data}
+
+def expected(row: checking.Row) -> Verdict | None:
+    """The verdict the row's file records for its release and tier (None: nothing recorded)."""
+    return expectation(row.layout, row.release, row.tier)
+
+
+def contradicts(row: checking.Row) -> bool:
+    exp = expected(row)
+    return exp is not None and row.verdict is not None and row.verdict != exp
+
+
+def observed_by(row: checking.Row) -> str | None:
+    """The tier that observed a FAIL (``None`` for every other verdict)."""
+    return str(row.tier) if row.verdict == Verdict.FAIL else None
+
+
+def _engine_verdict(row: checking.Row) -> classify.EngineVerdict | None:
+    run = row.engine
+    return None if run is None or run.boot is None else classify.engine_verdict(run.boot)
+
+
+def detail(row: checking.Row) -> str:
+    """One line per tier: the resolver's pair, the manager's error or coordinator, the consumer
+    judgement, the boot (or why nothing booted)."""
+    if row.judgement is None:
+        return row.skip
+    tier, o = row.tier, row.outcome
+    if tier == Tier.FUNCTION:
+        cls = classify.failure_class(row.layout, o)
+        line = (f"scheduler={o.scheduler_block_size} hash={o.hash_block_size}"
+                if o.resolved else (o.resolver_error.line() if o.resolver_error else o.not_expressible))
+        return line + (" " + str(cls) if cls.ids else "")
+    if tier == Tier.MANAGER:
+        if o.manager_error is not None:
+            return f"{o.manager_error.line()} [{o.manager_error.frame}]"
+        return row.message() or (f"{o.coordinator} built" if o.coordinator else "")
+    if tier == Tier.CONSUMER:
+        j = row.judgement
+        line = j.line() or j.note
+        if j.note and j.line() and j.note not in line:
+            line += f" ({j.note})"
+        return line
+    ev = _engine_verdict(row)
+    return boot_detail(row.engine.boot, ev) if ev is not None else row.skip
+
+
+def data(row: checking.Row) -> dict[str, Any]:
+    """The tier's own fields of the row's JSON."""
+    tier, o = row.tier, row.outcome
+    if tier == Tier.FUNCTION:
+        return {"scheduler_block_size": o.scheduler_block_size, "hash_block_size": o.hash_block_size,
+                "class": classify.failure_class(row.layout, o).to_dict(), "vllm": o.vllm_version}
+    if tier == Tier.MANAGER:
+        return {"coordinator": o.coordinator, "manager_error": o.manager_error.line() if o.manager_error else None,
+                "vllm": o.vllm_version}
+    if tier == Tier.CONSUMER:
+        res = row.consumer
+        return {"scheduler_block_size": res.scheduler_block_size, "hash_block_size": res.hash_block_size,
+                "alignment": res.alignment, "connector": res.connector_class, "steps": res.steps,
+                "observations": [ob.to_dict() for ob in res.observations[:5]], "hits": res.hits,
+                "vllm": res.vllm_version}
+    run = row.engine
+    if run is None:
+        return {}
+    ev = _engine_verdict(row)
+    if ev is None:
+        return {"synth": run.source}
+    return {"recipe": run.recipe.describe(), "tricks": run.recipe.tricks(), "synth": run.source,
+            "class": ev.cls.to_dict() if ev.cls else None, "contracts": list(ev.contracts),
+            "boot": run.boot.to_dict()}
+
+
+def replay_dict(row: checking.Row) -> dict[str, Any]:
+    """The row as ``kvproof replay --json`` writes it."""
+    exp = expected(row)
+    return {"name": row.name, "layout_hash": row.layout.content_hash(), "release": row.release,
+            "tier": str(row.tier), "verdict": verdict_name(row), "observed_by": observed_by(row),
+            "expected": exp.name if exp is not None else None, "contradicts": contradicts(row),
+            "detail": detail(row), **data(row)}
 
 
 def expectation(layout: Layout, release: str, tier: Tier | str) -> Verdict | None:
@@ -119,65 +180,34 @@ def _stored_recipe(layout: Layout) -> Recipe | None:
 # --- function, manager and consumer tiers: the one tier runner -------------------------
 
 def tier_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env],
-              tiers: Sequence[Tier | str]) -> list[ReplayRow]:
+              tiers: Sequence[Tier | str]) -> list[checking.Row]:
     """``checking.run`` (one worker per release, one round trip for every tier asked) and its rows
-    as replay rows: a bridge row gives a function and/or a manager row, a consumer row (the
-    file's own stream, else the default one) a consumer row; each with the file's expectation."""
+    with their release and tier: a bridge row gives a function row (judged without the manager
+    stage) and/or the manager row (the runner's own), a consumer row (the file's own stream, else
+    the default one) is the runner's own."""
     tiers = {as_tier(t) for t in tiers} & set(checking.CHECK_TIERS)
     if not tiers or not named:
         return []
     checked, _info = checking.run(named, list(env_map.values()), tiers=tiers)
     by_env = {e.name: r for r, e in env_map.items()}
-    rows: list[ReplayRow] = []
+    rows: list[checking.Row] = []
     for row in checked:
         release = by_env[row.env]
         if row.consumer is not None:
-            rows.append(_consumer_row(row, release))
+            rows.append(replace(row, release=release, asked=Tier.CONSUMER))
             continue
         if Tier.FUNCTION in tiers:
-            rows.append(_function_row(row, release))
+            rows.append(function_row(row, release))
         if Tier.MANAGER in tiers:
-            rows.append(_manager_row(row, release))
+            rows.append(replace(row, release=release, asked=Tier.MANAGER))
     return rows
 
 
-def _function_row(row: checking.Row, release: str) -> ReplayRow:
-    lay, o = row.layout, row.outcome
-    fo = classify.function_outcome(o)
-    cls = classify.failure_class(lay, fo)
-    detail = (f"scheduler={o.scheduler_block_size} hash={o.hash_block_size}"
-              if o.resolved else (o.resolver_error.line() if o.resolver_error else o.not_expressible))
-    if cls.ids:
-        detail += " " + str(cls)
-    return ReplayRow(row.name, lay.content_hash(), release, Tier.FUNCTION, judge(lay, fo, Tier.FUNCTION).verdict,
-                     expectation(lay, release, Tier.FUNCTION), detail,
-                     {"scheduler_block_size": o.scheduler_block_size, "hash_block_size": o.hash_block_size,
-                      "class": cls.to_dict(), "vllm": o.vllm_version})
-
-
-def _manager_row(row: checking.Row, release: str) -> ReplayRow:
-    lay, o = row.layout, row.outcome
-    detail = row.message() or (f"{o.coordinator} built" if o.coordinator else "")
-    if o.manager_error is not None:
-        detail = f"{o.manager_error.line()} [{o.manager_error.frame}]"
-    return ReplayRow(row.name, lay.content_hash(), release, Tier.MANAGER, judge(lay, o, Tier.MANAGER).verdict,
-                     expectation(lay, release, Tier.MANAGER), detail,
-                     {"coordinator": o.coordinator, "manager_error": o.manager_error.line() if o.manager_error else None,
-                      "vllm": o.vllm_version})
-
-
-def _consumer_row(row: checking.Row, release: str) -> ReplayRow:
-    """The real Scheduler, block pool, KV events and connector scheduler side, judged by ``judge_consumer``."""
-    j, res = row.judgement, row.consumer
-    detail = j.line() or j.note
-    if j.note and j.line() and j.note not in detail:
-        detail += f" ({j.note})"
-    return ReplayRow(row.name, row.layout.content_hash(), release, Tier.CONSUMER, j.verdict,
-                     expectation(row.layout, release, Tier.CONSUMER), detail,
-                     {"scheduler_block_size": res.scheduler_block_size, "hash_block_size": res.hash_block_size,
-                      "alignment": res.alignment, "connector": res.connector_class, "steps": res.steps,
-                      "observations": [o.to_dict() for o in res.observations[:5]], "hits": res.hits,
-                      "vllm": res.vllm_version})
+def function_row(row: checking.Row, release: str) -> checking.Row:
+    """The function tier's row of a bridge row: its outcome without the manager stage, judged so."""
+    fo = classify.function_outcome(row.outcome)
+    return replace(row, outcome=fo, judgement=judge(row.layout, fo, Tier.FUNCTION), release=release,
+                   asked=Tier.FUNCTION)
 
 
 # --- engine tier --------------------------------------------------------------------
@@ -199,19 +229,20 @@ def _save_reproducer(key: str, rep: synth.Reproducer) -> None:
     atomic_write(_reproducer_file(), json.dumps(data, indent=1, sort_keys=True))
 
 
-def target_class(layout: Layout, function_rows: Sequence[ReplayRow]) -> tuple[str, classify.FailureClass] | None:
+def target_class(layout: Layout, function_rows: Sequence[checking.Row]) -> tuple[str, classify.FailureClass] | None:
     """The failure class to reproduce and the release it shows on (first predicted FAIL, else WARN)."""
-    rows = sorted((r for r in function_rows if r.tier == Tier.FUNCTION and r.layout_hash == layout.content_hash()),
+    key = layout.content_hash()
+    rows = sorted((r for r in function_rows if r.tier == Tier.FUNCTION and r.layout.content_hash() == key),
                   key=lambda r: version_key(r.release))
+    classes = [(r.release, classify.failure_class(r.layout, r.outcome)) for r in rows]
     for wanted in (Verdict.FAIL, Verdict.WARN):  # the contracts' prediction (a function row itself is LATENT)
-        for r in rows:
-            c = r.data.get("class") or {}
-            if c and as_verdict(c["verdict"]) == wanted:
-                return r.release, classify.FailureClass(as_verdict(c["verdict"]), tuple(c["contracts"]))
+        for release, cls in classes:
+            if cls.verdict == wanted:
+                return release, cls
     return None
 
 
-def find_recipe(layout: Layout, function_rows: Sequence[ReplayRow], echo: Callable[[str], None] | None = None,
+def find_recipe(layout: Layout, function_rows: Sequence[checking.Row], echo: Callable[[str], None] | None = None,
                 synthesise: bool = True) -> tuple[Recipe | None, dict[str, Any]]:
     """The engine recipe for ``layout``: stored in the file, cached, or synthesised now."""
     stored = _stored_recipe(layout)
@@ -252,31 +283,30 @@ def boot_detail(b: BootResult, ev: classify.EngineVerdict) -> str:
     return "; ".join(bits)
 
 
-def engine_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env], function_rows: Sequence[ReplayRow],
+def engine_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env], function_rows: Sequence[checking.Row],
                 echo: Callable[[str], None] | None = None, synthesise: bool = True,
-                timeout: float = engine.DEFAULT_TIMEOUT) -> list[ReplayRow]:
-    rows: list[ReplayRow] = []
+                timeout: float = engine.DEFAULT_TIMEOUT) -> list[checking.Row]:
+    """Per layout and release a real boot of its recipe, judged (``classify.engine_verdict``); a
+    layout without a recipe gets rows without a judgement (SKIP) saying why."""
+    rows: list[checking.Row] = []
     for name, lay in named:
         recipe, how = find_recipe(lay, function_rows, echo, synthesise)
         for release, env in env_map.items():
-            exp = expectation(lay, release, Tier.ENGINE)
             if recipe is None:
-                rows.append(ReplayRow(name, lay.content_hash(), release, Tier.ENGINE, None, exp,
-                                      "no engine reproducer: " + how.get("reason", ""), {"synth": how}))
+                rows.append(checking.Row(name, lay, env.name, None, None, release=release, asked=Tier.ENGINE,
+                                         engine=EngineRun(how), skip="no engine reproducer: " + how.get("reason", "")))
                 continue
             if echo:
                 echo(f"kvproof: booting {recipe.family} on vLLM {release}")
             b = engine.boot(env, recipe, timeout=timeout)
             ev = classify.engine_verdict(b)
-            rows.append(ReplayRow(name, lay.content_hash(), release, ev.tier, ev.verdict, exp, boot_detail(b, ev),
-                                  {"recipe": recipe.describe(), "tricks": recipe.tricks(), "synth": how,
-                                   "class": ev.cls.to_dict() if ev.cls else None,
-                                   "contracts": list(ev.contracts), "boot": b.to_dict()}))
+            rows.append(checking.Row(name, lay, env.name, None, ev.judgement, release=release, asked=ev.tier,
+                                     engine=EngineRun(how, recipe, b)))
     return rows
 
 
 def replay(named: Sequence[tuple[str, Layout]], releases: Sequence[str], tiers: Sequence[Tier | str],
-           echo: Callable[[str], None] | None = None, synthesise: bool = True) -> list[ReplayRow]:
+           echo: Callable[[str], None] | None = None, synthesise: bool = True) -> list[checking.Row]:
     tiers = [as_tier(t) for t in tiers]
     env_map = resolve_envs(releases)
     need_function = Tier.ENGINE in tiers and not all(_stored_recipe(l) for _, l in named)
@@ -293,19 +323,21 @@ def replay(named: Sequence[tuple[str, Layout]], releases: Sequence[str], tiers: 
     return keep
 
 
-def format_table(rows: Sequence[ReplayRow], width: int = 150) -> str:
+def format_table(rows: Sequence[checking.Row], width: int = 150) -> str:
     head = f"{'layout':16}  {'vllm':7}  {'tier':8}  {'verdict':8}  {'expect':8}  detail"
     lines = [head, "-" * min(width, 120)]
     for r in rows:
-        exp = r.expected.name if r.expected is not None else "-"
-        mark = "  <-- CONTRADICTS" if r.contradicts else ""
-        detail = r.detail if len(r.detail) <= width else r.detail[:width - 3] + "..."
-        lines.append(f"{r.layout_hash:16}  {r.release:7}  {str(r.tier):8}  {r.verdict_name:8}  {exp:8}  "
-                     f"{detail}{mark}")
+        e = expected(r)
+        exp = e.name if e is not None else "-"
+        mark = "  <-- CONTRADICTS" if contradicts(r) else ""
+        line = detail(r)
+        line = line if len(line) <= width else line[:width - 3] + "..."
+        lines.append(f"{r.layout.content_hash():16}  {r.release:7}  {str(r.tier):8}  {verdict_name(r):8}  {exp:8}  "
+                     f"{line}{mark}")
     return "\n".join(lines)
 
 
-def record(path: str, layout: Layout, rows: Sequence[ReplayRow]) -> Layout:
+def record(path: str, layout: Layout, rows: Sequence[checking.Row]) -> Layout:
     """Write the observed verdicts (and the engine recipe used) into the file's meta.
 
     Only the ``expect`` and ``engine`` keys of meta["kvproof"] are touched; the
@@ -314,16 +346,18 @@ def record(path: str, layout: Layout, rows: Sequence[ReplayRow]) -> Layout:
     """
     meta = dict(layout.meta or {})
     expect = {k: dict(v) for k, v in (meta.get("expect") or {}).items()}
-    for r in rows:
-        if r.layout_hash != layout.content_hash() or r.verdict is None or r.verdict in UNRECORDED:
+    key = layout.content_hash()
+    mine = [r for r in rows if r.layout.content_hash() == key]
+    for r in mine:
+        if r.verdict is None or r.verdict in UNRECORDED:
             continue
         expect.setdefault(r.release, {})[str(r.tier)] = r.verdict.name
     meta["expect"] = dict(sorted(expect.items(), key=lambda kv: version_key(kv[0])))
-    engine_row = next((r for r in rows if r.layout_hash == layout.content_hash() and r.tier == Tier.ENGINE
-                       and r.data.get("recipe")), None)
+    engine_row = next((r for r in mine if r.tier == Tier.ENGINE and r.engine is not None
+                       and r.engine.recipe is not None and r.engine.boot is not None), None)
     if engine_row is not None and not (meta.get("engine") or {}).get("recipe"):
-        how = engine_row.data.get("synth") or {}
-        recipe = Recipe.from_dict(engine_row.data["boot"]["recipe"])
+        how = engine_row.engine.source or {}
+        recipe = Recipe.from_dict(engine_row.engine.boot.to_dict()["recipe"])
         meta["engine"] = {"recipe": recipe.to_dict(), "describe": recipe.describe(), "tricks": recipe.tricks(),
                           "found_by": "synthesiser" if str(how.get("source", "")).startswith("synthesiser") else
                           how.get("source", ""),
