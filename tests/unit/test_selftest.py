@@ -224,3 +224,23 @@ def test_known_inputs_cover_every_edited_path():
     assert any(r.resend_at is not None for _, _, s in items for r in s.requests)
     for name, lay, s in known.hand():  # a pressure stream leaves fewer blocks than the stream needs at once
         assert "pressure" not in name or num_blocks(lay, s) < auto_blocks(lay, s), name
+
+
+def test_a_second_selftest_waits_for_the_first_instead_of_sharing_its_overlays(tmp_path, capsys):
+    """Two self-tests on one machine (two checkouts) share <cache>/selftest-envs: one removed the
+    other's overlays mid-run ("env remove: no environment mut-..."). The second now waits on the
+    home's lock, saying so once."""
+    import threading
+
+    from kvproof.locks import file_lock
+
+    lock = tmp_path / ".selftest.lock"
+    order = []
+    with file_lock(lock, "first waits"):
+        t = threading.Thread(target=lambda: file_lock(lock, "second waits").__enter__() or order.append("second"))
+        t.start()
+        t.join(0.5)
+        order.append("first done")
+    t.join(5)
+    assert order == ["first done", "second"], order
+    assert capsys.readouterr().out == "second waits\n"

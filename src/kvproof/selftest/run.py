@@ -46,6 +46,7 @@ from typing import Sequence
 from kvproof import envs, inputs, overlay
 from kvproof.cliutil import Parser, guarded
 from kvproof.fsio import atomic_write
+from kvproof.locks import file_lock
 from kvproof.selftest import behaviour as B
 from kvproof.selftest import layers as L
 from kvproof.selftest.mutants import RELEASE, Mutant, select
@@ -124,6 +125,23 @@ def counts(rows: list[dict]) -> dict[str, int]:
     return c
 
 
+def run_mutants(args, mutants, resolver, cells_of, made_of, base, where, home, scratch, sp) -> None:
+    """Build each mutant's overlay, run the layers, remove the overlays (unless ``--keep``)."""
+    try:
+        for m in mutants:
+            made_of[m.name] = overlay.make(f"mut-{m.name}".replace("_", "-"), args.vllm, {m.file: m.source(sp)},
+                                           {"mutant": m.name, "file": m.file}, where=home, force=True)
+            cells_of[m.name] = {"drift": L.drift(made_of[m.name].env, args.vllm)}
+        if resolver:
+            resolver_steps(args, resolver, cells_of, made_of, base, where, scratch)
+        if not args.no_consumer:
+            behaviour_steps(args, mutants, cells_of, made_of, base, scratch)
+    finally:
+        if not args.keep:
+            for made in made_of.values():
+                overlay.remove(made.env.name, where=home)
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = parse(argv)
     mutants = select(args.mutants, args.consumers)
@@ -145,19 +163,10 @@ def _main(argv: Sequence[str] | None) -> int:
           f"batches of {args.batch}", flush=True)
     cells_of: dict[str, dict[str, L.Catch]] = {}
     made_of: dict[str, overlay.Made] = {}
-    try:
-        for m in mutants:
-            made_of[m.name] = overlay.make(f"mut-{m.name}".replace("_", "-"), args.vllm, {m.file: m.source(sp)},
-                                           {"mutant": m.name, "file": m.file}, where=home, force=True)
-            cells_of[m.name] = {"drift": L.drift(made_of[m.name].env, args.vllm)}
-        if resolver:
-            resolver_steps(args, resolver, cells_of, made_of, base, where, scratch)
-        if not args.no_consumer:
-            behaviour_steps(args, mutants, cells_of, made_of, base, scratch)
-    finally:
-        if not args.keep:
-            for made in made_of.values():
-                overlay.remove(made.env.name, where=home)
+    # the mutants' overlays share one home per machine: a second self-test (another checkout) waits
+    # instead of replacing or removing the overlays this one is running
+    with file_lock(home / ".selftest.lock", f"{PROG}: waiting for another kvproof selftest ({home})"):
+        run_mutants(args, mutants, resolver, cells_of, made_of, base, where, home, scratch, sp)
     out_rows = []
     for m in mutants:
         cells = cells_of[m.name]
