@@ -105,7 +105,7 @@ def search(entry, release: str, models: tuple[str, ...] | None = None) -> list[W
     configs = [(m, Config(model=m, flags=serve_flags(found))) for m in (models or reference_models())]
     with checking.Workers.start([env]) as pool:
         worker = pool.by_env[env.name]
-        derived = checking.derive_all(release, [c for _, c in configs], worker)
+        derived = checking.derive_all(release, [c for _, c in configs], worker, chunk=checking.MODEL_CHUNK)
         shaped = {m: d for (m, _), d in zip(configs, derived) if d.layout is not None and same_shape(found, d.layout)}
         named = [c for m, d in shaped.items() for c in candidates(entry, found, d.layout, m)]
         rows = checking.run_tiers(named, TIERS[entry.key.tier], env.name, worker)

@@ -249,6 +249,9 @@ def run(named: Sequence[tuple[str, Layout]], envs: Sequence[Env], manager: bool 
 # --- the derive step -------------------------------------------------------------
 
 CHUNK = 100  # configs per worker call (keeps each call well inside the worker timeout)
+# a reference model at real depth takes seconds (up to ~25 s at load 7): 100 of them outran the
+# worker's 600 s on a loaded machine, so a model table sends them a few at a time
+MODEL_CHUNK = 10
 
 
 def derive_many(release: str, configs: Sequence[Config], worker: Any = None) -> list[tuple[Config, Layout | DeriveError]]:
@@ -256,8 +259,8 @@ def derive_many(release: str, configs: Sequence[Config], worker: Any = None) -> 
     return [(d.config, d.result) for d in derive_all(release, configs, worker)]
 
 
-def derive_all(release: str, configs: Sequence[Config], worker: Any = None) -> list[Derived]:
-    """Like :func:`derive_many`, keeping the resolver's result and timings."""
+def derive_all(release: str, configs: Sequence[Config], worker: Any = None, chunk: int = CHUNK) -> list[Derived]:
+    """Like :func:`derive_many`, keeping the resolver's result and timings; ``chunk`` configs per call."""
     from kvproof import envs
     own = worker is None
     w = worker or Worker(envs.find(release))
@@ -265,8 +268,8 @@ def derive_all(release: str, configs: Sequence[Config], worker: Any = None) -> l
         if own:
             w.start()
         out: list[Derived] = []
-        for i in range(0, len(configs), CHUNK):
-            out.extend(w.derive(configs[i:i + CHUNK]))
+        for i in range(0, len(configs), chunk):
+            out.extend(w.derive(configs[i:i + chunk]))
         return out
     finally:
         if own:
@@ -296,7 +299,7 @@ def write_model_table(release: str, folder: Path | None = None, keep: bool = Fal
         if table.get("cpu") == host_cpu():
             old = {config_key(Config.from_dict(e["config"])): e for e in table["entries"]}
     keys = [config_key(c) for c in configs]
-    fresh = iter(derive_all(release, [c for c, k in zip(configs, keys) if k not in old]))
+    fresh = iter(derive_all(release, [c for c, k in zip(configs, keys) if k not in old], chunk=MODEL_CHUNK))
     # group_layers: each group's layer count, where a draft's layers show when they join a target's
     # group of the same spec (qwen3_next + MTP: full attention 12 -> 13 layers, same block sizes).
     entries = []

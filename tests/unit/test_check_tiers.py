@@ -180,3 +180,26 @@ def test_workers_start_three_releases_at_a_time(tmp_path):
     envs = [Env(f"vllm-{i}", tmp_path / "no-python") for i in range(7)]
     assert [[e.name for e in w] for w in checking._windows(envs)] == [
         ["vllm-0", "vllm-1", "vllm-2"], ["vllm-3", "vllm-4", "vllm-5"], ["vllm-6"]]
+
+
+def test_a_worker_past_its_time_limit_is_named_so_not_as_a_crash():
+    """The client stops a worker that does not reply within its timeout (SIGKILL). That used to
+    read "worker exited with code -9", like an out-of-memory kill; a loaded machine's model
+    table (100 real models per call) met it. The error now says what happened."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from kvproof.bridge.client import Worker
+    from kvproof.envs import Env
+    from kvproof.errors import BridgeError
+
+    w = Worker(Env("slow", Path("/nonexistent")), timeout=0.5)
+    w.proc = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.stdin.readline(); time.sleep(30)"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    with pytest.raises(BridgeError, match=r"slow: no reply within 0 s: the worker was stopped"):
+        w.call({"op": "info"})
+    w.proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.readline(); sys.exit(3)"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    with pytest.raises(BridgeError, match="worker exited with code 3"):
+        w.call({"op": "info"})

@@ -136,7 +136,9 @@ class Worker:
             self.proc.stdin.flush()
         except BrokenPipeError:
             raise BridgeError(f"{self.env.name}: worker died{self._why()}") from None
-        timer = threading.Timer(self.timeout, self.proc.kill)
+        stopped: list[bool] = []  # the timer stopped the worker (not a crash)
+        proc = self.proc
+        timer = threading.Timer(self.timeout, lambda: (stopped.append(True), proc.kill()))
         timer.start()
         try:
             line = self.proc.stdout.readline()
@@ -144,6 +146,9 @@ class Worker:
             timer.cancel()
         if not line:
             self.proc.wait()
+            if stopped:
+                raise BridgeError(f"{self.env.name}: no reply within {self.timeout:.0f} s: the worker was stopped "
+                                  f"(a smaller batch, or a quieter machine, fits the limit)")
             raise BridgeError(f"{self.env.name}: worker exited with code {self.proc.returncode}{self._why()}")
         reply = json.loads(line)
         if "error" in reply:
