@@ -57,7 +57,8 @@ matrix: envs-all
 	$(VPY) -m kvproof compare --models --vllm all || [ $$? -eq 1 ]
 
 # Every file in bench/results is written by one of these scripts (each reads the
-# machine's load itself). BENCH=short (default: ~15 min on 2 shared cores) or BENCH=full.
+# machine's load itself). BENCH=short (default: 97 min on a fresh clone on 2 cores shared with a
+# make test and table regeneration, niced; its self-test matrices are most of it) or BENCH=full.
 BENCH ?= short
 ifeq ($(BENCH),full)
 BENCH_BRIDGE  :=
