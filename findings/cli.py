@@ -159,6 +159,7 @@ def _report(args, ledger: Ledger) -> int:
 def _witness(args, ledger: Ledger) -> int:
     from kvproof import envs
     from kvproof.config import reference_models
+    from kvproof.findings.runs import release_key
     from kvproof.findings.witness import record, search
 
     if args.all == bool(args.id):
@@ -171,7 +172,8 @@ def _witness(args, ledger: Ledger) -> int:
     have = set(_installed())
     found_all = True
     for entry in entries:
-        bad = [r for r, v in entry.releases.items() if v in ("FAIL", "ERROR", "UNSUPPORTED") and r in have]
+        bad = sorted((r for r, v in entry.releases.items() if v in ("FAIL", "ERROR", "UNSUPPORTED") and r in have),
+                     key=release_key)  # by version, not by the ledger file's key order
         release = envs.resolve([args.vllm])[0] if args.vllm else (bad[-1] if bad else None)
         if release is None:
             print(f"  {entry.id}: no installed release shows it")
