@@ -285,11 +285,25 @@ def write_table(release: str, folder: Path | None = None, budget: int | None = N
     return atomic_write((folder or table_dir()) / f"{release}.json", text + "\n")
 
 
-def write_model_table(release: str, folder: Path | None = None, keep: bool = False) -> Path:
+# A refusal that says the machine ran out of memory, not that vLLM refused the model: kept by
+# --retry-refused, because deriving it again costs minutes and answers the same on this machine.
+MEMORY_CAP = "can't allocate memory"
+
+
+def retry_worthy(entry: dict) -> bool:
+    """A table row to derive again under ``retry_refused``: vLLM refused the Config, and not for
+    this machine's memory (a refusal may lift when a stand-in or reference config changes)."""
+    error = entry.get("error")
+    return bool(error) and MEMORY_CAP not in str(error.get("message", ""))
+
+
+def write_model_table(release: str, folder: Path | None = None, keep: bool = False,
+                      retry_refused: bool = False) -> Path:
     """Derive every reference model under its flag sets on ``release``; write
     ``<folder>/models/<release>.json`` (with each derivation's seconds and peak RSS). ``keep``:
     keep the rows the table already has, when it was derived on this CPU (derivation.host_cpu),
-    and derive only the Configs it lacks; rows for Configs no longer listed are dropped."""
+    and derive only the Configs it lacks; rows for Configs no longer listed are dropped.
+    ``retry_refused`` (with ``keep``): derive the refused rows again too (see retry_worthy)."""
     from kvproof.fsio import atomic_write
     path = (folder or table_dir()) / "models" / f"{release}.json"
     configs = model_configs()
@@ -297,7 +311,8 @@ def write_model_table(release: str, folder: Path | None = None, keep: bool = Fal
     if keep and path.exists():
         table = json.loads(path.read_text())
         if table.get("cpu") == host_cpu():
-            old = {config_key(Config.from_dict(e["config"])): e for e in table["entries"]}
+            old = {config_key(Config.from_dict(e["config"])): e for e in table["entries"]
+                   if not (retry_refused and retry_worthy(e))}
     keys = [config_key(c) for c in configs]
     fresh = iter(derive_all(release, [c for c, k in zip(configs, keys) if k not in old], chunk=MODEL_CHUNK))
     # group_layers: each group's layer count, where a draft's layers show when they join a target's

@@ -130,6 +130,9 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--keep", action="store_true",
                    help="with --enumerate --models: keep the table's rows (derived on this CPU) and derive "
                         "only the Configs it lacks")
+    d.add_argument("--retry-refused", action="store_true",
+                   help="with --keep: derive the rows vLLM refused again too (not those refused for "
+                        "this machine's memory), e.g. after a stand-in or a reference config changed")
     d.add_argument("--flags", default="", metavar="'VLLM SERVE FLAGS'",
                    help="vllm serve flags for a model config.json, parsed by each release's own EngineArgs. "
                         + SERVE_FLAGS_HELP)
@@ -420,10 +423,12 @@ def cmd_derive(args: argparse.Namespace) -> int:
             raise UsageError("derive: give a Config or --enumerate, not both")
         if args.keep and not args.models:
             raise UsageError("derive: --keep goes with --enumerate --models")
+        if args.retry_refused and not args.keep:
+            raise UsageError("derive: --retry-refused goes with --keep")
         for release in args.vllm or list(envs.SUPPORTED):
             envs.find(release)
             if args.models:
-                print(f"reference-model derivations for vLLM {release}: {write_model_table(release, keep=args.keep)}")
+                print(f"reference-model derivations for vLLM {release}: {write_model_table(release, keep=args.keep, retry_refused=args.retry_refused)}")
             else:
                 print(f"derivation table for vLLM {release}: {write_table(release)}")
         return 0

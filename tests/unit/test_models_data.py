@@ -250,3 +250,41 @@ def test_the_hit_matrix_reads_layouts_from_a_table_derived_on_this_cpu_kind(monk
     asked.clear()
     monkeypatch.setattr(derivation, "host_cpu", lambda: "AVX2-not-" + cpu)
     assert [d.layout for d in hitmatrix.derived_on(rel, configs)] == [None] * len(configs) and asked == configs
+
+
+def test_derive_retry_refused_needs_keep(capsys):
+    from kvproof.cli import main
+    assert main(["derive", "--enumerate", "--models", "--retry-refused"]) == 2
+    assert "--retry-refused goes with --keep" in capsys.readouterr().err
+
+
+def test_keep_with_retry_refused_derives_refused_rows_again_but_not_memory_caps(tmp_path, monkeypatch):
+    """--keep derives only what the table lacks; --retry-refused also sends vLLM's refusals back,
+    except the ones this machine's memory caused (they would cost minutes and answer the same)."""
+    from kvproof import checking
+    from kvproof.derivation import config_key, host_cpu, model_configs
+    configs = model_configs()[:3]
+    derived, refused, memory = configs
+    rows = [{"config": derived.to_dict(minimal=True), "error": None},
+            {"config": refused.to_dict(minimal=True),
+             "error": {"message": "Unsupported speculative method: 'mtp'"}},
+            {"config": memory.to_dict(minimal=True),
+             "error": {"message": "DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 GB"}}]
+    rows += [{"config": c.to_dict(minimal=True), "error": None} for c in model_configs()[3:]]
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "0.32.0.json").write_text(json.dumps({"cpu": host_cpu(), "entries": rows}))
+    asked: list[list[str]] = []
+
+    class Asked(Exception):
+        pass
+
+    def fake_derive_all(release, configs, **kw):
+        asked.append([config_key(c) for c in configs])
+        raise Asked
+
+    monkeypatch.setattr(checking, "derive_all", fake_derive_all)
+    for retry, expected in ((False, []), (True, [config_key(refused)])):
+        with pytest.raises(Asked):  # the fake stops at the derivation: the table is not rewritten
+            checking.write_model_table("0.32.0", folder=tmp_path, keep=True, retry_refused=retry)
+        assert asked.pop() == expected
+    assert not checking.retry_worthy(rows[0]) and not checking.retry_worthy(rows[2])
