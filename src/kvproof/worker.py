@@ -15,7 +15,8 @@ Protocol: one JSON object per line on stdin, one reply per line on stdout.
          given layouts and the derived ones at the tiers, in one round trip
 One process per release serves every tier: no second vLLM import for the consumer tier.
 Importing this module has no side effects; ``main`` parks stdout on stderr
-before vLLM is imported, so vLLM's prints never reach the protocol channel.
+before vLLM is imported, so vLLM's prints never reach the protocol channel, and
+exits with its client (``exit_with_parent``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from typing import Any, TextIO
@@ -86,7 +88,24 @@ def serve(bridge: Any, lines: TextIO, out: TextIO, import_seconds: float) -> Non
         out.flush()
 
 
+def exit_with_parent(interval: float = 1.0) -> threading.Thread:
+    """Exit when the client that started this worker dies. The worker reads stdin's EOF only
+    between requests, so a client killed by a signal would leave it deriving a whole batch
+    (minutes, a core each) for nobody; a reparented worker (its parent pid changed) exits."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os._exit(3)
+
+    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    thread.start()
+    return thread
+
+
 def main() -> None:
+    exit_with_parent()
     protocol = sys.stdout
     sys.stdout = sys.stderr  # keep vLLM's prints off the protocol channel
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")

@@ -203,3 +203,45 @@ def test_a_worker_past_its_time_limit_is_named_so_not_as_a_crash():
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     with pytest.raises(BridgeError, match="worker exited with code 3"):
         w.call({"op": "info"})
+
+
+def test_a_worker_exits_when_its_client_is_killed(tmp_path):
+    """A client killed by a signal used to leave its worker deriving the rest of a batch for
+    nobody (it reads stdin's EOF only between requests). The worker's watch on its parent
+    ends it: here a "client" starts a stand-in worker that runs the watch, then is killed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "worker.pid"
+    child = ("import os, sys, time; from kvproof.worker import exit_with_parent; exit_with_parent(0.05); "
+             f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)")
+    client = subprocess.Popen([sys.executable, "-c",
+                               f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); "
+                               "time.sleep(120)"])
+    try:
+        for _ in range(600):  # wait for the worker to start (not a timing claim: it just has to)
+            if pid_file.exists() and pid_file.read_text():
+                break
+            time.sleep(0.05)
+        worker = int(pid_file.read_text())
+        os.kill(worker, 0)  # alive while its client is
+        client.send_signal(signal.SIGKILL)
+        client.wait()
+        def alive() -> bool:  # an exited worker nobody reaped yet (a zombie) counts as gone
+            try:
+                return open(f"/proc/{worker}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+            except (FileNotFoundError, ProcessLookupError):
+                return False
+
+        for _ in range(600):
+            if not alive():
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(worker, signal.SIGKILL)
+            pytest.fail("the worker outlived its killed client")
+    finally:
+        client.kill()
