@@ -298,7 +298,8 @@ EAGLE3_TOKENS = 3
 
 
 def model_flag_sets(model: str) -> tuple[tuple[str, ...], ...]:
-    """The flag sets the reference model ``model`` is derived under, in table order."""
+    """The flag sets the reference model ``model`` is derived under, in table order (a
+    multimodal-only family's text decoder alone: facts.TEXT_ONLY_REFERENCE_MODELS)."""
     from kvproof.config import reference_drafts
     extra: list[tuple[str, ...]] = []
     if model in facts.MTP_REFERENCE_MODELS:
@@ -306,7 +307,10 @@ def model_flag_sets(model: str) -> tuple[tuple[str, ...], ...]:
     if f"{model}_eagle3" in reference_drafts():
         extra.append(_spec_flags({"method": "eagle3", "model": f"{model}_eagle3",
                                   "num_speculative_tokens": EAGLE3_TOKENS}))
-    return MODEL_FLAG_SETS + tuple(extra)
+    sets = MODEL_FLAG_SETS + tuple(extra)
+    if model in facts.TEXT_ONLY_REFERENCE_MODELS:
+        return tuple(s + (facts.LANGUAGE_MODEL_ONLY,) for s in sets)
+    return sets
 
 
 def model_configs() -> list[Config]:

@@ -203,6 +203,15 @@ MAX_SPEC_TOKENS = 8
 # DeepSeekV4MTPModel; vllm/config/speculative.py hf_config_override): the derivation tables sweep
 # their MTP depth (kvproof.derivation.model_flag_sets).
 MTP_REFERENCE_MODELS = ("deepseek_v4", "qwen3_5", "qwen3_next")
+# Reference models whose family registers only a multimodal class (no ForCausalLM: 0.33's
+# muse_spark, model -> its architecture). At startup vLLM builds their multimodal processor to
+# budget encoder inputs (MultiModalBudget), and that processor needs a tokenizer, which kvproof
+# derives without (no HF hub: skip_tokenizer_init). Their flag sets add --language-model-only
+# (every release 0.27-0.33): the towers are left out, and the text decoder, whose layers hold
+# every KV cache spec, is built as in the full model (Muse Spark's vision tower attends with
+# MMEncoderAttention, which has no KV cache; its audio tower has no attention).
+TEXT_ONLY_REFERENCE_MODELS = {"muse_spark": "MuseSparkForConditionalGeneration"}
+LANGUAGE_MODEL_ONLY = "--language-model-only"
 # Where a KV cache coordinator keeps the groups that drop the unit past a hit for EAGLE:
 # 0.33 drop_eagle_group_ids (empty when lookahead hashing replaces the drop), 0.27-0.32
 # eagle_group_ids (every group when use_eagle and no KVCacheGroupSpec.is_eagle_group is set).

@@ -19,19 +19,19 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
-from kvproof.config import Config
+from kvproof.config import Config, reference_models
 from kvproof.consumer.client import run_many
 from kvproof.consumer.stream import default_stream
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream
-from kvproof.derivation import MODEL_FLAG_SETS, Derived, config_key, model_configs, model_rows_here
+from kvproof.derivation import MODEL_FLAG_SETS, Derived, config_key, model_flag_sets, model_rows_here
 from kvproof.layout import Layout
 
 
 def speculative_configs() -> list[Config]:
     """The reference Configs under the speculative flag sets a model has beyond the common ones
     (``derivation.model_flag_sets``: drafts with prefix caching on)."""
-    return [c for c in model_configs() if c.flags not in MODEL_FLAG_SETS]
+    return [Config(model=m, flags=f) for m in reference_models() for f in model_flag_sets(m)[len(MODEL_FLAG_SETS):]]
 
 
 @dataclass(frozen=True)

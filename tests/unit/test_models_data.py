@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from kvproof import facts
 from kvproof.config import SOURCE_KEY, Config, load_model_config, models_dir, reference_models
 from kvproof.consumer.oracles import Efficiency, Observation
 from kvproof.consumer.result import ConsumerResult
@@ -24,7 +25,7 @@ REQUIRED = ("nemotron_h_8b", "nemotron_h_nano_9b_v2", "granitemoehybrid", "jamba
 # vllm/models/ family registers no ForCausalLM (0.33.0's muse_spark registers only
 # MuseSparkForConditionalGeneration and the MuseSparkDSparkModel draft), so the published
 # config.json can name nothing else. Their text model's depth is read from text_config.
-CONDITIONAL_GENERATION_ONLY = ("MuseSparkForConditionalGeneration",)
+CONDITIONAL_GENERATION_ONLY = tuple(facts.TEXT_ONLY_REFERENCE_MODELS.values())
 
 
 def test_every_required_architecture_ships_a_config_that_names_its_source():
@@ -41,8 +42,20 @@ def test_every_required_architecture_ships_a_config_that_names_its_source():
 
 def test_the_conditional_generation_exception_stays_narrow():
     assert all(a.endswith("ForConditionalGeneration") for a in CONDITIONAL_GENERATION_ONLY)
-    used = {load_model_config(n)["architectures"][0] for n in reference_models()}
-    assert set(CONDITIONAL_GENERATION_ONLY) <= used, "an allowed exception no reference config needs"
+    for model, arch in facts.TEXT_ONLY_REFERENCE_MODELS.items():
+        assert load_model_config(model)["architectures"] == [arch], "an allowed exception no reference config needs"
+
+
+def test_a_multimodal_only_family_is_derived_as_its_text_decoder_in_every_flag_set():
+    """kvproof derives without a tokenizer; a multimodal-only family's processor needs one, so its
+    every flag set (the common ones, then its own) adds --language-model-only, and no other does."""
+    from kvproof.derivation import MODEL_FLAG_SETS, model_flag_sets
+    for model in reference_models():
+        sets = model_flag_sets(model)
+        text_only = model in facts.TEXT_ONLY_REFERENCE_MODELS
+        assert all((facts.LANGUAGE_MODEL_ONLY in s) == text_only for s in sets), model
+        common = [s[:-1] if text_only else s for s in sets[:len(MODEL_FLAG_SETS)]]
+        assert common == list(MODEL_FLAG_SETS), model
 
 
 def test_nemotron_h_8b_has_the_real_pattern():
@@ -203,15 +216,14 @@ def test_reference_flag_sets_sweep_mtp_depth_and_eagle3_where_the_model_has_them
     the MTP architectures, EAGLE-3 only where a reference draft exists; every draft it names
     is one the derivation bridge can find (spec/models/drafts/)."""
     from kvproof.config import reference_drafts
-    from kvproof.derivation import MODEL_FLAG_SETS, model_configs, model_flag_sets
-    from kvproof import facts
+    from kvproof.derivation import model_configs, model_flag_sets
 
     def specs(model):
         return [json.loads(f[f.index("--speculative-config") + 1]) for f in model_flag_sets(model)
                 if "--speculative-config" in f]
     for model in reference_models():
         sets = model_flag_sets(model)
-        assert sets[:len(MODEL_FLAG_SETS)] == MODEL_FLAG_SETS and len(set(sets)) == len(sets)
+        assert len(set(sets)) == len(sets)
         mtp = sorted(s["num_speculative_tokens"] for s in specs(model) if s["method"] == "mtp")
         assert mtp == ([1, 1, 2, 3] if model in facts.MTP_REFERENCE_MODELS else [1]), model  # k=1: default pc, pc on
         eagle3 = [s for s in specs(model) if s["method"] == "eagle3"]
