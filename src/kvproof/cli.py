@@ -21,6 +21,7 @@ from typing import Sequence
 from kvproof import checking, contracts, envs, explain, inputs
 from kvproof.cliutil import Parser, guarded
 from kvproof.config import Config, reference_models
+from kvproof.derivation import harness_note
 from kvproof.errors import KvproofError, UsageError
 from kvproof.findings.ledger import known, known_dict
 from kvproof.layout import Layout, parse_groups_spec
@@ -291,6 +292,8 @@ def _print_config_checks(checks: Sequence[checking.ConfigCheck]) -> None:
         print(f"{c.env}: {c.name}: {d.config.describe()}")
         if c.not_derivable:
             print(f"  NOT_DERIVABLE: {c.not_derivable}")
+            if note := harness_note(c.not_derivable):
+                print(f"  note: {note}")
             continue
         print(f"  derived:  {d.layout.summary()}  ({d.seconds:.2f} s)" + (
             f"  [derived with stand-in backend {d.stand_in}]" if d.stand_in else ""))
@@ -477,6 +480,8 @@ def cmd_derive(args: argparse.Namespace) -> int:
             e = r["error"]
             text = " | ".join(ln.strip() for ln in e["message"].strip().splitlines() if ln.strip())
             print(f"  NOT_DERIVABLE at {e['stage']}: {e['type']}: {text[:400]}" + (f"  [{e['frame']}]" if e["frame"] else ""))
+            if note := harness_note(e["message"]):
+                print(f"  note:     {note}")
             continue
         else:
             e = r["error"]

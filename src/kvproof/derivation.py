@@ -103,6 +103,21 @@ def layout_from_boot(boot: Any, revision: str, prefix_match_unit: int | None = N
 
 # --- results --------------------------------------------------------------------
 
+# vLLM refusals that come from how kvproof derives, not from the configuration: a phrase of the
+# release's message -> what to do instead. kvproof has no tokenizer (no HF hub), so it derives with
+# skip_tokenizer_init, and a multimodal model's processor refuses that (0.33's Muse Spark).
+HARNESS_REFUSALS = {
+    "requires a tokenizer and cannot be initialized when `skip_tokenizer_init=True`":
+        f"kvproof derives without a tokenizer: add {facts.LANGUAGE_MODEL_ONLY} (the text decoder, which "
+        "holds every KV cache spec, is built as in the full model)",
+}
+
+
+def harness_note(message: str) -> str | None:
+    """What to do when vLLM's refusal ``message`` comes from kvproof's way of deriving, else None."""
+    return next((note for phrase, note in HARNESS_REFUSALS.items() if phrase in message), None)
+
+
 @dataclass(frozen=True)
 class DeriveError:
     """The release's own error for a configuration, verbatim."""

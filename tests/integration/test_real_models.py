@@ -147,3 +147,27 @@ def test_check_config_hidden_state_extraction_fails_only_on_0_27(tmp_path):
     assert all(v != Verdict.FAIL for r in ("0.28.0", "0.32.0") for v, _ in by_release[r]), by_release
     layout = checks[0].derived.layout
     assert [g.kind for g in layout.groups][-1] == "hidden_state"
+
+
+def test_muse_spark_derives_as_its_text_decoder_and_says_why_not_without_it():
+    """0.33's Muse Spark registers only a multimodal class. Its processor needs a tokenizer,
+    and kvproof derives without one: vLLM's refusal carries kvproof's note. With
+    --language-model-only (its reference flag sets' suffix) the text decoder derives at its real
+    depth: a sliding-window layer per window layer of the config, a full-attention one per full."""
+    from kvproof import facts
+    from kvproof.derivation import harness_note, model_flag_sets
+    release = facts.MANAGED_RELEASES[-1]
+    require_env(release)
+    text_only, plain = derive_all(release, [Config(model="muse_spark", flags=model_flag_sets("muse_spark")[1]),
+                                            Config(model="muse_spark", flags=("--enable-prefix-caching",))],
+                                  worker_for(release))
+    assert facts.LANGUAGE_MODEL_ONLY in text_only.config.flags
+    assert text_only.error is None, text_only.error.line()
+    layer_types = load_model_config("muse_spark")["text_config"]["layer_types"]
+    by_kind: dict[str, int] = {}
+    for g in text_only.raw["groups"]:
+        by_kind[g["kind"]] = by_kind.get(g["kind"], 0) + g["layers"]
+    assert by_kind == {"sliding_window": layer_types.count("sliding_attention"),
+                       "full_attention": layer_types.count("full_attention")}, by_kind
+    assert plain.layout is None and plain.error is not None
+    assert harness_note(plain.error.message), plain.error.line()
