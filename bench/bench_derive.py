@@ -58,11 +58,11 @@ def _main(argv) -> int:
              "|---|---|---|---:|---:|---|"]
     for r in results:
         if r.error is None:
-            lines.append(f"| {r.config.model} | `{r.layout.summary()}` | `{r.log_line()}` | {r.seconds:.2f} | "
+            lines.append(f"| {r.config.describe()} | `{r.layout.summary()}` | `{r.log_line()}` | {r.seconds:.2f} | "
                          f"{r.peak_rss_mb or 0:.0f} | {r.stand_in or ''} |")
         else:
             cause = " ".join(r.error.line().split())[:300].replace("|", "/")  # one table row
-            lines.append(f"| {r.config.model} | NOT_DERIVABLE: {cause} | | {r.seconds:.2f} | "
+            lines.append(f"| {r.config.describe()} | NOT_DERIVABLE: {cause} | | {r.seconds:.2f} | "
                          f"{r.peak_rss_mb or 0:.0f} | |")
     lines += family_lines(envs.site_packages(envs.find(args.vllm).root) / "vllm", results)
     atomic_write(args.out, "\n".join(lines) + "\n")
@@ -83,10 +83,10 @@ def family_lines(vllm, results) -> list[str]:
         ok = [r for r in mine if r.error is None]
         derived += bool(ok)
         if ok:
-            verdict = "derives: " + ", ".join(f"{r.config.model} `{r.layout.summary()}`" for r in ok)
+            verdict = "derives: " + ", ".join(f"{r.config.describe()} `{r.layout.summary()}`" for r in ok)
         elif mine:
             verdict = "NOT_DERIVABLE: " + "; ".join(
-                f"{r.config.model}: " + " ".join(r.error.line().split())[:200].replace("|", "/") for r in mine)
+                f"{r.config.describe()}: " + " ".join(r.error.line().split())[:200].replace("|", "/") for r in mine)
         else:
             verdict = "no reference config (spec/models/) builds one of its architectures"
         rows.append(f"| {fam} | {', '.join(registered)} | {verdict} |")
