@@ -21,6 +21,7 @@ from kvproof.findings.key import class_key
 
 from kvproof import facts
 from kvproof.config import Config, reference_models
+from kvproof.derivation import reference_flags
 from kvproof.consumer.stream import Req, Stream
 from kvproof.layout import Layout
 
@@ -102,7 +103,7 @@ def search(entry, release: str, models: tuple[str, ...] | None = None) -> list[W
 
     found = Layout.from_dict(entry.layout)
     env = envs.find(release)
-    configs = [(m, Config(model=m, flags=serve_flags(found))) for m in (models or reference_models())]
+    configs = [(m, Config(model=m, flags=reference_flags(m, serve_flags(found)))) for m in (models or reference_models())]
     with checking.Workers.start([env]) as pool:
         worker = pool.by_env[env.name]
         derived = checking.derive_all(release, [c for _, c in configs], worker, chunk=checking.MODEL_CHUNK)

@@ -312,6 +312,12 @@ MTP_DEPTHS = (1, 2, 3)
 EAGLE3_TOKENS = 3
 
 
+def reference_flags(model: str, flags: tuple[str, ...]) -> tuple[str, ...]:
+    """``flags`` as the reference model ``model`` is served: a multimodal-only family's text
+    decoder alone (facts.TEXT_ONLY_REFERENCE_MODELS), every other model as given."""
+    return flags + (facts.LANGUAGE_MODEL_ONLY,) if model in facts.TEXT_ONLY_REFERENCE_MODELS else flags
+
+
 def model_flag_sets(model: str) -> tuple[tuple[str, ...], ...]:
     """The flag sets the reference model ``model`` is derived under, in table order (a
     multimodal-only family's text decoder alone: facts.TEXT_ONLY_REFERENCE_MODELS)."""
@@ -322,10 +328,7 @@ def model_flag_sets(model: str) -> tuple[tuple[str, ...], ...]:
     if f"{model}_eagle3" in reference_drafts():
         extra.append(_spec_flags({"method": "eagle3", "model": f"{model}_eagle3",
                                   "num_speculative_tokens": EAGLE3_TOKENS}))
-    sets = MODEL_FLAG_SETS + tuple(extra)
-    if model in facts.TEXT_ONLY_REFERENCE_MODELS:
-        return tuple(s + (facts.LANGUAGE_MODEL_ONLY,) for s in sets)
-    return sets
+    return tuple(reference_flags(model, s) for s in MODEL_FLAG_SETS + tuple(extra))
 
 
 def model_configs() -> list[Config]:

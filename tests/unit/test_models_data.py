@@ -49,7 +49,10 @@ def test_the_conditional_generation_exception_stays_narrow():
 def test_a_multimodal_only_family_is_derived_as_its_text_decoder_in_every_flag_set():
     """kvproof derives without a tokenizer; a multimodal-only family's processor needs one, so its
     every flag set (the common ones, then its own) adds --language-model-only, and no other does."""
-    from kvproof.derivation import MODEL_FLAG_SETS, model_flag_sets
+    from kvproof.derivation import MODEL_FLAG_SETS, model_flag_sets, reference_flags
+    asked = ("--enable-prefix-caching",)  # what findings witness asks of every model
+    assert reference_flags("gpt_oss", asked) == asked
+    assert reference_flags("muse_spark", asked) == asked + (facts.LANGUAGE_MODEL_ONLY,)
     for model in reference_models():
         sets = model_flag_sets(model)
         text_only = model in facts.TEXT_ONLY_REFERENCE_MODELS
