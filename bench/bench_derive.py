@@ -4,7 +4,7 @@
     .venv/bin/python bench/bench_derive.py --vllm 0.33.0 --out bench/results/derive_0.33.0.md
 
 One worker of the release derives every reference model with default flags (a multimodal-only
-family's text decoder alone: kvproof.derivation.model_flag_sets) through the
+family's text decoder alone: kvproof.derivation.reference_flags) through the
 release's own code (kvproof.bridge.derive: every layer on the meta device, KV memory sized
 automatically). Per model: the layout, the line vLLM logs, seconds after import, the
 worker's peak RSS, and the stand-in where the CPU derivation is not the release's CPU build as
@@ -28,7 +28,7 @@ from kvproof import envs, registry
 from kvproof.bridge.client import Worker
 from kvproof.cliutil import Parser, guarded
 from kvproof.config import Config, models_dir, reference_models
-from kvproof.derivation import model_flag_sets
+from kvproof.derivation import reference_flags
 from kvproof.fsio import atomic_write
 
 OUT = "bench/results/derive.md"
@@ -41,7 +41,7 @@ def _main(argv) -> int:
     ap.add_argument("--out", default=OUT)
     args = ap.parse_args(argv)
     load, t0 = os.getloadavg()[0], time.monotonic()
-    configs = [Config(model=m, flags=model_flag_sets(m)[0]) for m in reference_models()]
+    configs = [Config(model=m, flags=reference_flags(m, ())) for m in reference_models()]
     with Worker(envs.find(args.vllm)) as w:
         w.derive(configs)  # warm: imports and model classes
         results = w.derive(configs)

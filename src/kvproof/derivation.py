@@ -345,6 +345,7 @@ class TableRow:
     scheduler_block_size: int | None
     hash_block_size: int | None
     error: dict | None
+    seconds: float | None = field(default=None, compare=False)  # the recorded derivation's (model tables)
 
     @property
     def real(self) -> bool:
@@ -386,7 +387,7 @@ def _table_rows(release: str, path: Path) -> tuple[TableRow, ...]:
     data = parse_json(read_text(path), str(path))
     return tuple(TableRow(release, Config.from_dict(e["config"]),
                           Layout.from_dict(e["layout"]) if e["layout"] else None,
-                          e["scheduler_block_size"], e["hash_block_size"], e["error"])
+                          e["scheduler_block_size"], e["hash_block_size"], e["error"], e.get("seconds"))
                  for e in data["entries"])
 
 

@@ -26,7 +26,6 @@ import random
 import pytest
 
 from kvproof import derivation
-from kvproof.config import Config
 from kvproof.layout import Layout
 from kvproof import facts
 from kvproof.spec import premise
@@ -141,14 +140,6 @@ def test_the_baseline_cites_reachable_findings():
 QUICK_SECONDS = 30
 
 
-def _quick_model_rows(release: str) -> set[str]:
-    path = derivation.table_dir() / "models" / f"{release}.json"
-    if not path.exists():
-        return set()
-    return {derivation.config_key(Config.from_dict(e["config"]))
-            for e in json.loads(path.read_text())["entries"] if e.get("seconds", 0) < QUICK_SECONDS}
-
-
 @pytest.mark.integration
 # re-derived on the releases the tests run on (KVPROOF_RELEASES: make test builds those); the
 # static checks above read every table
@@ -158,10 +149,9 @@ def test_table_entries_derive_the_same_on_real_vllm(release, workers):
     # derived a layout on any CPU, and every baseline witness on this release
     rng = random.Random(release)
     plain = [r for r in derivation.load_table(release) if not _cpu_dependent(r)]
-    cheap = _quick_model_rows(release)
     real = [r for r in derivation.load_model_table(release)
             if r.layout is not None and not r.config.flags and not r.layout.has_mamba
-            and derivation.config_key(r.config) in cheap]
+            and (r.seconds or 0) < QUICK_SECONDS]
     chosen = {r.config: r for r in rng.sample(plain, min(SAMPLE, len(plain))) + rng.sample(real, min(1, len(real)))
               + _witness_rows(release)}
     assert chosen, f"nothing to re-derive on {release}: no toy table, no reference-model table, no witness"

@@ -155,12 +155,12 @@ def test_muse_spark_derives_as_its_text_decoder_and_says_why_not_without_it():
     --language-model-only (its reference flag sets' suffix) the text decoder derives at its real
     depth: a sliding-window layer per window layer of the config, a full-attention one per full."""
     from kvproof import facts
-    from kvproof.derivation import harness_note, model_flag_sets
+    from kvproof.derivation import harness_note, reference_flags
     release = facts.MANAGED_RELEASES[-1]
     require_env(release)
-    text_only, plain = derive_all(release, [Config(model="muse_spark", flags=model_flag_sets("muse_spark")[1]),
-                                            Config(model="muse_spark", flags=("--enable-prefix-caching",))],
-                                  worker_for(release))
+    asked = ("--enable-prefix-caching",)
+    text_only, plain = derive_all(release, [Config(model="muse_spark", flags=reference_flags("muse_spark", asked)),
+                                            Config(model="muse_spark", flags=asked)], worker_for(release))
     assert facts.LANGUAGE_MODEL_ONLY in text_only.config.flags
     assert text_only.error is None, text_only.error.line()
     layer_types = load_model_config("muse_spark")["text_config"]["layer_types"]
