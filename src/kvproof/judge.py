@@ -218,23 +218,52 @@ _HARD_ORACLES = ("exception", "prefix_hit", "hash_chain", "connector", "kv_event
 
 
 def _ideal_recomputed(r) -> int | None:
-    """Tokens the stream would recompute if every first admission hit at the release's finest
-    granularity (its hash block size): each admission's reusable length rounded down to it."""
+    """Tokens the stream would recompute if every first admission hit its ideal (``ideal_hit``)."""
     g = getattr(r, "hash_block_size", None)
     if not g or not getattr(r, "hits", None):
         return None
-    return sum(int(h["truth"]) - spec_ideal_hit(r, int(h["truth"]), int(g)) for h in r.hits)
+    return sum(max(0, int(h["truth"]) - ideal_hit(r, h, int(g))) for h in r.hits)
+
+
+def ideal_hit(r, h: dict, g: int | None = None) -> int:
+    """The most one admission ``h`` (a ``ConsumerResult.hits`` row) can hit under the release's own
+    rules at hash granularity ``g``: an upper bound no correct hit exceeds (the hit oracle's bounds,
+    rounded down to ``g``). A local hit stays within the common prefix with computed KV and
+    leaves the last token, or with 0.33's hash lookahead L the last L tokens, to compute
+    (get_request_block_hasher); under EAGLE's drop it gives back one unit of what matched
+    (drop_eagle_block); chunked local attention may skip its null blocks (``free``); a connector's
+    load is token-granular (vLLM recomputes only the last token), so an admission with external
+    tokens may reach its whole reusable prefix. Rows without ``lcp``/``tokens`` (recorded before
+    they existed) read them from ``truth``."""
+    g = int(g or getattr(r, "hash_block_size", 0) or 1)
+    ahead = int(getattr(r, "hash_lookahead", 0) or 0)
+    truth = int(h["truth"])
+    lcp, n = int(h.get("lcp", truth)), int(h.get("tokens", truth + 1))
+    best = max(0, min(lcp, n - max(1, ahead))) // g * g
+    if getattr(r, "eagle_drop", False):
+        best = min(best, max(0, min(lcp, n) // g * g - g))
+    best = max(best, int(h.get("free", 0)))
+    if int(h.get("external", 0)):
+        best = max(best, truth)
+    return best
 
 
 def spec_ideal_hit(r, truth: int, g: int) -> int:
-    """The best hit the release's own rules allow on ``truth`` reusable tokens at hash granularity
-    ``g``: rounded down to ``g``; under EAGLE's drop one unit less (drop_eagle_block); with 0.33's
-    hash lookahead L a block's hash needs the L tokens after it (get_request_block_hasher)."""
-    ahead = int(getattr(r, "hash_lookahead", 0) or 0)
-    best = max(0, truth - ahead) // g * g
-    if getattr(r, "eagle_drop", False):
-        best = max(0, best - g)
-    return best
+    """``ideal_hit`` of an admission known only by its reusable tokens (a resend: the common
+    prefix is the whole prompt of ``truth + 1`` tokens)."""
+    return ideal_hit(r, {"truth": truth}, g)
+
+
+def above_ideal(r) -> list[str]:
+    """Admissions that hit more than ``ideal_hit`` allows: a wrong hit (a hard oracle's FAIL) or a
+    bug in kvproof's ideal, never a silent line."""
+    g = getattr(r, "hash_block_size", None)
+    if not g:
+        return []
+    return [f"r{h['req']} hit {h['hit'] + h['external']} above its ideal {ideal_hit(r, h, int(g))} "
+            f"(reusable {h['truth']}, common prefix {h.get('lcp', '?')}, {h.get('tokens', '?')} tokens)"
+            for h in getattr(r, "hits", None) or [] if {"req", "hit", "external", "truth"} <= set(h)
+            and int(h["hit"]) + int(h["external"]) > ideal_hit(r, h, int(g))]
 
 
 def consumer_efficiency_line(r) -> str:
@@ -253,7 +282,7 @@ def _per_request(r) -> str:
         return ""
     if not all({"req", "hit", "external", "truth"} <= set(h) for h in hits):
         return ""
-    cells = [f"r{h['req']} {h['hit'] + h['external']}/{spec_ideal_hit(r, int(h['truth']), int(g))}/{h['truth']}"
+    cells = [f"r{h['req']} {h['hit'] + h['external']}/{ideal_hit(r, h, int(g))}/{h['truth']}"
              for h in hits]
     return "; per request hit/ideal/reusable: " + " ".join(cells)
 
@@ -329,6 +358,11 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
             return Judgement(Verdict.UNSUPPORTED, T, err, explained, latent, warns, True,
                              "vLLM does not support this configuration, by design: " + note)
         return Judgement(Verdict.FAIL, T, err, explained, latent, warns, False, note)
+    over = above_ideal(r)
+    if over:
+        return Judgement(Verdict.ERROR, T, StageError("oracle:ideal", "; ".join(over[:3])), warnings=warns,
+                         note="kvproof's ideal is below a hit no oracle faults: a bug in judge.ideal_hit, "
+                              "not vLLM")
     stalled = r.by("stalled")
     if stalled:
         return Judgement(Verdict.ERROR, T, StageError("oracle:stalled", stalled[0].detail), warnings=warns,

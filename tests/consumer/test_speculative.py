@@ -10,7 +10,7 @@ import pytest
 from kvproof.consumer import ConsumerWorker
 from kvproof.consumer.drafts import Drafts
 from kvproof.consumer.stream import Req, Stream
-from kvproof.judge import judge_consumer, spec_ideal_hit
+from kvproof.judge import above_ideal, ideal_hit, judge_consumer
 from kvproof.layout import Layout
 from kvproof.verdicts import Verdict
 
@@ -58,7 +58,7 @@ def test_drafts_are_scheduled_verified_and_rolled_back(runs):
 
 
 def test_hits_follow_the_release_eagle_rule(runs):
-    """Each admission's hit is what kvproof's rule for the release says (judge.spec_ideal_hit): the
+    """Each admission's hit is what kvproof's rule for the release says (judge.ideal_hit): the
     largest multiple of the block below the common prefix, one unit less where the coordinator
     drops for EAGLE (drop_eagle_block), past the hash lookahead where 0.33 hashes it."""
     release, items, results = runs
@@ -68,8 +68,8 @@ def test_hits_follow_the_release_eagle_rule(runs):
         eagle = st.spec is not None and st.spec.eagle
         assert res.eagle_drop == (eagle and not res.hash_lookahead), (release, st.spec)
         for h in res.hits:
-            assert h["hit"] == spec_ideal_hit(res, h["truth"], 16), (release, st.spec, h)
-        assert not res.by("spec_hit")
+            assert h["hit"] == ideal_hit(res, h, 16), (release, st.spec, h)
+        assert not res.by("spec_hit") and not above_ideal(res)
 
 
 def test_eagle_drops_a_block_on_the_mamba_hybrid(runs):

@@ -11,7 +11,8 @@ from kvproof.consumer.oracles import Observation
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Req, Stream, random_stream, shrink
 from kvproof.errors import LayoutError
-from kvproof.judge import spec_ideal_hit
+from kvproof.judge import above_ideal, ideal_hit, judge_consumer, spec_ideal_hit
+from kvproof.verdicts import Verdict
 from kvproof.layout import Layout
 
 
@@ -78,7 +79,43 @@ def test_ideal_hit_under_the_release_rules():
     assert spec_ideal_hit(plain, 71, 16) == 64
     assert spec_ideal_hit(eagle, 71, 16) == 48  # the field formula (floor(N/B) - 1) * B
     assert spec_ideal_hit(eagle, 10, 16) == 0
-    assert spec_ideal_hit(ahead, 64, 16) == 48 and spec_ideal_hit(ahead, 65, 16) == 64
+    # a resend of 65 tokens: four blocks have their one lookahead token inside the prompt
+    assert spec_ideal_hit(ahead, 64, 16) == 64 and spec_ideal_hit(ahead, 63, 16) == 48
+    two = ConsumerResult("x", "0.33.0", hash_lookahead=2)
+    assert spec_ideal_hit(two, 64, 16) == 48  # 65 tokens, lookahead 2: the fourth block's hash needs token 65
+
+
+def _row(truth, lcp, tokens, hit=0, external=0, **kw):
+    return {"step": 0, "req": 0, "hit": hit, "external": external, "truth": truth, "lcp": lcp, "tokens": tokens, **kw}
+
+
+def test_ideal_is_an_upper_bound_on_every_rule_the_hit_oracle_accepts():
+    ahead = ConsumerResult("x", "0.33.0", hash_lookahead=1, hash_block_size=16)
+    # issue 38's 'r0 224/208/224' on 0.33.0: a 225-token resend, lookahead 1: the hit of 224 is legal
+    assert ideal_hit(ahead, _row(224, 225, 225)) == 224
+    # the common prefix with computed KV bounds the hit, not only the prompt
+    assert ideal_hit(ahead, _row(100, 100, 300)) == 96
+    # EAGLE's drop gives back a unit of what matched: a fully cached 32-token prompt still hits 16
+    eagle = ConsumerResult("x", "0.32.0", eagle_drop=True, hash_block_size=16)
+    assert ideal_hit(eagle, _row(31, 32, 32)) == 16 and ideal_hit(eagle, _row(31, 31, 32)) == 0
+    # a connector load is token-granular, chunked local attention's null blocks are free
+    plain = ConsumerResult("x", "0.32.0", hash_block_size=16)
+    assert ideal_hit(plain, _row(175, 176, 176, hit=160, external=15)) == 175
+    assert ideal_hit(plain, _row(10, 10, 200, free=128)) == 128
+
+
+def test_a_hit_above_the_ideal_is_never_silent():
+    res = ConsumerResult("x", "0.33.0", hash_lookahead=1, hash_block_size=16)
+    res.efficiency.admissions, res.efficiency.reusable_tokens = 1, 224
+    res.efficiency.hit_tokens = res.efficiency.prompt_tokens = 224
+    res.hits = [_row(224, 225, 225, hit=224)]
+    assert not above_ideal(res) and judge_consumer(res).verdict == Verdict.OK
+    assert "r0 224/224/224" in judge_consumer(res).note
+    res.hits = [_row(224, 225, 225, hit=240)]  # no oracle saw it: kvproof's ideal must be wrong
+    j = judge_consumer(res)
+    assert j.verdict == Verdict.ERROR and j.observed.type == "oracle:ideal" and "above its ideal 224" in j.line()
+    res.observations.append(Observation("prefix_hit", 0, "r0: hit 240 tokens but ..."))
+    assert judge_consumer(res).verdict == Verdict.FAIL  # a wrong hit the oracle faulted stays FAIL
 
 
 def _res(hits, **kw):

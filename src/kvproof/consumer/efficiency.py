@@ -45,7 +45,7 @@ def scheduled(o: Any, step: int, rids: Iterable[str]) -> None:
     res = o.res
     for rid in rids:
         if rid in o.pending_hit:
-            local, true_len = o.pending_hit.pop(rid)
+            local, true_len, num_tokens, free = o.pending_hit.pop(rid)
             ext = o.ext_hit.pop(rid, 0)
             loaded = o.ext_hit.pop(rid + "#async", 0)
             relooked = o.lookups_after_claim.pop(rid, 0) > 0
@@ -68,7 +68,9 @@ def scheduled(o: Any, step: int, rids: Iterable[str]) -> None:
                 res.efficiency.reusable_tokens += min(true_len, cap)
                 res.efficiency.hit_tokens += local
                 res.efficiency.external_tokens += ext
+                # truth: what a perfect cache reuses; lcp, tokens, free: what judge.ideal_hit bounds
                 res.hits.append({"step": step, "req": int(rid[1:].split(".")[0]), "hit": local,
-                                 "external": ext, "truth": min(true_len, cap)})
+                                 "external": ext, "truth": min(true_len, cap), "lcp": true_len,
+                                 "tokens": num_tokens, **({"free": free} if free else {})})
             else:
                 res.efficiency.readmissions += 1

@@ -72,7 +72,8 @@ class Oracles:
         self.live: dict[str, Any] = {}  # request id -> the real Request, for every request sent
         self.memo = KeyMemo()
         self.chained: dict[str, tuple[Any, int]] = {}  # request id -> (Request, hashes compared)
-        self.pending_hit: dict[str, tuple[int, int]] = {}  # req id -> (local, truth) from get_computed_blocks
+        # req id -> (local hit, common prefix, num_tokens, null-block allowance) from get_computed_blocks
+        self.pending_hit: dict[str, tuple[int, int, int, int]] = {}
         self.ext_hit: dict[str, int] = {}
         # req id -> local lookups since its latest async claim (a claim follows its own lookup)
         self.lookups_after_claim: dict[str, int] = {}
