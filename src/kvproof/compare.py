@@ -192,8 +192,9 @@ def diff(items: Sequence[tuple[Layout, Stream]], runs: dict[str, list[ConsumerRe
     return rep
 
 
-def generated(n: int, spec_share: float, seed: int = 0) -> list[tuple[Layout, Stream]]:
-    """``n`` inputs: the reference layouts in turn, each under a seeded stream."""
+def generated(n: int, spec_share: float, seed: int = 0, method: str | None = None) -> list[tuple[Layout, Stream]]:
+    """``n`` inputs: the reference layouts in turn, each under a seeded stream (drafts of
+    ``method`` only, when given: ``mtp`` draws one module, two or one per draft token)."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -201,7 +202,7 @@ def generated(n: int, spec_share: float, seed: int = 0) -> list[tuple[Layout, St
         base["cache"] = dict(base["cache"], enable_prefix_caching=True)
         lay = Layout.from_dict(base)
         big = lay.largest_block
-        out.append((lay, random_stream(rng, max(64, min(3 * big, 2048)), spec_share)))
+        out.append((lay, random_stream(rng, max(64, min(3 * big, 2048)), spec_share, method)))
     return out
 
 
@@ -226,6 +227,7 @@ def _parse(argv: Sequence[str] | None) -> Any:
                     help="releases to chain (oldest first; a subset name like 'ci' works)")
     ap.add_argument("--generated", type=int, default=0, metavar="N", help="N generated inputs (reference layouts)")
     ap.add_argument("--spec-share", type=float, default=0.5, help="share of generated streams with drafts")
+    ap.add_argument("--spec-method", choices=facts.SPEC_METHODS, help="generated streams draft with this method only")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--margin", type=int, default=0, metavar="TOKENS", help="tokens a request may lose")
     ap.add_argument("--models", action="store_true",
@@ -303,7 +305,7 @@ def _body(argv: Sequence[str] | None) -> int:
     if args.models:
         items, runs = _models(args)
     else:
-        items = load_inputs(args.inputs) + generated(args.generated, args.spec_share, args.seed)
+        items = load_inputs(args.inputs) + generated(args.generated, args.spec_share, args.seed, args.spec_method)
         runs = {rel: run_many(items, envs.find(rel)) for rel in args.releases}
     rep = diff(items, runs, args.margin)
     from kvproof.findings.ledger import Ledger

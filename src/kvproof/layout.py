@@ -23,7 +23,7 @@ META_KEY = "kvproof"  # corpus annotations ride along under this key, outside th
 
 _GROUP_KEYS = {"kind", "block_size", "prefix_cacheable", "dcp_sharded", "tokens_per_state",
                "sliding_window", "attention_chunk_size", "mamba_cache_mode", "count", "eagle"}
-_SPEC_KEYS = {"method", "num_speculative_tokens"}
+_SPEC_KEYS = {"method", "num_speculative_tokens", "mtp_modules"}
 _CACHE_KEYS = {"block_size", "enable_prefix_caching", "prefix_match_unit", "mamba_cache_mode"}
 _TOP_KEYS = {"groups", "cache", "kv_connector", "dcp", "max_model_len", "speculative", META_KEY}
 
@@ -65,13 +65,18 @@ class Cache:
 
 @dataclass(frozen=True)
 class Speculative:
-    """The engine's speculative decoding (``SpeculativeConfig.method``, ``num_speculative_tokens``)."""
+    """The engine's speculative decoding (``SpeculativeConfig.method``, ``num_speculative_tokens``;
+    for MTP the target's MTP modules, its ``num_nextn_predict_layers``)."""
 
     method: str
     num_speculative_tokens: int = 1
+    mtp_modules: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
+        d: dict[str, Any] = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
+        if self.mtp_modules > 1:  # absent otherwise: one-module layouts keep their hashes
+            d["mtp_modules"] = self.mtp_modules
+        return d
 
 
 # A Layout that does not say how long its requests may be: a long-context deployment (the
@@ -156,7 +161,8 @@ class Layout:
         if self.dcp != 1:
             flags.append(f"dcp={self.dcp}")
         if self.speculative is not None:
-            flags.append(f"spec={self.speculative.method}:{self.speculative.num_speculative_tokens}")
+            sp = self.speculative
+            flags.append(f"spec={sp.method}:{sp.num_speculative_tokens}" + (f"/{sp.mtp_modules}m" if sp.mtp_modules > 1 else ""))
         return groups_summary((g.kind + ("[ring]" if g.prefix_cacheable is False else "")
                                + ("[eagle]" if g.eagle else ""), g.block_size)
                               for g in self.groups) + " " + " ".join(flags)
@@ -318,7 +324,8 @@ def _speculative(raw: Any) -> Speculative | None:
     method = obj.get("method")
     if not isinstance(method, str) or not method.replace("_", "").isalnum() or len(method) > 40:
         raise LayoutError(f"speculative.method must be a vLLM speculative method name, got {json.dumps(method)[:40]}")
-    return Speculative(method, _int(obj.get("num_speculative_tokens", 1), "speculative.num_speculative_tokens", hi=64))
+    return Speculative(method, _int(obj.get("num_speculative_tokens", 1), "speculative.num_speculative_tokens", hi=64),
+                       _int(obj.get("mtp_modules", 1), "speculative.mtp_modules", hi=64))
 
 
 def parse_groups_spec(spec: str) -> list[dict[str, Any]]:

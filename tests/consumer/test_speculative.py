@@ -85,3 +85,24 @@ def test_eagle_drops_a_block_on_the_mamba_hybrid(runs):
         assert e["hit"] == (262 // 64 - 1) * 64 == 192
     else:  # 0.33: lookahead hashing replaces the drop
         assert e["hit"] == (262 - eagle.hash_lookahead) // 64 * 64
+
+
+@pytest.mark.parametrize("release", ["0.32.0", "0.33.0"])
+def test_multi_module_mtp_hashes_k_tokens_ahead_on_0_33(release):
+    """A target with several MTP modules (num_nextn_predict_layers, the consumer tier's MTP target
+    rebuilt per stream): 0.33 hashes num_speculative_tokens past each block once several
+    modules draft (num_prefill_lookahead_tokens), one token for a single module; 0.32 drops a
+    block instead. Each hit stays within its ideal."""
+    env = require_env(release)
+    specs = [Drafts("mtp", 3), Drafts("mtp", 3, modules=3), Drafts("mtp", 2, modules=2)]
+    items = [(FULL, replace(STREAM, spec=d)) for d in specs]
+    with ConsumerWorker(env) as w:
+        results = w.run(items)
+    for d, res in zip(specs, results):
+        assert not res.not_expressible and not res.harness_error, (d, res.not_expressible)
+        assert judge_consumer(res, FULL).verdict < Verdict.LATENT and not above_ideal(res), d
+        if release == "0.33.0":
+            assert (res.hash_lookahead, res.eagle_drop) == (d.k if d.modules > 1 else 1, False), d
+        else:
+            assert (res.hash_lookahead, res.eagle_drop) == (0, True), d
+        assert [h["hit"] for h in res.hits][1] == ideal_hit(res, res.hits[1], 16)  # the resend hits its ideal

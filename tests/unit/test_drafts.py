@@ -313,3 +313,29 @@ def test_a_known_class_whose_observations_jump_on_the_newer_release_is_reported(
     assert not compare.diff(items, {"0.32.0": [events(1), events(0)], "pr": [events(2), events(2)]}, margin=0).jumps
     fresh = compare.diff(items, {"0.32.0": [events(0), events(0)], "pr": [events(9), events(0)]}, margin=0)
     assert not fresh.jumps and len(fresh.newly_failing) == 1
+
+
+def test_mtp_modules_parse_round_trip_and_reach_the_target():
+    from kvproof.consumer.drafts import effective_drafts
+    d = parse_drafts({"method": "mtp", "k": 3, "modules": 3})
+    assert d.modules == 3 and parse_drafts(d.to_dict()) == d and "modules=3" in d.label()
+    assert "modules" not in parse_drafts({"method": "mtp", "k": 3}).to_dict()  # one module: as before
+    with pytest.raises(LayoutError, match="method mtp only"):
+        parse_drafts({"method": "eagle", "k": 2, "modules": 2})
+    with pytest.raises(LayoutError, match="modules must be"):
+        parse_drafts({"method": "mtp", "modules": 0})
+    lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
+                            "speculative": {"method": "mtp", "num_speculative_tokens": 2, "mtp_modules": 2}})
+    assert Layout.from_dict(lay.to_dict()) == lay and "spec=mtp:2/2m" in lay.summary()
+    one = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
+                            "speculative": {"method": "mtp", "num_speculative_tokens": 2}})
+    assert "mtp_modules" not in one.to_dict()["speculative"] and one != lay
+    assert effective_drafts(lay, Stream((16,), (Req(0, 16, 1),))) == Drafts("mtp", 2, modules=2)
+
+
+def test_generated_mtp_streams_draw_several_modules():
+    rng = random.Random(3)
+    got = [random_stream(rng, 200, 1.0, "mtp").spec for _ in range(200)]
+    assert {d.method for d in got} == {"mtp"}
+    assert {d.modules for d in got if d.k > 1} >= {1, 2} and any(d.modules == d.k > 2 for d in got)
+    assert all(d.modules == 1 for d in got if d.k == 1)

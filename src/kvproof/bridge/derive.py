@@ -594,6 +594,10 @@ def _layout(kv_cache_config: Any, vllm_config: Any) -> tuple[dict[str, Any], lis
     # extract_hidden_states is the hidden-states connector's own method: the connector says it
     if sc is not None and getattr(sc, "method", None) and sc.method != "extract_hidden_states":
         spec = {"method": str(sc.method), "num_speculative_tokens": int(sc.num_speculative_tokens or 1)}
+        draft = getattr(getattr(sc, "draft_model_config", None), "hf_config", None)
+        modules = getattr(draft, "num_nextn_predict_layers", 1) if sc.method == "mtp" else 1
+        if isinstance(modules, int) and modules > 1:  # the target's MTP modules (0.33: multi-module lookahead)
+            spec["mtp_modules"] = modules
     layout = layout_dict(
         raw, REVISION, cache_block_size=int(cache.block_size),
         enable_prefix_caching=bool(cache.enable_prefix_caching),

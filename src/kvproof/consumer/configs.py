@@ -46,13 +46,13 @@ class EngineConfigs:
         os.makedirs(self.storage)
 
     def model_config(self, max_model_len: int, target: str = "llama") -> Any:
-        """The target model's config (``drafters.TARGETS``); the KV cache specs come from the
+        """The target model's config (``drafters.target_hf_config``); the KV cache specs come from the
         Layout, not from this model."""
         if target not in self._model_configs:
             path = os.path.join(self.model_dir, f"target-{target}")
             os.makedirs(path, exist_ok=True)
             with open(os.path.join(path, "config.json"), "w") as f:
-                json.dump(drafters.TARGETS[target], f)
+                json.dump(drafters.target_hf_config(target), f)
             self._model_configs[target] = ModelConfig(model=path, skip_tokenizer_init=True, dtype="float16",
                                                       max_model_len=MAX_MODEL_LEN_CEILING, seed=0)
         mc = self._model_configs[target]

@@ -47,8 +47,19 @@ TARGETS = {"llama": TARGET_HF_CONFIG, "mtp": MTP_TARGET_HF_CONFIG}
 
 
 def target_for(drafts: Drafts | None) -> str:
-    """Which target model (``TARGETS``) the drafter needs."""
-    return "mtp" if drafts is not None and drafts.method == "mtp" else "llama"
+    """Which target model (``target_hf_config``) the drafter needs: ``mtp-M`` for M MTP modules."""
+    if drafts is None or drafts.method != "mtp":
+        return "llama"
+    return "mtp" if drafts.modules == 1 else f"mtp-{drafts.modules}"
+
+
+def target_hf_config(target: str) -> dict[str, Any]:
+    """The target's ``config.json``: ``TARGETS``, and for ``mtp-M`` the MTP target with M MTP
+    modules (``num_nextn_predict_layers``), as multi-module MTP models ship it."""
+    name, _, modules = target.partition("-")
+    if not modules:
+        return TARGETS[name]
+    return dict(TARGETS[name], num_nextn_predict_layers=int(modules))
 
 
 def hidden_states(model_config: Any, parallel: Any) -> Any:

@@ -3,6 +3,13 @@
 JSON (the stream's ``"spec"`` field)::
 
     {"method": "eagle3", "k": 2, "accept": "seeded", "p": 0.5, "seed": 7}
+    {"method": "mtp", "k": 3, "modules": 3}
+
+``modules`` (MTP only) is the target's number of MTP modules, its
+``num_nextn_predict_layers``: real models ship one (DeepSeek-V3, GLM-4.5,
+Qwen3-Next) or several, and 0.33 hashes ``num_speculative_tokens`` tokens past
+each block once several modules draft (``VllmConfig.num_prefill_lookahead_tokens``,
+``SpeculativeConfig.use_multi_module_mtp``), one otherwise.
 
 The fake model runner (``kvproof.consumer.runner``) is a deterministic
 target model: the token at position ``i`` is ``output_token(i)`` whatever
@@ -24,7 +31,7 @@ from kvproof.errors import LayoutError, NotExpressible
 from kvproof import facts
 
 VOCAB = 30000
-_KEYS = {"method", "k", "accept", "p", "seed"}
+_KEYS = {"method", "k", "accept", "p", "seed", "modules"}
 
 
 def output_token(position: int) -> int:
@@ -44,6 +51,7 @@ class Drafts:
     accept: str = "all"
     p: float = 0.5
     seed: int = 0
+    modules: int = 1  # MTP modules of the target (num_nextn_predict_layers); 1 for other methods
 
     @property
     def eagle(self) -> bool:
@@ -73,11 +81,14 @@ class Drafts:
         d: dict[str, Any] = {"method": self.method, "k": self.k, "accept": self.accept}
         if self.accept == "seeded":
             d.update(p=self.p, seed=self.seed)
+        if self.modules > 1:
+            d["modules"] = self.modules
         return d
 
     def label(self) -> str:
         acc = f"seeded p={self.p} seed={self.seed}" if self.accept == "seeded" else self.accept
-        return f"{self.method} k={self.k} accept={acc}"
+        mods = f" modules={self.modules}" if self.modules > 1 else ""
+        return f"{self.method} k={self.k}{mods} accept={acc}"
 
 
 def parse_drafts(data: Any, where: str = "spec") -> Drafts | None:
@@ -103,7 +114,13 @@ def parse_drafts(data: Any, where: str = "spec") -> Drafts | None:
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 32:
         raise LayoutError(f"{where}.seed must be an integer in [0, 2^32), got {json.dumps(seed)[:40]}")
-    return Drafts(method, k, accept, float(p), seed)
+    modules = data.get("modules", 1)
+    if isinstance(modules, bool) or not isinstance(modules, int) or not 1 <= modules <= facts.MAX_SPEC_TOKENS:
+        raise LayoutError(f"{where}.modules must be an integer in [1, {facts.MAX_SPEC_TOKENS}], "
+                          f"got {json.dumps(modules)[:40]}")
+    if modules > 1 and method != "mtp":
+        raise LayoutError(f"{where}.modules is the target's MTP modules: method mtp only, got {method}")
+    return Drafts(method, k, accept, float(p), seed, modules)
 
 
 def effective_drafts(layout: Any, stream: Any) -> Drafts | None:
@@ -118,4 +135,6 @@ def effective_drafts(layout: Any, stream: Any) -> Drafts | None:
     if spec.method not in facts.SPEC_METHODS:
         raise NotExpressible(f"speculative method {spec.method}: the consumer tier drafts for "
                              f"{', '.join(facts.SPEC_METHODS)} only")
-    return Drafts(spec.method, min(spec.num_speculative_tokens, facts.MAX_SPEC_TOKENS))
+    modules = int(getattr(spec, "mtp_modules", 1) or 1) if spec.method == "mtp" else 1
+    return Drafts(spec.method, min(spec.num_speculative_tokens, facts.MAX_SPEC_TOKENS),
+                  modules=min(modules, facts.MAX_SPEC_TOKENS))

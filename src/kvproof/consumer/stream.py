@@ -204,9 +204,11 @@ def _parse(data: Any) -> Stream:
 
 # --- generation and shrinking ---------------------------------------------------
 
-def random_stream(rng: random.Random, scale: int = 1000, spec_share: float = 0.0) -> Stream:
+def random_stream(rng: random.Random, scale: int = 1000, spec_share: float = 0.0,
+                  method: str | None = None) -> Stream:
     """One stream: a few shared prefixes of assorted lengths and requests over them, some of
-    them next turns of earlier ones; a ``spec_share`` of streams carry speculative settings."""
+    them next turns of earlier ones; a ``spec_share`` of streams carry speculative settings
+    (all of ``method`` when given)."""
     scale = max(scale, 64)
     prefixes = tuple(rng.choice([rng.randint(1, 64), rng.randint(64, scale), rng.randint(scale, 3 * scale)])
                      for _ in range(rng.randint(1, 3)))
@@ -227,15 +229,20 @@ def random_stream(rng: random.Random, scale: int = 1000, spec_share: float = 0.0
                 for i, r in enumerate(reqs)]
         stream = replace(stream, requests=tuple(reqs))
     if rng.random() < spec_share:
-        stream = replace(stream, spec=random_drafts(rng))
+        stream = replace(stream, spec=random_drafts(rng, method))
     return stream
 
 
-def random_drafts(rng: random.Random) -> Drafts:
-    """Speculative settings: a method, k up to 4 (often 1-2), an acceptance pattern."""
+def random_drafts(rng: random.Random, only: str | None = None) -> Drafts:
+    """Speculative settings: a method, k up to 4 (often 1-2), an acceptance pattern; MTP with k > 1
+    drafts from one module, two, or one per draft token (0.33's multi-module hash lookahead)."""
     method, k, accept = rng.choice(facts.SPEC_METHODS), rng.choice([1, 1, 2, 2, 3, 4]), rng.choice(facts.SPEC_ACCEPT)
+    method = only or method  # drawn all the same: ``only`` changes the method alone
     p, seed = rng.choice([0.3, 0.5, 0.8]), rng.randrange(1 << 16)
-    return Drafts(method, k, accept, p, seed) if accept == "seeded" else Drafts(method, k, accept)
+    d = Drafts(method, k, accept, p, seed) if accept == "seeded" else Drafts(method, k, accept)
+    if method == "mtp" and k > 1:  # drawn last: a seed's other settings stay what they were
+        d = replace(d, modules=rng.choice([1, 2, k]))
+    return d
 
 
 def streams(seed: int, scale: int = 1000) -> Iterator[Stream]:
@@ -266,7 +273,8 @@ def shrink(stream: Stream, still_fails: Callable[[Stream], bool], budget: int = 
     changed = True
     while changed and tries < budget:
         changed = False
-        for simpler in (lambda d: None, lambda d: replace(d, k=1), lambda d: Drafts(d.method, d.k)):
+        for simpler in (lambda d: None, lambda d: replace(d, k=1), lambda d: replace(d, modules=1),
+                        lambda d: Drafts(d.method, d.k, modules=d.modules)):
             if best.spec is not None and simpler(best.spec) != best.spec:
                 changed |= attempt(replace(best, spec=simpler(best.spec)))
         for i in range(len(best.requests) - 1, -1, -1):
