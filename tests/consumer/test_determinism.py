@@ -40,9 +40,8 @@ def _hits(res):
     return [(h["req"], h["hit"], h["external"]) for h in res.hits]
 
 
-@pytest.mark.parametrize("release", ["0.27.0", "0.33.0"])
-def test_offloading_connector_runs_repeat_exactly(release):
-    env = require_env(release)
+def test_offloading_connector_runs_repeat_exactly():
+    env = require_env("0.27.0")  # where this input varied most; 0.33.0 varies with the seed too
     with ConsumerWorker(env) as w:
         runs = [_hits(w.run([(LAYOUT, STREAM)])[0]) for _ in range(3)]
     with ConsumerWorker(env) as w:  # a second process: another interpreter, the same hashes
