@@ -339,3 +339,35 @@ def test_generated_mtp_streams_draw_several_modules():
     assert {d.method for d in got} == {"mtp"}
     assert {d.modules for d in got if d.k > 1} >= {1, 2} and any(d.modules == d.k > 2 for d in got)
     assert all(d.modules == 1 for d in got if d.k == 1)
+
+
+def test_a_claim_after_a_block_aligned_local_hit_is_measured_as_the_scheduler_uses_it():
+    """The scheduler asks a connector after the scheduler-block-aligned part of a local hit
+    (scheduler.py ``partial_tail``): a longer claim replaces the local tail, a shorter one is
+    dropped. Counting both (0.32.0 seed layout, OffloadingConnector: local 1632 + load 2172 of a
+    2199-token prompt) put a hit 15 tokens past the common prefix, above the ideal."""
+    import hashlib
+    from types import SimpleNamespace
+
+    from kvproof.consumer.oracles import Oracles, Recorder
+    from kvproof.consumer.truth import HashIndex
+    from kvproof.judge import above_ideal
+
+    def hb(parent, toks, ahead=()):
+        return hashlib.sha256(repr((parent, tuple(toks), tuple(ahead))).encode()).digest()
+
+    def measure(claim):
+        res = ConsumerResult("x", "v", hash_block_size=1)
+        o = Oracles(res, Recorder(res.observations, res.counts), HashIndex(1, hb), [1], [])
+        toks = list(range(1, 2200))
+        o.truth.record("r0", toks[:2183] + [0] * 20, 2203)
+        req = SimpleNamespace(request_id="r3", all_token_ids=toks, num_tokens=2199, num_prompt_tokens=2199)
+        o.live["r3"] = req
+        o.lookup(req, 1632)
+        o.connector_claim("OffloadingConnector", req, 0, claim)
+        o.scheduled(11, ["r3"])
+        [h] = res.hits
+        return (h["hit"], h["external"]), above_ideal(res)
+
+    assert measure((2172, True)) == ((0, 2172), [])  # the load supersedes the 1632-token local hit
+    assert measure((1000, False)) == ((1632, 0), [])  # shorter than the local tail: nothing loaded

@@ -55,6 +55,7 @@ def claim(o: Any, conn_name: str, request: Any, num_computed_tokens: int, got: A
         o.ext_hit.pop(rid, None)
         o.ext_hit.pop(rid + "#async", None)
         o.lookups_after_claim.pop(rid, None)
+        o.claim_base[rid] = num_computed_tokens
     if isinstance(n, int) and n > 0:
         if isinstance(got, tuple) and len(got) > 1 and got[1]:
             # async load: counted at the request's first schedule, as external unless a later

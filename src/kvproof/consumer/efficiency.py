@@ -48,6 +48,15 @@ def scheduled(o: Any, step: int, rids: Iterable[str]) -> None:
             local, true_len, num_tokens, free = o.pending_hit.pop(rid)
             ext = o.ext_hit.pop(rid, 0)
             loaded = o.ext_hit.pop(rid + "#async", 0)
+            base = o.claim_base.pop(rid, local)
+            if base < local:
+                # the connector was asked after the block-aligned part of a local hit ending
+                # mid scheduler block (scheduler.py ``partial_tail``, 0.27-0.33): a longer claim
+                # replaces that tail (truncate_computed_blocks), a shorter one is dropped
+                if ext + loaded > local - base:
+                    local = base
+                else:
+                    ext = loaded = 0
             relooked = o.lookups_after_claim.pop(rid, 0) > 0
             if loaded and relooked and local >= loaded:  # the loaded tokens came back as a local hit
                 local, ext = local - loaded, ext + loaded

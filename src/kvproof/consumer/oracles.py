@@ -75,6 +75,9 @@ class Oracles:
         # req id -> (local hit, common prefix, num_tokens, null-block allowance) from get_computed_blocks
         self.pending_hit: dict[str, tuple[int, int, int, int]] = {}
         self.ext_hit: dict[str, int] = {}
+        # req id -> the local tokens its latest connector claim was asked after (the scheduler
+        # presents a scheduler-block-aligned local hit, so it may be below the lookup's)
+        self.claim_base: dict[str, int] = {}
         # req id -> local lookups since its latest async claim (a claim follows its own lookup)
         self.lookups_after_claim: dict[str, int] = {}
         self.first_seen: set[str] = set()
