@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_differential.py --workdir CAMPAIGN_DIR [--max 300] [--vllm all] [--margin 0]
                                                  [--premise engine] [--out bench/results/differential.md]
     .venv/bin/python bench/bench_differential.py --campaign-seconds 300 [--campaign-vllm RELEASE] [--workdir DIR] ...
+    .venv/bin/python bench/bench_differential.py --generated 150 --spec-method mtp [--spec-share 1] [--seed 38] ...
 
 Up to ``--max`` files of a ``kvproof fuzz --target consumers`` campaign's libFuzzer
 corpus (``<workdir>/corpus``, in name order) are decoded the way the harness decodes
@@ -23,6 +24,11 @@ run once more on both releases (``run_each``) and each class says how many of it
 admissions regress again. The inputs the judge passes
 on a release and FAILs on the next (compare's ``newly_failing``) are counted per pair and
 listed by the class a campaign on the newer release would key them with.
+
+With ``--generated N`` the inputs are not a campaign's corpus but ``kvproof compare
+--generated``'s (``kvproof.compare.generated``: the reference layouts in turn, each
+under a seeded stream; ``--spec-method`` restricts the drafts to one method, MTP
+drawing one module, two or one per draft token): a campaign that repeats exactly.
 
 A campaign's stats do not record its premise: ``--premise`` says it (default
 ``engine``, the fuzz default). With ``--campaign-seconds S`` the script first runs
@@ -142,6 +148,26 @@ def collect(workdir: Path, limit: int, premise: str) -> dict:
     picked, refused, left = differential.select(files, set(), limit, caps, premise)
     return {"caps": caps, "files": len(files), "picked": picked, "refused": len(refused), "left": left,
             "decode_s": time.monotonic() - t0}
+
+
+def generated_corpus(n: int, share: float, seed: int, method: str | None) -> dict:
+    """``compare.generated``'s inputs in the corpus shape ``collect`` returns (named ``gen-NNNN``)."""
+    from kvproof.compare import generated
+    t0 = time.monotonic()
+    picked = [(f"gen-{i:04d}", json.dumps({"layout": lay.to_dict(), "stream": st.to_dict()}).encode(), lay, st)
+              for i, (lay, st) in enumerate(generated(n, share, seed, method))]
+    return {"caps": None, "files": n, "picked": picked, "refused": 0, "left": 0, "decode_s": time.monotonic() - t0,
+            "generated": {"n": n, "share": share, "seed": seed, "method": method}}
+
+
+def mtp_modules(picked: Sequence[tuple]) -> dict[int, int]:
+    """MTP inputs by the target's MTP modules (``Drafts.modules``)."""
+    by: dict[int, int] = {}
+    for _, _, _, st in picked:
+        if st.spec and st.spec.method == "mtp":
+            m = getattr(st.spec, "modules", 1) or 1
+            by[m] = by.get(m, 0) + 1
+    return dict(sorted(by.items()))
 
 
 def spec_share(picked: Sequence[tuple]) -> tuple[int, dict[str, int]]:
@@ -272,16 +298,26 @@ def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, f
     n_spec, by_method = spec_share(picked)
     cpu, bf16 = cpu_model()
     camp = meta["campaign"]
-    lines = [f"# Release differential over a consumers campaign's corpus: {' -> '.join(releases)}", "",
+    what = "a consumers campaign's corpus" if camp else "generated inputs"
+    lines = [f"# Release differential over {what}: {' -> '.join(releases)}", "",
              f"Written by `{meta['command']}` at {meta['started']}; {platform.machine()}, {cpu}"
              + (f" (AVX512-BF16: {'yes' if bf16 else 'no'})" if bf16 is not None else "")
              + f", {os.cpu_count()} CPUs, Python {platform.python_version()}; 1-min load average "
              f"{meta['load'][0]:.2f} before, {meta['load'][1]:.2f} after; wall {meta['wall']:.0f} s in all "
-             f"(campaign {meta['campaign_wall']:.0f} s, decoding {corpus['decode_s']:.2f} s, "
+             f"(campaign {meta['campaign_wall']:.0f} s, {'decoding' if camp else 'generating'} {corpus['decode_s']:.2f} s, "
              f"releases {sum(walls.values()):.0f} s, regressions rerun {meta['confirm_s']:.0f} s). "
              "The machine is shared: the times are indicative.", "",
-             "## The campaign corpus", ""]
-    if meta.get("ran"):
+             "## The campaign corpus" if camp else "## The generated inputs", ""]
+    gen = corpus.get("generated")
+    if gen:
+        lines.append(f"`kvproof.compare.generated({gen['n']}, spec_share={gen['share']}, seed={gen['seed']}, "
+                     f"method={gen['method']!r})`, as `kvproof compare --generated {gen['n']} --spec-share "
+                     f"{gen['share']} --seed {gen['seed']}" + (f" --spec-method {gen['method']}" if gen['method'] else "")
+                     + "` draws them: the reference layouts (`compare.REFERENCE_LAYOUTS`) in turn, prefix caching "
+                     "on, each under a seeded stream. MTP inputs by the target's MTP modules: "
+                     + (", ".join(f"{k} module{'s' if k > 1 else ''}: {v}" for k, v in mtp_modules(picked).items())
+                        or "none") + ".")
+    elif meta.get("ran"):
         r = meta["ran"]
         lines.append(f"Made by this script: `{r['cmd']}` (exit {r['rc']}, {r['wall']:.0f} s wall, load "
                      f"{r['load'][0]:.2f} -> {r['load'][1]:.2f}): a time-boxed campaign, one libFuzzer process "
@@ -290,16 +326,16 @@ def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, f
         sessions = "; ".join(f"{s.get('mode', '?')} {s.get('seconds', '?')} s, {s.get('execs', 0):,} execs, "
                              f"ended {s.get('ended', '?')}" for s in camp["sessions"]) or "no campaign.json"
         lines.append(f"The campaign folder given (`--workdir`), as its campaign.json records it: {sessions}.")
-    verdicts = ", ".join(f"{k} {v:,}" for k, v in sorted(camp["verdicts"].items())) or "none"
-    lines += ["",
+    verdicts = ", ".join(f"{k} {v:,}" for k, v in sorted(camp["verdicts"].items())) if camp else ""
+    lines += [] if gen else ["",
               f"Campaign: `{camp['target']}` target on vLLM {camp['release']}, {camp['execs']:,} execs "
               f"(verdicts: {verdicts}); premise `{meta['premise']}` (`--premise`: a campaign's stats do not "
               f"record it); release capabilities as its harness recorded them: `{json.dumps(corpus['caps'].to_dict(), sort_keys=True)}`.",
               "",
               f"Corpus: {corpus['files']} files (distinct contents); {len(picked)} decoded and compared "
               f"(`--max {meta['max']}`, in name order), {corpus['refused']} refused by the decoder, "
-              f"{corpus['left']} left over.",
-              "",
+              f"{corpus['left']} left over."]
+    lines += ["",
               f"Inputs whose stream carries speculative drafts (`stream.spec`): **{n_spec} of {len(picked)}** "
               f"({n_spec / max(len(picked), 1):.0%}); by method: "
               + ", ".join(f"{k} {v}" for k, v in by_method.items()) + ".",
@@ -371,6 +407,23 @@ def _regression_table(found_classes: Sequence[dict]) -> list[str]:
     return lines
 
 
+def _campaign_corpus(args: Any, camp_rel: str) -> tuple[dict | None, dict, dict]:
+    """The campaign (run first with --campaign-seconds), what its folder says, its decoded corpus."""
+    with contextlib.ExitStack() as stack:
+        workdir = Path(args.workdir).absolute() if args.workdir else Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="kvproof-bench-diff-")))
+        ran = None
+        if args.campaign_seconds is not None:
+            ran = run_campaign(camp_rel, args.campaign_seconds, workdir, args.premise)
+        elif not workdir.is_dir():
+            raise UsageError(f"--workdir {workdir}: no such folder")
+        campaign = describe_campaign(workdir)
+        corpus = collect(workdir, args.max, args.premise)
+    if not corpus["picked"]:
+        raise UsageError(f"--workdir {workdir}: none of the {corpus['files']} corpus files decodes")
+    return ran, campaign, corpus
+
+
 def _main(argv: Sequence[str] | None) -> int:
     ap = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("--workdir", metavar="DIR", help="the consumers campaign folder (with --campaign-seconds: "
@@ -384,6 +437,10 @@ def _main(argv: Sequence[str] | None) -> int:
     ap.add_argument("--campaign-seconds", type=int, metavar="S",
                     help="first run a time-boxed consumers campaign of S seconds")
     ap.add_argument("--campaign-vllm", metavar="RELEASE", help="the campaign's release (default: the newest)")
+    ap.add_argument("--generated", type=int, metavar="N", help="compare's N generated inputs instead of a corpus")
+    ap.add_argument("--spec-share", type=float, default=1.0, help="--generated: share of streams with drafts")
+    ap.add_argument("--spec-method", choices=facts.SPEC_METHODS, help="--generated: drafts of this method only")
+    ap.add_argument("--seed", type=int, default=0, help="--generated: the streams' seed")
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     args = ap.parse_args(argv)
     command = f".venv/bin/python bench/{PROG} " + shlex.join(sys.argv[1:] if argv is None else list(argv))
@@ -391,8 +448,15 @@ def _main(argv: Sequence[str] | None) -> int:
         raise UsageError("--max must be >= 1 and --margin >= 0")
     if args.campaign_seconds is not None and args.campaign_seconds < 1:
         raise UsageError("--campaign-seconds must be >= 1")
-    if args.workdir is None and args.campaign_seconds is None:
-        raise UsageError("give --workdir CAMPAIGN_DIR, or --campaign-seconds S to run a campaign first")
+    if args.generated is not None and (args.workdir or args.campaign_seconds is not None):
+        raise UsageError("--generated makes its own inputs: no --workdir, no --campaign-seconds")
+    if args.generated is not None and (args.generated < 1 or not 0.0 <= args.spec_share <= 1.0):
+        raise UsageError("--generated must be >= 1 and --spec-share in [0, 1]")
+    if args.generated is None and (args.spec_method or args.seed or args.spec_share != 1.0):
+        raise UsageError("--spec-method, --spec-share and --seed go with --generated")
+    if args.workdir is None and args.campaign_seconds is None and args.generated is None:
+        raise UsageError("give --workdir CAMPAIGN_DIR, --campaign-seconds S to run a campaign first, "
+                         "or --generated N")
     if args.campaign_vllm and args.campaign_seconds is None:
         raise UsageError("--campaign-vllm goes with --campaign-seconds")
     releases = sorted(envs.resolve(args.vllm or ["all"]), key=facts.release_key)
@@ -404,20 +468,14 @@ def _main(argv: Sequence[str] | None) -> int:
         envs.find(camp_rel)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load0, t0 = os.getloadavg()[0], time.monotonic()
-    with contextlib.ExitStack() as stack:
-        workdir = Path(args.workdir).absolute() if args.workdir else Path(
-            stack.enter_context(tempfile.TemporaryDirectory(prefix="kvproof-bench-diff-")))
-        ran = None
-        if args.campaign_seconds is not None:
-            ran = run_campaign(camp_rel, args.campaign_seconds, workdir, args.premise)
-        elif not workdir.is_dir():
-            raise UsageError(f"--workdir {workdir}: no such folder")
-        campaign = describe_campaign(workdir)
-        corpus = collect(workdir, args.max, args.premise)
+    ran = campaign = None
+    if args.generated is not None:
+        corpus = generated_corpus(args.generated, args.spec_share, args.seed, args.spec_method)
+    else:
+        ran, campaign, corpus = _campaign_corpus(args, camp_rel)
     picked = corpus["picked"]
-    if not picked:
-        raise UsageError(f"--workdir {workdir}: none of the {corpus['files']} corpus files decodes")
-    print(f"[{PROG}] {len(picked)} inputs from {corpus['files']} corpus files; {' -> '.join(releases)}", flush=True)
+    print(f"[{PROG}] {len(picked)} inputs from {corpus['files']} " + ("generated" if campaign is None else "corpus files")
+          + f"; {' -> '.join(releases)}", flush=True)
     items = [(lay, st) for _, _, lay, st in picked]
     runs, walls = run_chain(items, releases, found)
     pairs = pair_reports(picked, runs, args.margin)

@@ -62,6 +62,9 @@ def _parser() -> Parser:
         p.add_argument("layout", help="a Layout JSON file (a consumer finding carries its stream in meta.stream)")
         p.add_argument("--tier", choices=("function", "manager", "consumer"), default="manager")
         p.add_argument("--vllm", action="append", metavar="RELEASE", help="release (repeatable; default: installed)")
+        p.add_argument("--regression", action="store_true",
+                       help="the class is the input's hit regression along the releases (kvproof compare's, "
+                            "consumer tier), not one release's FAIL")
         if name == "add":
             p.add_argument("--status", required=True, choices=[s.value for s in Status])
             p.add_argument("--title", required=True)
@@ -106,6 +109,9 @@ def _measure(args):
     from kvproof.findings.measure import measure
 
     layout, stream = _load(args)
+    if args.regression:
+        from kvproof.findings.measure import regression
+        return layout, stream, regression(layout, _releases(args), stream)
     return layout, stream, measure(layout, _releases(args), args.tier, stream)
 
 
@@ -214,7 +220,8 @@ def _main(argv: Sequence[str] | None) -> int:
     for r, v in m.releases.items():
         print(f"  vLLM {r}: {v}")
     if m.key is None:
-        print(f"{PROG}: no release shows a FAIL, UNSUPPORTED or ERROR at the {args.tier} tier")
+        print(f"{PROG}: " + ("no release hits less than the one before it on this input" if args.regression
+                             else f"no release shows a FAIL, UNSUPPORTED or ERROR at the {args.tier} tier"))
         return 1
     print(f"class {m.key.id}: {m.key}" + ("  (known)" if m.key in ledger else "  (new)"))
     if args.cmd == "key":

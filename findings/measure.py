@@ -64,3 +64,26 @@ def measure(layout: Layout, releases: list[str], tier: str, stream=None) -> Meas
         raise UsageError("the releases show different classes: "
                          + "; ".join(f"{r}: {k}" for r, k in sorted(keys.items())))
     return Measured(next(iter(distinct), None), {r: str(j.verdict) for r, j in js.items()}, js)
+
+
+def regression(layout: Layout, releases: list[str], stream=None, margin: int = 0) -> Measured:
+    """The hit-regression class of one consumer input along ``releases`` (oldest first; ``kvproof
+    compare``'s diff: a request admission hitting more than ``margin`` tokens less than on the
+    release before), a class no one release's judgement gives, and each release's verdict."""
+    from kvproof import envs, facts
+    from kvproof.compare import diff
+    from kvproof.consumer.client import run_each
+    from kvproof.consumer.stream import default_stream
+    from kvproof.judge import judge_consumer
+
+    rels = sorted(dict.fromkeys(releases), key=facts.release_key)
+    if len(rels) < 2:
+        raise UsageError("--regression: name at least two releases (--vllm), oldest first or not")
+    item = (layout, stream or default_stream(layout))
+    runs = dict(zip(rels, run_each([item], [envs.find(r) for r in rels])))
+    keys = sorted(diff([item], runs, margin).classes())
+    if len(keys) > 1:
+        raise UsageError("the input regresses on several releases: " + ", ".join(keys) + " (record it "
+                         "with the releases around one of them: --vllm OLD --vllm NEW)")
+    js = {r: judge_consumer(res[0], layout) for r, res in runs.items()}
+    return Measured(ClassKey.parse(keys[0]) if keys else None, {r: str(j.verdict) for r, j in js.items()}, js)

@@ -194,3 +194,13 @@ def test_check_names_the_known_class_of_a_result():
     ok = Row("mistral", lay, "vllm-0.33.0", Outcome(lay.content_hash(), "0.33.0"),
              judge_consumer(ConsumerResult("x", "0.33.0"), lay))
     assert known(ok) is None and known_dict(row)["id"] == "cd75d4f67114" and "known" not in row.to_dict()
+
+
+def test_a_regression_class_needs_two_releases_one_line_exit_2(tmp_path, capsys):
+    """``findings add --regression`` keys the input by compare's diff along the releases: with one
+    release there is nothing to compare (one line, exit 2, before any vLLM runs)."""
+    f = tmp_path / "lay.json"
+    f.write_text(json.dumps({"groups": [{"kind": "full_attention", "block_size": 16}]}))
+    assert findings_cli.main(["key", "--regression", "--vllm", "0.32.0", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "at least two releases" in err[0], err
