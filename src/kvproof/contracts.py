@@ -253,12 +253,13 @@ class Refusal:
     # proof run's witness search tell a refusal by design from a reachable failure by the layout alone.
     contract: str | None = None
     connector: str | None = None
+    exc_type: str = "AssertionError"  # a few refusals raise ValueError with the reason
 
     def _by_design_for(self, layout: Layout | None) -> bool:
         return self.applies is None or (layout is not None and self.applies(layout))
 
     def matches(self, layout: Layout | None, err: StageError | None) -> bool:
-        if err is None or err.type != "AssertionError" or self.message not in err.message:
+        if err is None or err.type != self.exc_type or self.message not in err.message:
             return False
         return self._by_design_for(layout)
 
@@ -280,6 +281,11 @@ UNSUPPORTED_BY_DESIGN: tuple[Refusal, ...] = (
     Refusal("PCP not support hybrid attn", "v1/core/kv_cache_coordinator.py:__init__"),
     Refusal("requires at least two attention groups", "v1/core/kv_cache_coordinator.py:__init__"),
     Refusal("requires at least one cacheable group", "v1/core/kv_cache_coordinator.py:__init__"),
+    # KVCacheCoordinator.__init__ (0.28+): multi-module MTP's prefill lookahead must fit in the
+    # tail the EAGLE drop excludes, one scheduler block; the coordinator refuses a smaller block
+    # with the reason (a ValueError naming both numbers), found by the consumer differential.
+    Refusal("Multi-module MTP with prefix caching requires scheduler_block_size",
+            "v1/core/kv_cache_coordinator.py:__init__", exc_type="ValueError"),
     # ChunkedLocalAttentionManager.find_longest_cache_hit (0.27-0.32): reached only with the
     # hybrid KV cache manager on for a chunked-local model, which vllm/config/vllm.py turns off
     # unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (and always with EAGLE).

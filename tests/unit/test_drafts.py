@@ -371,3 +371,18 @@ def test_a_claim_after_a_block_aligned_local_hit_is_measured_as_the_scheduler_us
 
     assert measure((2172, True)) == ((0, 2172), [])  # the load supersedes the 1632-token local hit
     assert measure((1000, False)) == ((1632, 0), [])  # shorter than the local tail: nothing loaded
+
+
+def test_multi_module_mtp_below_its_lookahead_is_a_refusal_by_design():
+    """0.28+ KVCacheCoordinator.__init__ refuses, with a ValueError naming both numbers, a
+    scheduler block smaller than multi-module MTP's prefill lookahead; the same words as an
+    AssertionError, or another ValueError, stay failures."""
+    from kvproof.contracts import refused_by_design
+    from kvproof.outcome import StageError
+    lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 1}]})
+    msg = ("Multi-module MTP with prefix caching requires scheduler_block_size (=1) >= "
+           "num_speculative_tokens (=2).")
+    frame = "vllm/v1/core/kv_cache_coordinator.py:130 in __init__"
+    assert refused_by_design(lay, StageError("ValueError", msg, frame))
+    assert not refused_by_design(lay, StageError("AssertionError", msg, frame))
+    assert not refused_by_design(lay, StageError("ValueError", "Invalid prefix_match_unit=1", frame))
