@@ -12,7 +12,7 @@ release capabilities the harness recorded in its stats files and the campaign's
 premise). Every decodable input runs at the consumer tier on every release of the
 chain (``--vllm``, oldest first; default: the project's whole release list), one
 worker call per release (``kvproof.consumer.client.run_many``), and
-``kvproof.compare.diff`` compares each consecutive pair admission by admission
+``kvproof.differential.diff`` compares each consecutive pair admission by admission
 (``--margin`` tokens a request may lose). The table gives, per pair, the inputs
 and admissions compared, the runs not compared by reason and the regressions;
 per regression class (``consumer|regression:hits@<first bad release>[<drafter family
@@ -61,10 +61,11 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from kvproof import envs  # noqa: E402
 from kvproof.cliutil import Parser, guarded  # noqa: E402
-from kvproof.compare import Regression, Report, _complete, diff, new_classes, print_report  # noqa: E402
+from kvproof.compare import new_classes, print_report  # noqa: E402
+from kvproof.differential import Regression, Report, diff, why_not_compared  # noqa: E402
 from kvproof.consumer.client import run_each, run_many  # noqa: E402
 from kvproof.errors import KvproofError, UsageError  # noqa: E402
-from kvproof.findings.key import ClassKey, class_key  # noqa: E402
+from kvproof.classkey import ClassKey, class_key  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
 from kvproof.judge import judge_consumer  # noqa: E402
 from kvproof.fuzz import differential  # noqa: E402
@@ -196,7 +197,7 @@ def run_chain(items: Sequence[tuple], releases: Sequence[str], found: dict[str, 
 
 
 def pair_reports(picked: Sequence[tuple], runs: dict[str, list], margin: int) -> list[dict]:
-    """Per consecutive pair: ``compare.diff`` input by input (so each regression keeps its corpus
+    """Per consecutive pair: ``differential.diff`` input by input (so each regression keeps its corpus
     file), summed into one Report; its regressions as (Regression, sha1, layout, stream)."""
     rels = list(runs)
     out = []
@@ -211,6 +212,9 @@ def pair_reports(picked: Sequence[tuple], runs: dict[str, list], margin: int) ->
                 rep.not_compared[why] = rep.not_compared.get(why, 0) + k
             rep.regressions += one.regressions
             rep.newly_failing += one.newly_failing
+            for rel, (n, tokens) in one.gains.items():
+                g = rep.gains.setdefault(rel, [0, 0])
+                g[0], g[1] = g[0] + n, g[1] + tokens
             found += [(reg, sha, lay, st) for reg in one.regressions]
             if one.newly_failing:  # keyed as a campaign keys the newer release's FAIL
                 failing.append((class_key(judge_consumer(b, lay), lay), sha, lay, st, one.newly_failing[0][3]))
@@ -225,7 +229,7 @@ def release_counts(runs: dict[str, list]) -> dict[str, dict[str, int]]:
     for rel, results in runs.items():
         c: dict[str, int] = {}
         for r in results:
-            why = _complete(r) or "complete"
+            why = why_not_compared(r) or "complete"
             c[why] = c.get(why, 0) + 1
         out[rel] = c
     return out
@@ -348,21 +352,23 @@ def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, f
         lines.append(f"| {rel} | {walls[rel]:.0f} | {c.get('complete', 0)} | {c.get('not expressible', 0)} | "
                      f"{c.get('error', 0)} | {c.get('raised or stalled', 0)} |")
     lines += ["", "## Consecutive pairs", "",
-              f"`compare.diff` with margin {margin}: a request admission (matched by request index and "
+              f"`differential.diff` with margin {margin}: a request admission (matched by request index and "
               "admission number) whose hit (local + external) on the newer release is more than the margin "
               "below the older one's is a regression. An input is compared when both runs completed. "
               "Newly failing: inputs the judge passes on the older release and FAILs on the newer "
-              "(compare's `newly_failing`; below).", "",
+              "(compare's `newly_failing`; below). Hitting more: admissions whose hit on the newer release is "
+              "more than the margin above the older one's (`Report.gains`), the other side of a change.", "",
               "| pair | inputs compared | admissions compared | not compared | regressing admissions | classes "
-              "| newly failing inputs |",
-              "|---|---:|---:|---|---:|---|---:|"]
+              "| newly failing inputs | admissions hitting more (tokens) |",
+              "|---|---:|---:|---|---:|---|---:|---:|"]
     for p in pairs:
         rep = p["report"]
         nc = ", ".join(f"{v} {k}" for k, v in sorted(rep.not_compared.items())) or "none"
         cls = ", ".join(f"{_code(c['key'])} {c['ledger']}" for c in found_classes if c["release"] == p["cur"]
                         and c["previous"] == p["prev"]) or "none"
         lines.append(f"| {p['prev']} -> {p['cur']} | {p['inputs_compared']} | {rep.requests_compared:,} | {nc} | "
-                     f"{len(rep.regressions)} | {cls} | {len(rep.newly_failing)} |")
+                     f"{len(rep.regressions)} | {cls} | {len(rep.newly_failing)} | "
+                     f"{rep.gains.get(p['cur'], [0, 0])[0]} (+{rep.gains.get(p['cur'], [0, 0])[1]:,}) |")
     total_adm = sum(p["report"].requests_compared for p in pairs)
     lines += ["", f"Admissions compared over the chain: {total_adm:,}.", "", "## Regression classes", ""]
     if not found_classes:
@@ -373,7 +379,7 @@ def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, f
     if not failing:
         lines.append("None: no input the judge passes on a release FAILs on the next.")
         return lines
-    lines += ["By the class a campaign on the newer release keys the FAIL with (`kvproof.findings.key.class_key`), "
+    lines += ["By the class a campaign on the newer release keys the FAIL with (`kvproof.classkey.class_key`), "
               "in chain order; the first input met and the judge's line on the newer release.", "",
               "| class | newly failing on | ledger | inputs | first: corpus file | layout | judge |",
               "|---|---|---|---:|---|---|---|"]

@@ -74,6 +74,7 @@ def _parser() -> Parser:
             p.add_argument("--reachability", choices=("reachable", "free", "unreachable"), default="")
             p.add_argument("--witness-config", help="the Config (JSON) that reaches it")
             p.add_argument("--premise-fact", default="")
+            p.add_argument("--workaround", default="", help="what a user of an affected release can do today (measured)")
     return ap
 
 
@@ -232,7 +233,8 @@ def _main(argv: Sequence[str] | None) -> int:
     lay = layout.to_dict()
     lay.pop("kvproof", None)
     entry = Entry(m.key, Status(args.status), args.title, args.why, args.upstream, args.fixed_in, m.releases,
-                  args.reachability, witness, args.premise_fact, lay, None if stream is None else stream.to_dict())
+                  args.reachability, witness, args.premise_fact, lay, None if stream is None else stream.to_dict(),
+                  workaround=args.workaround)
     print(f"recorded {ledger.add(entry)}")
     return 0
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvproof.errors import UsageError
-from kvproof.findings.key import ClassKey, class_key
+from kvproof.classkey import ClassKey, class_key
 from kvproof.judge import Judgement
 from kvproof.layout import Layout
 from kvproof.verdicts import Tier, Verdict
@@ -71,7 +71,7 @@ def regression(layout: Layout, releases: list[str], stream=None, margin: int = 0
     compare``'s diff: a request admission hitting more than ``margin`` tokens less than on the
     release before), a class no one release's judgement gives, and each release's verdict."""
     from kvproof import envs, facts
-    from kvproof.compare import diff
+    from kvproof.differential import diff
     from kvproof.consumer.client import run_each
     from kvproof.consumer.stream import default_stream
     from kvproof.judge import judge_consumer

@@ -17,7 +17,7 @@ import json
 import math
 from dataclasses import dataclass, replace
 
-from kvproof.findings.key import class_key
+from kvproof.classkey import class_key
 
 from kvproof import facts
 from kvproof.config import Config, reference_models

@@ -12,7 +12,7 @@ at a scale fitted to the layout's block sizes). ``kvproof.judge.judge_consumer``
 gives the verdict. Same conventions as the contracts target (``fuzz/harness.py``):
 
 - stats in ``$KVPROOF_FUZZ_WORKDIR/stats/consumers-<pid>.json`` (``fuzz.harness.Stats``:
-  "execs", "verdicts", "classes" by ``kvproof.findings.key.class_key`` with the
+  "execs", "verdicts", "classes" by ``kvproof.classkey.class_key`` with the
   ledger's status and a count, "new", "known", "errors"), flushed every second;
 - every FAIL / UNSUPPORTED / ERROR is counted per class; the first input of a class
   the ledger does not know is stored in ``$KVPROOF_FUZZ_CORPUS_OUT`` (the campaign's
@@ -126,7 +126,7 @@ class Target:
         return self.harness.run(layout, stream)
 
     def one(self, layout: Any, stream: Any, data: bytes = b"") -> Any:
-        from kvproof.findings.key import class_key
+        from kvproof.classkey import class_key
         from kvproof.fuzz.oracle import CLASSED
         from kvproof.judge import judge_consumer
 
@@ -156,7 +156,7 @@ class Target:
         """The smallest (layout, stream) (``fuzz.minimize``) that still FAILs in class
         ``key`` on this release; at most SHRINK_RUNS runs and SHRINK_SECONDS."""
         from kvproof.fuzz.minimize import minimal
-        from kvproof.findings.key import class_key
+        from kvproof.classkey import class_key
         from kvproof.judge import judge_consumer
 
         def same_class(lay: Any, cand: Any) -> bool:

@@ -1,7 +1,7 @@
 """A continuous consumers campaign's release differential: its stored corpus on the release before.
 
 After each epoch's merge, ``kvproof fuzz --continuous --target consumers`` runs
-``kvproof.compare.diff`` on up to ``--diff-max`` files of the campaign's corpus,
+``kvproof.differential.diff`` on up to ``--diff-max`` files of the campaign's corpus,
 decoded the way the harness decodes them (``kvproof.fuzz.consumers.decode_choices``
 through ``PyFDP``, with the release capabilities the harness recorded in its
 stats files and the campaign's premise): each input runs on the campaign's
@@ -15,7 +15,7 @@ deterministic (OffloadingConnector's external hits vary run to run), so the
 inputs of a regression run once more on both releases, and only a regression
 that comes back counts.
 
-Each regression class (``compare.Regression.class_key``) becomes a campaign class
+Each regression class (``differential.Regression.class_key``) becomes a campaign class
 like the harness's (``<workdir>/stats/differential.json``, read by
 ``run.merged_classes``): the report and the exit status count it, a ledgered one
 is known, and the first input of a class the ledger lacks is stored in the
@@ -36,7 +36,7 @@ from typing import Any
 from kvproof import facts
 
 from kvproof import envs
-from kvproof.compare import Regression, diff
+from kvproof.differential import Regression, diff
 from kvproof.consumer.client import run_each
 from kvproof.errors import EnvError, KvproofError, UsageError
 from kvproof.fsio import atomic_write
@@ -233,7 +233,7 @@ class Differential:
         """Count each regression into its class in ``state`` (the harness's record shape, keyed by
         ``ClassKey`` id); store the first input of a class the ledger lacks. The classes, as
         ``<id> new|known``."""
-        from kvproof.findings.key import ClassKey
+        from kvproof.classkey import ClassKey
         from kvproof.findings.ledger import Ledger
         from kvproof.fuzz.harness import premise_label
         from kvproof.fuzz.store import FindingStore

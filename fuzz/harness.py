@@ -12,7 +12,7 @@ contracts
     manager-tier contract predicts a violation the real ``KVCacheManager`` (coordinator,
     block pool) is built too and decides FAIL or LATENT
     (``KVPROOF_FUZZ_MANAGER=always``: on every input). Every FAIL, UNSUPPORTED
-    and ERROR judgement is keyed by ``kvproof.findings.key.class_key``, looked
+    and ERROR judgement is keyed by ``kvproof.classkey.class_key``, looked
     up in the ledger (``kvproof.findings.ledger``) and counted per class
     (``classes`` in the stats); the first input of a class the ledger does not
     know is stored in the campaign's findings folder. Nothing is raised into
@@ -171,7 +171,7 @@ def harness_cause(err: BaseException) -> str:
     """``Type at file:function`` of the innermost frame: where kvproof's own code broke."""
     import traceback
 
-    from kvproof.findings.key import frame_key
+    from kvproof.classkey import frame_key
 
     frames = traceback.extract_tb(err.__traceback__)
     if not frames:

@@ -11,7 +11,7 @@
 - LATENT (a contract predicts a violation, nothing real raised) is counted and
   stored apart by the harness.
 
-The identity of a finding is ``kvproof.findings.key.class_key(judgement)``:
+The identity of a finding is ``kvproof.classkey.class_key(judgement)``:
 (tier, contract or oracle, exception type, the raising vLLM frame as
 file:function). Numbers in a message never enter it; one root cause is one class.
 """
@@ -28,7 +28,7 @@ from kvproof.layout import Layout
 from kvproof.outcome import Outcome
 from kvproof.verdicts import Verdict
 
-# the verdicts whose judgement names a class (kvproof.findings.key.class_key)
+# the verdicts whose judgement names a class (kvproof.classkey.class_key)
 CLASSED = (Verdict.FAIL, Verdict.UNSUPPORTED, Verdict.ERROR)
 
 
@@ -58,8 +58,8 @@ class Finding:
 
     @cached_property
     def key(self):
-        """The class of a FAIL / UNSUPPORTED / ERROR judgement (``kvproof.findings.key.ClassKey``)."""
-        from kvproof.findings.key import class_key
+        """The class of a FAIL / UNSUPPORTED / ERROR judgement (``kvproof.classkey.ClassKey``)."""
+        from kvproof.classkey import class_key
 
         return class_key(self.judgement, self.layout)
 
@@ -76,7 +76,7 @@ class Finding:
 
 def signature(j: Judgement) -> str:
     """A readable summary (verdict, tier, exception type, message with numbers erased).
-    Descriptive only: the class identity is ``kvproof.findings.key.class_key``."""
+    Descriptive only: the class identity is ``kvproof.classkey.class_key``."""
     if j.observed is None:
         return f"{j.verdict}"
     msg = re.sub(r"\[[\d,\s]*\]", "[...]", j.observed.message)

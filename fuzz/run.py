@@ -17,7 +17,7 @@ kvproof.fuzz.harness <target> <libFuzzer flags>`` with the bridge's
 files (``<workdir>/stats/*.json``) for its one-line status and its report.
 
 Findings never stop a campaign. Every FAIL, UNSUPPORTED and ERROR judgement
-is keyed by ``kvproof.findings.key.class_key`` (one root cause, one class),
+is keyed by ``kvproof.classkey.class_key`` (one root cause, one class),
 looked up in the ledger (``findings/``) and counted in-process: no libFuzzer
 crash, no worker restart. The first input of each class the ledger does not
 know is stored in the campaign folder (``<workdir>/findings/``,
@@ -135,7 +135,7 @@ def read_classes(workdir: Path) -> list[dict]:
 
 
 def _key(rec: dict):
-    from kvproof.findings.key import ClassKey
+    from kvproof.classkey import ClassKey
 
     return ClassKey(rec["tier"], rec["check"], rec["exc_type"], rec["frame"])
 

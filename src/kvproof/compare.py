@@ -25,23 +25,20 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from kvproof import envs
 from kvproof.cliutil import Parser, guarded
 from kvproof.consumer.client import run_many
 from kvproof.consumer.stream import default_stream
-from kvproof.consumer.drafts import effective_drafts
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream, random_stream
 from kvproof.errors import LayoutError, UsageError
 from kvproof.fsio import atomic_write
 from kvproof.inputs import load_files, parse_json
-from kvproof.judge import judge_consumer
+from kvproof.differential import Report, diff
 from kvproof.layout import Layout
 from kvproof import facts
-from kvproof.verdicts import Verdict
 
 # Layouts the generated differential corpus covers: each consumer path the speculative work
 # touches (one full-attention group, sliding window beside full attention, a Mamba hybrid in
@@ -56,140 +53,6 @@ REFERENCE_LAYOUTS = (
     {"groups": [{"kind": "mamba", "block_size": 544}] * 3 + [{"kind": "full_attention", "block_size": 544}],
      "cache": {"block_size": 544, "mamba_cache_mode": "align"}},
 )
-
-
-@dataclass(frozen=True)
-class Regression:
-    release: str  # the first bad release
-    previous: str
-    input_hash: str
-    request: int
-    admission: int
-    before: int
-    after: int
-    truth: int
-    spec: str
-    blocks: tuple[int | None, int | None] = (None, None)  # scheduler block size before, after
-
-    @property
-    def family(self) -> str:
-        return self.spec.split(" ")[0] if self.spec else "no-drafts"
-
-    @property
-    def cause(self) -> str:
-        """What the class is keyed by: the drafter family when both releases built the same
-        scheduler block; ``scheduler-block`` when the newer release built another layout (one
-        cause, whatever drafts ride on it)."""
-        return "scheduler-block" if self.blocks[0] != self.blocks[1] else self.family
-
-    @property
-    def class_key(self) -> str:
-        return f"consumer|regression:hits@{self.release}[{self.cause}]||"
-
-
-@dataclass
-class Report:
-    releases: list[str]
-    inputs: int = 0
-    requests_compared: int = 0
-    not_compared: dict[str, int] = field(default_factory=dict)
-    regressions: list[Regression] = field(default_factory=list)
-    # inputs the judge passes on a release and FAILs on the next (an exception or a hard
-    # oracle): (release, previous, input hash, the judgement's line) -- what a PR gate must
-    # not let through
-    newly_failing: list[tuple[str, str, str, str]] = field(default_factory=list)
-    # a FAIL class both releases show whose observations over the same inputs jump on the newer
-    # one (release, previous, class key, before, after): a new fault hiding in a known class
-    jumps: list[tuple[str, str, str, int, int]] = field(default_factory=list)
-
-    def classes(self) -> dict[str, list[Regression]]:
-        out: dict[str, list[Regression]] = {}
-        for r in self.regressions:
-            out.setdefault(r.class_key, []).append(r)
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"releases": self.releases, "inputs": self.inputs, "requests_compared": self.requests_compared,
-                "not_compared": self.not_compared, "newly_failing": [list(x) for x in self.newly_failing],
-                "jumps": [list(x) for x in self.jumps],
-                "classes": {k: [dict(r.__dict__, cause=r.cause) for r in v] for k, v in self.classes().items()}}
-
-
-def admissions(res: ConsumerResult) -> dict[tuple[int, int], dict[str, int]]:
-    """(request index, admission number) -> that admission's hit record."""
-    seen: dict[int, int] = {}
-    out = {}
-    for h in res.hits:
-        k = seen.get(h["req"], 0)
-        seen[h["req"]] = k + 1
-        out[(h["req"], k)] = h
-    return out
-
-
-def _complete(res: ConsumerResult) -> str | None:
-    """Why ``res`` cannot be compared, or None."""
-    if res.not_expressible:
-        return "not expressible"
-    if res.harness_error or res.setup_error:
-        return "error"
-    if any(o.oracle in ("exception", "stalled") for o in res.observations):
-        return "raised or stalled"
-    return None
-
-
-# A class "jumps" when the newer release shows it more than JUMP_FACTOR times as often as the
-# one before over the same inputs, and by at least JUMP_MIN observations: run-to-run noise
-# (OffloadingConnector's timing, a few inputs more or less) stays under it; the seeded
-# BlockStored fault of issue 24 went from 5-12 to 451 observations in the same time.
-JUMP_FACTOR, JUMP_MIN = 2, 5
-
-
-def class_weights(items: Sequence[tuple[Layout, Stream]], results: Sequence[ConsumerResult]) -> dict[str, int]:
-    """FAIL class key -> its oracle's observations over ``items`` (uncapped; an exception counts once)."""
-    from kvproof.findings.key import class_key
-    out: dict[str, int] = {}
-    for (lay, _), res in zip(items, results):
-        j = judge_consumer(res, lay)
-        if j.verdict == Verdict.FAIL:
-            key = class_key(j, lay)
-            oracle = key.check.removeprefix("oracle:")
-            out[str(key)] = out.get(str(key), 0) + max(1, res.counts.get(oracle, 0))
-    return out
-
-
-def _drafts_label(lay: Layout, st: Stream) -> str:
-    """The drafts a compared run used (the harness's rule: the stream's, else the Layout's)."""
-    drafts = effective_drafts(lay, st)
-    return drafts.label() if drafts else ""
-
-
-def diff(items: Sequence[tuple[Layout, Stream]], runs: dict[str, list[ConsumerResult]], margin: int) -> Report:
-    """Compare each release with the one before it (``runs`` in release order)."""
-    rels = list(runs)
-    rep = Report(rels, inputs=len(items))
-    weights = {r: class_weights(items, runs[r]) for r in rels}  # once per release, not per pair side
-    for prev, cur in zip(rels, rels[1:]):
-        was, now = weights[prev], weights[cur]
-        rep.jumps += [(cur, prev, k, was[k], n) for k, n in now.items()
-                      if was.get(k) and n > JUMP_FACTOR * was[k] and n - was[k] >= JUMP_MIN]
-        for (lay, st), a, b in zip(items, runs[prev], runs[cur]):
-            ja, jb = judge_consumer(a, lay), judge_consumer(b, lay)
-            if ja.verdict < Verdict.FAIL <= jb.verdict:
-                rep.newly_failing.append((cur, prev, lay.content_hash(), jb.line()[:300]))
-            why = _complete(a) or _complete(b)
-            if why:
-                rep.not_compared[why] = rep.not_compared.get(why, 0) + 1
-                continue
-            before, after = admissions(a), admissions(b)
-            for key in sorted(set(before) & set(after)):
-                x, y = before[key], after[key]
-                rep.requests_compared += 1
-                got_x, got_y = x["hit"] + x["external"], y["hit"] + y["external"]
-                if got_x - got_y > margin:
-                    rep.regressions.append(Regression(cur, prev, lay.content_hash(), key[0], key[1], got_x, got_y,
-                                                      x["truth"], _drafts_label(lay, st),
-                                                      (a.scheduler_block_size, b.scheduler_block_size)))
-    return rep
 
 
 def generated(n: int, spec_share: float, seed: int = 0, method: str | None = None) -> list[tuple[Layout, Stream]]:
@@ -258,7 +121,7 @@ def _parse(argv: Sequence[str] | None) -> Any:
 
 def new_classes(rep: Report, ledger: Any) -> list[str]:
     """The report's regression classes the ledger does not know."""
-    from kvproof.findings.key import ClassKey
+    from kvproof.classkey import ClassKey
     return [k for k in rep.classes() if ClassKey.parse(k) not in ledger]
 
 
@@ -270,10 +133,12 @@ def print_report(rep: Report, ledger: Any = None) -> None:
         print(f"  NEWLY FAILING on {rel} (passed on {prev}): input {h}: {what}")
     for rel, prev, key, before, after in rep.jumps:
         print(f"  CLASS JUMPS on {rel} (vs {prev}): {key}: {before} -> {after} observations over the same inputs")
+    for rel, (n, tokens) in rep.gains.items():
+        print(f"  hit more on {rel}: {n} admissions, +{tokens} tokens")
     classes = rep.classes()
     if not classes:
         print("  no regression: no request hit less on a newer release")
-    from kvproof.findings.key import ClassKey
+    from kvproof.classkey import ClassKey
     for key, regs in classes.items():
         worst = max(regs, key=lambda r: r.before - r.after)
         entry = ledger.get(ClassKey.parse(key)) if ledger is not None else None

@@ -2,7 +2,7 @@
 
 Used by ``kvproof check``, ``verify`` (replaying a counterexample), the
 fuzzer's oracle, ``replay`` and ``explain``. A finding's identity (its class)
-is ``kvproof.findings.key.class_key`` of a Judgement.
+is ``kvproof.classkey.class_key`` of a Judgement.
 
 API (small on purpose)::
 

@@ -165,7 +165,7 @@ def test_contracts_campaign_stores_a_class_the_ledger_lacks_and_keeps_going(tmp_
     assert layout.meta["vllm"] == "0.27.0" and layout.meta["class_id"] == c["id"]
     assert not list((tmp_path / "work" / "artifacts").glob("crash-*"))  # libFuzzer never saw a crash
     # Replayable as is: the real 0.27 manager fails it, 0.28 (the fix) builds it.
-    from kvproof.findings.key import ClassKey
+    from kvproof.classkey import ClassKey
     from kvproof.findings.ledger import Entry, Ledger, Status
     from kvproof.fuzz.run import report
     from kvproof.judge import judge

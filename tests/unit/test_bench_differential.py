@@ -1,7 +1,7 @@
 """bench/bench_differential.py without vLLM: a campaign folder as the consumers harness leaves it
 (stats with the release's capabilities, a corpus of byte files), decoded the harness's way, run
 on a release chain by a runner that stands in for ``run_many`` (each request hits its whole
-prompt, except where a test makes one release hit less), compared with ``compare.diff`` and
+prompt, except where a test makes one release hit less), compared with ``differential.diff`` and
 written as the table. The real worker runs in ``make bench`` (the Makefile's BENCH settings)."""
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ def test_a_release_that_hits_less_under_drafts_is_one_class_per_family(tmp_path,
     bench = _bench()
     work, made = campaign(tmp_path, 12)
     out = tmp_path / "diff.md"
+    monkeypatch.setenv("KVPROOF_LEDGER", str(tmp_path / "no-ledger"))  # the stand-in's classes are NEW
     runner = Runner(worse="0.29.0")
     run_script(monkeypatch, bench, runner,
                ["--workdir", str(work), *[x for r in CHAIN for x in ("--vllm", r)], "--out", str(out)])

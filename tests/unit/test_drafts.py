@@ -6,6 +6,7 @@ import pytest
 from kvproof import facts
 
 from kvproof import compare
+from kvproof import differential
 from kvproof.consumer.drafts import Drafts, output_token, parse_drafts, wrong_token
 from kvproof.consumer.oracles import Observation
 from kvproof.consumer.result import ConsumerResult
@@ -129,26 +130,30 @@ def test_diff_names_the_first_bad_release_once_per_family():
     st = Stream((71,), (Req(0, 71, 1), Req(0, 71, 1, 3)), spec=Drafts("eagle", 2))
     runs = {"0.27.0": [_res([(0, 0), (1, 64)])], "0.28.0": [_res([(0, 0), (1, 64)])],
             "0.32.0": [_res([(0, 0), (1, 48)])]}
-    rep = compare.diff([(lay, st)], runs, margin=0)
+    rep = differential.diff([(lay, st)], runs, margin=0)
     assert rep.requests_compared == 4
     (key, regs), = rep.classes().items()
     assert key == "consumer|regression:hits@0.32.0[eagle]||" and regs[0].before == 64 and regs[0].after == 48
-    assert not compare.diff([(lay, st)], runs, margin=16).regressions
+    assert not differential.diff([(lay, st)], runs, margin=16).regressions
+    assert rep.gains == {} and rep.to_dict()["gains"] == {}
+    back = differential.diff([(lay, st)], {"0.32.0": runs["0.32.0"], "0.33.0": runs["0.27.0"]}, margin=0)
+    assert back.gains == {"0.33.0": [1, 16]} and not back.regressions  # the other side is counted, not a class
+    assert differential.diff([(lay, st)], {"0.32.0": runs["0.32.0"], "0.33.0": runs["0.27.0"]}, margin=16).gains == {}
     raised = _res([(0, 0)])
     raised.observations.append(Observation("exception", 1, "AssertionError"))
-    rep = compare.diff([(lay, st)], {"0.27.0": runs["0.27.0"], "0.32.0": [raised]}, margin=0)
+    rep = differential.diff([(lay, st)], {"0.27.0": runs["0.27.0"], "0.32.0": [raised]}, margin=0)
     assert rep.not_compared == {"raised or stalled": 1} and not rep.regressions
     assert [(r, p) for r, p, _, _ in rep.newly_failing] == [("0.32.0", "0.27.0")]
     wrong = _res([(0, 0), (1, 64)])
     wrong.observations.append(Observation("kv_event", 1, "BlockStored(...): hash #0 names other tokens"))
     wrong.counts["kv_event"] = 1
-    rep = compare.diff([(lay, st)], {"0.27.0": runs["0.27.0"], "0.32.0": [wrong]}, margin=0)
+    rep = differential.diff([(lay, st)], {"0.27.0": runs["0.27.0"], "0.32.0": [wrong]}, margin=0)
     assert len(rep.newly_failing) == 1 and "kv_event" in rep.newly_failing[0][3] and not rep.regressions
-    assert not compare.diff([(lay, st)], {"0.27.0": [wrong], "0.32.0": [wrong]}, margin=0).newly_failing
+    assert not differential.diff([(lay, st)], {"0.27.0": [wrong], "0.32.0": [wrong]}, margin=0).newly_failing
 
 
 def test_a_release_that_built_another_scheduler_block_is_one_class_whatever_the_drafts(tmp_path):
-    from kvproof.findings.key import ClassKey
+    from kvproof.classkey import ClassKey
     from kvproof.findings.ledger import Entry, Ledger, Status
     lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}]})
     items, runs = [], {"0.28.0": [], "0.29.0": []}
@@ -156,7 +161,7 @@ def test_a_release_that_built_another_scheduler_block_is_one_class_whatever_the_
         items.append((lay, Stream((71,), (Req(0, 71, 1), Req(0, 71, 1, 3)), spec=Drafts(method, 2))))
         runs["0.28.0"].append(_res([(0, 0), (1, 64)], scheduler_block_size=16))
         runs["0.29.0"].append(_res([(0, 0), (1, 48)], scheduler_block_size=48))
-    rep = compare.diff(items, runs, margin=0)
+    rep = differential.diff(items, runs, margin=0)
     (key, regs), = rep.classes().items()
     assert key == "consumer|regression:hits@0.29.0[scheduler-block]||" and len(regs) == 2
     ledger = Ledger(tmp_path, {})
@@ -259,7 +264,7 @@ def test_a_new_consumer_class_is_stored_with_the_shortest_stream_that_keeps_its_
     """fuzz.consumers.Target.minimal: kvproof's greedy stream shrinker driven by the class key (the
     harness's run stands in here: a kv_event FAIL whenever a request of 40+ prompt tokens runs,
     an exception otherwise on three requests or more -- another class, which must not be kept)."""
-    from kvproof.findings.key import class_key
+    from kvproof.classkey import class_key
 
     from kvproof.fuzz.consumers import Target
     from kvproof.judge import judge_consumer
@@ -289,7 +294,7 @@ def test_a_new_consumer_class_is_stored_with_the_shortest_stream_that_keeps_its_
 
 
 def test_a_known_class_whose_observations_jump_on_the_newer_release_is_reported():
-    """compare.diff: the same inputs FAIL in the same class on both releases, but the newer one
+    """differential.diff: the same inputs FAIL in the same class on both releases, but the newer one
     shows the oracle far more often (a new fault inside a known class, issue 24 item 1); noise
     below JUMP_FACTOR x and JUMP_MIN stays quiet, and a class new on the newer release is a
     newly failing input, not a jump."""
@@ -305,13 +310,13 @@ def test_a_known_class_whose_observations_jump_on_the_newer_release_is_reported(
         return r
 
     items = [(lay, st)] * 2
-    rep = compare.diff(items, {"0.32.0": [events(2), events(1)], "pr": [events(20), events(6)]}, margin=0)
+    rep = differential.diff(items, {"0.32.0": [events(2), events(1)], "pr": [events(20), events(6)]}, margin=0)
     ((rel, prev, key, before, after),) = rep.jumps
     assert (rel, prev, before, after) == ("pr", "0.32.0", 3, 26) and "oracle:kv_event" in key
     assert not rep.newly_failing and rep.to_dict()["jumps"] == [list(rep.jumps[0])]
-    assert not compare.diff(items, {"0.32.0": [events(2), events(1)], "pr": [events(3), events(3)]}, margin=0).jumps
-    assert not compare.diff(items, {"0.32.0": [events(1), events(0)], "pr": [events(2), events(2)]}, margin=0).jumps
-    fresh = compare.diff(items, {"0.32.0": [events(0), events(0)], "pr": [events(9), events(0)]}, margin=0)
+    assert not differential.diff(items, {"0.32.0": [events(2), events(1)], "pr": [events(3), events(3)]}, margin=0).jumps
+    assert not differential.diff(items, {"0.32.0": [events(1), events(0)], "pr": [events(2), events(2)]}, margin=0).jumps
+    fresh = differential.diff(items, {"0.32.0": [events(0), events(0)], "pr": [events(9), events(0)]}, margin=0)
     assert not fresh.jumps and len(fresh.newly_failing) == 1
 
 

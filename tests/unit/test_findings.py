@@ -1,4 +1,4 @@
-"""Finding identity (kvproof.findings.key) and the ledger (no vLLM)."""
+"""Finding identity (kvproof.classkey) and the ledger (no vLLM)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from kvproof.errors import UsageError
 from kvproof.findings import cli as findings_cli
-from kvproof.findings.key import ClassKey, class_key, frame_key, stem
+from kvproof.classkey import ClassKey, class_key, frame_key, stem
 from kvproof.findings.ledger import Entry, Ledger, Status, known, known_dict
 from kvproof.judge import judge, judge_consumer
 from kvproof.layout import Layout
@@ -150,7 +150,7 @@ def test_the_witness_search_asks_for_the_found_layouts_settings_and_scales_its_s
 def test_a_fixed_class_met_on_its_fix_release_is_a_regression(tmp_path):
     """The seed class (fixed in 0.28.0) met by a 0.27.0 campaign is a known bug; met by a
     0.28.0 campaign (an overlay with the fix reverted) it is a NEW regression: exit 1."""
-    from kvproof.findings.key import ClassKey
+    from kvproof.classkey import ClassKey
     from kvproof.findings.ledger import Entry, Ledger, Status
     from kvproof.fuzz.run import report
 

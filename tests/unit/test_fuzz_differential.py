@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from kvproof.findings.key import ClassKey
+from kvproof.classkey import ClassKey
 from kvproof.findings.ledger import Entry, Ledger, Status
 from kvproof.fuzz import differential, run
 from kvproof.fuzz.decode import FULL, NotEncodable, decode, encode

@@ -227,7 +227,7 @@ def test_read_stats_and_classes_sum_the_processes(tmp_path):
 
 
 def test_report_lists_new_classes_first_then_known_bugs_then_counts(tmp_path):
-    from kvproof.findings.key import ClassKey
+    from kvproof.classkey import ClassKey
 
     new = _seed_fail().key
     bug = ClassKey("consumer", "oracle:kv_event", "", "vllm/x.py:f")

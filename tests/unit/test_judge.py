@@ -213,7 +213,7 @@ def test_consumer_dcp_sliding_window_refusal_is_unsupported():
 def test_consumer_resolver_refusal_is_the_function_tier_class():
     """A resolver exception met in a consumer run is judged and keyed as the function tier
     judges it (one class for both campaigns)."""
-    from kvproof.findings.key import class_key
+    from kvproof.classkey import class_key
     from kvproof.layout import Layout
     lay = Layout.from_dict({"groups": [{"kind": "mla", "block_size": 1504, "tokens_per_state": 4},
                                        {"kind": "full_attention", "block_size": 1},
@@ -233,7 +233,7 @@ def test_offloading_connector_refusal_is_by_design_only_with_prefix_caching_off(
     With prefix caching off that is a refusal by design (UNSUPPORTED, a class of its own); with
     prefix caching on the remedy does not apply (the 0.27 seed layout reaches it with
     tokens_per_hash=98464): the connector contract's violation, FAIL."""
-    from kvproof.findings.key import class_key
+    from kvproof.classkey import class_key
     from kvproof.layout import Layout
     off = ("AssertionError: tokens_per_block=544 not divisible by tokens_per_hash=98464. Hybrid models (e.g. "
            "Mamba+Attention) need --enable-prefix-caching to align block sizes. @ vllm/distributed/kv_transfer/"

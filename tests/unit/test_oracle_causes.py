@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from kvproof.consumer.oracles import Oracles, Recorder
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.truth import HashIndex
-from kvproof.findings.key import class_key
+from kvproof.classkey import class_key
 from kvproof.judge import judge_consumer
 
 

@@ -15,7 +15,7 @@ class Observation:
     detail: str
     # "rule|producer", number-free: the rule that broke and who produced the wrong thing (the
     # block pool or connector that published an event and its medium, the connector and its
-    # method, the coordinator). A finding's class carries the producer (findings/key.py), so a
+    # method, the coordinator). A finding's class carries the producer (src/kvproof/classkey.py), so a
     # second fault of one oracle is not counted under a known first one.
     cause: str = ""
 

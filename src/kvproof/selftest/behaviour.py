@@ -36,7 +36,7 @@ class ConsumerJudged:
 
 
 def judge_consumer_results(layouts: Sequence[Layout], results) -> list[ConsumerJudged]:
-    from kvproof.findings.key import class_key
+    from kvproof.classkey import class_key
     from kvproof.fuzz.oracle import CLASSED
     from kvproof.judge import judge_consumer
 
