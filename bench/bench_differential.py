@@ -67,7 +67,7 @@ from kvproof.consumer.client import run_each, run_many  # noqa: E402
 from kvproof.errors import KvproofError, UsageError  # noqa: E402
 from kvproof.classkey import ClassKey, class_key  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
-from kvproof.judge import judge_consumer  # noqa: E402
+from kvproof.judge import above_ideal, judge_consumer  # noqa: E402
 from kvproof.fuzz import differential  # noqa: E402
 from kvproof import facts  # noqa: E402
 
@@ -231,12 +231,20 @@ def release_counts(runs: dict[str, list]) -> dict[str, dict[str, int]]:
         for r in results:
             why = why_not_compared(r) or "complete"
             c[why] = c.get(why, 0) + 1
+            c["admissions"] = c.get("admissions", 0) + len(r.hits or [])
+            c["above ideal"] = c.get("above ideal", 0) + len(above_ideal(r))  # judge.ideal_hit: must stay 0
         out[rel] = c
     return out
 
 
-def _ledgered(entry: Any) -> str:
-    return f"{entry.id} ({entry.status.value})" if entry else "NEW"
+def _ledgered(entry: Any, release: str | None = None) -> str:
+    """The entry's id and status; a fixed class met on its fix release or later says so (the fix
+    is gone, or a second cause shares the key): never a quiet "known"."""
+    if not entry:
+        return "NEW"
+    if release and entry.regressed_on(release):
+        return f"{entry.id} (fixed in {entry.fixed_in}, met again on {release})"
+    return f"{entry.id} ({entry.status.value})"
 
 
 def failing_classes(pairs: Sequence[dict], ledger: Any) -> list[dict]:
@@ -249,7 +257,8 @@ def failing_classes(pairs: Sequence[dict], ledger: Any) -> list[dict]:
             by.setdefault(f[0], []).append(f)
         for key, found in by.items():
             out.append({"key": str(key), "release": p["cur"], "previous": p["prev"], "inputs": len(found),
-                        "first": found[0], "ledger": _ledgered(ledger.get(key) if ledger is not None else None)})
+                        "first": found[0],
+                        "ledger": _ledgered(ledger.get(key) if ledger is not None else None, p["cur"])})
     return out
 
 
@@ -344,13 +353,17 @@ def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, f
               f"({n_spec / max(len(picked), 1):.0%}); by method: "
               + ", ".join(f"{k} {v}" for k, v in by_method.items()) + ".",
               "", "## Runs per release", "",
-              "One worker call per release (vLLM import included in the wall time).", "",
-              "| release | wall s | complete | not expressible | error | raised or stalled |",
-              "|---|---:|---:|---:|---:|---:|"]
+              "One worker call per release (vLLM import included in the wall time). Above their ideal: "
+              "admissions whose hit exceeds `judge.ideal_hit` (the judge's ERROR `oracle:ideal`; 0 or "
+              "kvproof's ideal is wrong).", "",
+              "| release | wall s | complete | not expressible | error | raised or stalled | admissions "
+              "| above their ideal |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for rel in releases:
         c = counts[rel]
         lines.append(f"| {rel} | {walls[rel]:.0f} | {c.get('complete', 0)} | {c.get('not expressible', 0)} | "
-                     f"{c.get('error', 0)} | {c.get('raised or stalled', 0)} |")
+                     f"{c.get('error', 0)} | {c.get('raised or stalled', 0)} | {c.get('admissions', 0):,} | "
+                     f"{c.get('above ideal', 0)} |")
     lines += ["", "## Consecutive pairs", "",
               f"`differential.diff` with margin {margin}: a request admission (matched by request index and "
               "admission number) whose hit (local + external) on the newer release is more than the margin "
@@ -368,7 +381,7 @@ def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, f
                         and c["previous"] == p["prev"]) or "none"
         lines.append(f"| {p['prev']} -> {p['cur']} | {p['inputs_compared']} | {rep.requests_compared:,} | {nc} | "
                      f"{len(rep.regressions)} | {cls} | {len(rep.newly_failing)} | "
-                     f"{rep.gains.get(p['cur'], [0, 0])[0]} (+{rep.gains.get(p['cur'], [0, 0])[1]:,}) |")
+                     f"{rep.gains.get(p['cur'], [0, 0])[0]:,} (+{rep.gains.get(p['cur'], [0, 0])[1]:,}) |")
     total_adm = sum(p["report"].requests_compared for p in pairs)
     lines += ["", f"Admissions compared over the chain: {total_adm:,}.", "", "## Regression classes", ""]
     if not found_classes:

@@ -229,8 +229,9 @@ def ideal_hit(r, h: dict, g: int | None = None) -> int:
     """The most one admission ``h`` (a ``ConsumerResult.hits`` row) can hit under the release's own
     rules at hash granularity ``g``: an upper bound no correct hit exceeds (the hit oracle's bounds,
     rounded down to ``g``). A local hit stays within the common prefix with computed KV and
-    leaves the last token, or with 0.33's hash lookahead L the last L tokens, to compute
-    (get_request_block_hasher); under EAGLE's drop it gives back one unit of what matched
+    leaves the last token, or with 0.33's hash lookahead L the last L tokens, to compute, and
+    under a lookahead a block counts only when the L tokens after it are common too
+    (get_request_block_hasher: a request sharing exactly kB tokens matches (k-1)B); under EAGLE's drop it gives back one unit of what matched
     (drop_eagle_block); chunked local attention may skip its null blocks (``free``); a connector's
     load is token-granular (vLLM recomputes only the last token), so an admission with external
     tokens may reach its whole reusable prefix. Rows without ``lcp``/``tokens`` (recorded before
@@ -239,7 +240,9 @@ def ideal_hit(r, h: dict, g: int | None = None) -> int:
     ahead = int(getattr(r, "hash_lookahead", 0) or 0)
     truth = int(h["truth"])
     lcp, n = int(h.get("lcp", truth)), int(h.get("tokens", truth + 1))
-    best = max(0, min(lcp, n - max(1, ahead))) // g * g
+    # a block's lookahead hash needs the L tokens after it in common too (KV computed or not)
+    common = int(h.get("lcp_tokens", lcp + ahead)) - ahead if ahead else lcp
+    best = max(0, min(lcp, common, n - max(1, ahead))) // g * g
     if getattr(r, "eagle_drop", False):
         best = min(best, max(0, min(lcp, n) // g * g - g))
     best = max(best, int(h.get("free", 0)))

@@ -96,6 +96,14 @@ def test_ideal_is_an_upper_bound_on_every_rule_the_hit_oracle_accepts():
     assert ideal_hit(ahead, _row(224, 225, 225)) == 224
     # the common prefix with computed KV bounds the hit, not only the prompt
     assert ideal_hit(ahead, _row(100, 100, 300)) == 96
+    # a lookahead block needs its next token in common too: sharing exactly 2304 tokens of a cached
+    # 2404 (Qwen3-Next's 1152-token block) matches one block, sharing 2305 two (the Truth's tokens,
+    # KV computed or not); without drafts the 2304 are a whole match
+    big = ConsumerResult("x", "0.33.0", hash_lookahead=1, hash_block_size=1152)
+    assert ideal_hit(big, _row(2304, 2304, 2344, lcp_tokens=2304)) == 1152
+    assert ideal_hit(big, _row(2304, 2304, 2344, lcp_tokens=2305)) == 2304
+    assert ideal_hit(ConsumerResult("x", "0.33.0", hash_block_size=1152), _row(2304, 2304, 2344, lcp_tokens=2304)) == 2304
+    assert ideal_hit(big, _row(2304, 2304, 2344)) == 2304  # rows recorded before lcp_tokens: no bound from it
     # EAGLE's drop gives back a unit of what matched: a fully cached 32-token prompt still hits 16
     eagle = ConsumerResult("x", "0.32.0", eagle_drop=True, hash_block_size=16)
     assert ideal_hit(eagle, _row(31, 32, 32)) == 16 and ideal_hit(eagle, _row(31, 31, 32)) == 0

@@ -45,7 +45,7 @@ def scheduled(o: Any, step: int, rids: Iterable[str]) -> None:
     res = o.res
     for rid in rids:
         if rid in o.pending_hit:
-            local, true_len, num_tokens, free = o.pending_hit.pop(rid)
+            local, true_len, num_tokens, free, common = o.pending_hit.pop(rid)
             ext = o.ext_hit.pop(rid, 0)
             loaded = o.ext_hit.pop(rid + "#async", 0)
             base = o.claim_base.pop(rid, local)
@@ -80,6 +80,6 @@ def scheduled(o: Any, step: int, rids: Iterable[str]) -> None:
                 # truth: what a perfect cache reuses; lcp, tokens, free: what judge.ideal_hit bounds
                 res.hits.append({"step": step, "req": int(rid[1:].split(".")[0]), "hit": local,
                                  "external": ext, "truth": min(true_len, cap), "lcp": true_len,
-                                 "tokens": num_tokens, **({"free": free} if free else {})})
+                                 "tokens": num_tokens, "lcp_tokens": common, **({"free": free} if free else {})})
             else:
                 res.efficiency.readmissions += 1

@@ -17,10 +17,11 @@ def lookup(o: Any, request: Any, n: int) -> None:
     hit(o, request, n)
     if o.shadow is not None:  # the blocks behind the hit, judged once its step is computed
         o.shadow.hit(request, n)
-    # the ideal (judge.ideal_hit) reads the uncapped common prefix, the request's length and the
-    # null-block allowance of chunked local attention, as this lookup saw them
+    # the ideal (judge.ideal_hit) reads the uncapped common prefix, the request's length, the
+    # null-block allowance of chunked local attention and the common prefix of tokens (KV or
+    # not: a hash lookahead's bound), as this lookup saw them
     o.pending_hit[request.request_id] = (n, o.truth.longest(request.all_token_ids), request.num_tokens,
-                                         out_of_window(o, request))
+                                         out_of_window(o, request), o.truth.longest_tokens(request.all_token_ids))
     if request.request_id in o.lookups_after_claim:
         o.lookups_after_claim[request.request_id] += 1
 

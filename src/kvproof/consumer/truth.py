@@ -28,19 +28,26 @@ class Truth:
     """Token sequences whose KV has been computed (the only source a hit may reuse)."""
 
     def __init__(self) -> None:
-        self.computed: dict[str, tuple[list[int], int]] = {}  # key -> (tokens, computed length)
+        # key -> (every token the request holds, how many have computed KV): the tokens past the
+        # KV still count for a hash lookahead (0.33: a block's hash covers the next L tokens)
+        self.computed: dict[str, tuple[list[int], int]] = {}
 
     def record(self, key: str, tokens: Sequence[int], n: int) -> None:
         old = self.computed.get(key)
-        if old is None or n > old[1]:
-            self.computed[key] = (list(tokens[:n]), n)
+        if old is None or n > old[1] or len(tokens) > len(old[0]):
+            self.computed[key] = (list(tokens), max(n, old[1] if old else 0))
 
     def longest(self, tokens: Sequence[int]) -> int:
+        """The longest common prefix of ``tokens`` with computed KV."""
         best = 0
         for seq, n in self.computed.values():
             if n > best:
-                best = max(best, lcp(tokens, seq[:n]))
+                best = max(best, min(n, lcp(tokens, seq)))
         return best
+
+    def longest_tokens(self, tokens: Sequence[int]) -> int:
+        """The longest common prefix of ``tokens`` with any recorded request's tokens, computed or not."""
+        return max((lcp(tokens, seq) for seq, _ in self.computed.values()), default=0)
 
 
 class HashIndex:
