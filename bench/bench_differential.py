@@ -207,14 +207,7 @@ def pair_reports(picked: Sequence[tuple], runs: dict[str, list], margin: int) ->
         failing: list[tuple[Any, str, Any, Any, str]] = []
         for (sha, _, lay, st), a, b in zip(picked, runs[prev], runs[cur]):
             one = diff([(lay, st)], {prev: [a], cur: [b]}, margin)
-            rep.requests_compared += one.requests_compared
-            for why, k in one.not_compared.items():
-                rep.not_compared[why] = rep.not_compared.get(why, 0) + k
-            rep.regressions += one.regressions
-            rep.newly_failing += one.newly_failing
-            for rel, (n, tokens) in one.gains.items():
-                g = rep.gains.setdefault(rel, [0, 0])
-                g[0], g[1] = g[0] + n, g[1] + tokens
+            rep.absorb(one)
             found += [(reg, sha, lay, st) for reg in one.regressions]
             if one.newly_failing:  # keyed as a campaign keys the newer release's FAIL
                 failing.append((class_key(judge_consumer(b, lay), lay), sha, lay, st, one.newly_failing[0][3]))
@@ -379,9 +372,9 @@ def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, f
         nc = ", ".join(f"{v} {k}" for k, v in sorted(rep.not_compared.items())) or "none"
         cls = ", ".join(f"{_code(c['key'])} {c['ledger']}" for c in found_classes if c["release"] == p["cur"]
                         and c["previous"] == p["prev"]) or "none"
+        more, tokens = rep.gains.get(p["cur"], (0, 0))
         lines.append(f"| {p['prev']} -> {p['cur']} | {p['inputs_compared']} | {rep.requests_compared:,} | {nc} | "
-                     f"{len(rep.regressions)} | {cls} | {len(rep.newly_failing)} | "
-                     f"{rep.gains.get(p['cur'], [0, 0])[0]:,} (+{rep.gains.get(p['cur'], [0, 0])[1]:,}) |")
+                     f"{len(rep.regressions)} | {cls} | {len(rep.newly_failing)} | {more:,} (+{tokens:,}) |")
     total_adm = sum(p["report"].requests_compared for p in pairs)
     lines += ["", f"Admissions compared over the chain: {total_adm:,}.", "", "## Regression classes", ""]
     if not found_classes:

@@ -52,7 +52,17 @@ class Regression:
 
     @property
     def class_key(self) -> str:
-        return f"consumer|regression:hits@{self.release}[{self.cause}]||"
+        return f"consumer|{REGRESSION_CHECK}{self.release}[{self.cause}]||"
+
+
+REGRESSION_CHECK = "regression:hits@"  # a regression class's check: REGRESSION_CHECK + release + [cause]
+
+
+def first_bad_release(check: str) -> str | None:
+    """The first bad release a regression class's check names (``Regression.class_key``), else None."""
+    if not check.startswith(REGRESSION_CHECK):
+        return None
+    return check.removeprefix(REGRESSION_CHECK).split("[", 1)[0]
 
 
 @dataclass
@@ -72,6 +82,21 @@ class Report:
     # the other side: per newer release, [admissions, tokens] hitting more than ``margin`` above
     # the release before (a change that loses on some inputs may gain on others)
     gains: dict[str, list[int]] = field(default_factory=dict)
+
+    def gain(self, release: str, admissions: int, tokens: int) -> None:
+        g = self.gains.setdefault(release, [0, 0])
+        g[0], g[1] = g[0] + admissions, g[1] + tokens
+
+    def absorb(self, other: "Report") -> None:
+        """Add ``other``'s per-input counts (the same releases, other inputs). Jumps compare a class
+        over the whole input set, so they are not summed."""
+        self.requests_compared += other.requests_compared
+        for why, k in other.not_compared.items():
+            self.not_compared[why] = self.not_compared.get(why, 0) + k
+        self.regressions += other.regressions
+        self.newly_failing += other.newly_failing
+        for rel, (n, tokens) in other.gains.items():
+            self.gain(rel, n, tokens)
 
     def classes(self) -> dict[str, list[Regression]]:
         out: dict[str, list[Regression]] = {}
@@ -156,8 +181,7 @@ def diff(items: Sequence[tuple[Layout, Stream]], runs: dict[str, list[ConsumerRe
                 rep.requests_compared += 1
                 got_x, got_y = x["hit"] + x["external"], y["hit"] + y["external"]
                 if got_y - got_x > margin:
-                    g = rep.gains.setdefault(cur, [0, 0])
-                    g[0], g[1] = g[0] + 1, g[1] + got_y - got_x
+                    rep.gain(cur, 1, got_y - got_x)
                 if got_x - got_y > margin:
                     rep.regressions.append(Regression(cur, prev, lay.content_hash(), key[0], key[1], got_x, got_y,
                                                       x["truth"], _drafts_label(lay, st),

@@ -14,7 +14,7 @@ import pytest
 from kvproof import envs, facts
 from kvproof.consumer.client import run_each
 from kvproof.consumer.stream import Stream, default_stream
-from kvproof.differential import diff
+from kvproof.differential import diff, first_bad_release
 from kvproof.findings.ledger import Ledger
 from kvproof.judge import judge_consumer
 from kvproof.layout import Layout
@@ -23,12 +23,12 @@ from conftest import RELEASES, require_env
 
 pytestmark = [pytest.mark.replay, pytest.mark.consumer]
 
-REGRESSIONS = [e for e in Ledger.load().entries() if e.key.check.startswith("regression:hits@")]
+REGRESSIONS = [e for e in Ledger.load().entries() if first_bad_release(e.key.check)]
 
 
 def _pair(e) -> tuple[str, str]:
     """The entry's first bad release (its key names it) and the recorded release before it."""
-    bad = e.key.check.removeprefix("regression:hits@").split("[")[0]
+    bad = first_bad_release(e.key.check)
     older = sorted((r for r in e.releases if facts.release_key(r) < facts.release_key(bad)), key=facts.release_key)
     return (older[-1] if older else ""), bad
 

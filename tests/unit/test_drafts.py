@@ -142,6 +142,8 @@ def test_diff_names_the_first_bad_release_once_per_family():
     assert rep.requests_compared == 4
     (key, regs), = rep.classes().items()
     assert key == "consumer|regression:hits@0.32.0[eagle]||" and regs[0].before == 64 and regs[0].after == 48
+    assert differential.first_bad_release(key.split("|")[1]) == "0.32.0"
+    assert differential.first_bad_release("oracle:kv_event") is None
     assert not differential.diff([(lay, st)], runs, margin=16).regressions
     assert rep.gains == {} and rep.to_dict()["gains"] == {}
     back = differential.diff([(lay, st)], {"0.32.0": runs["0.32.0"], "0.33.0": runs["0.27.0"]}, margin=0)

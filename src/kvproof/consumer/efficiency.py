@@ -77,9 +77,10 @@ def scheduled(o: Any, step: int, rids: Iterable[str]) -> None:
                 res.efficiency.reusable_tokens += min(true_len, cap)
                 res.efficiency.hit_tokens += local
                 res.efficiency.external_tokens += ext
-                # truth: what a perfect cache reuses; lcp, tokens, free: what judge.ideal_hit bounds
+                # truth: what a perfect cache reuses; lcp, tokens, free, lcp_tokens: what judge.ideal_hit bounds
                 res.hits.append({"step": step, "req": int(rid[1:].split(".")[0]), "hit": local,
                                  "external": ext, "truth": min(true_len, cap), "lcp": true_len,
-                                 "tokens": num_tokens, "lcp_tokens": common, **({"free": free} if free else {})})
+                                 "tokens": num_tokens, **({"free": free} if free else {}),
+                                 **({"lcp_tokens": common} if common is not None else {})})
             else:
                 res.efficiency.readmissions += 1

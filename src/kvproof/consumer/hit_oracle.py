@@ -18,10 +18,12 @@ def lookup(o: Any, request: Any, n: int) -> None:
     if o.shadow is not None:  # the blocks behind the hit, judged once its step is computed
         o.shadow.hit(request, n)
     # the ideal (judge.ideal_hit) reads the uncapped common prefix, the request's length, the
-    # null-block allowance of chunked local attention and the common prefix of tokens (KV or
-    # not: a hash lookahead's bound), as this lookup saw them
-    o.pending_hit[request.request_id] = (n, o.truth.longest(request.all_token_ids), request.num_tokens,
-                                         out_of_window(o, request), o.truth.longest_tokens(request.all_token_ids))
+    # null-block allowance of chunked local attention and, under a hash lookahead only (its one
+    # reader), the common prefix of tokens with KV or not, as this lookup saw them
+    toks = request.all_token_ids
+    common = o.truth.longest_tokens(toks) if o.index.lookahead else None
+    o.pending_hit[request.request_id] = (n, o.truth.longest(toks), request.num_tokens, out_of_window(o, request),
+                                         common)
     if request.request_id in o.lookups_after_claim:
         o.lookups_after_claim[request.request_id] += 1
 

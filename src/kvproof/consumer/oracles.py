@@ -73,7 +73,7 @@ class Oracles:
         self.memo = KeyMemo()
         self.chained: dict[str, tuple[Any, int]] = {}  # request id -> (Request, hashes compared)
         # req id -> (local hit, common prefix, num_tokens, null-block allowance) from get_computed_blocks
-        self.pending_hit: dict[str, tuple[int, int, int, int, int]] = {}
+        self.pending_hit: dict[str, tuple[int, int, int, int, int | None]] = {}
         self.ext_hit: dict[str, int] = {}
         # req id -> the local tokens its latest connector claim was asked after (the scheduler
         # presents a scheduler-block-aligned local hit, so it may be below the lookup's)
