@@ -6,8 +6,9 @@ inside a vLLM environment (started there as ``<env>/bin/python -m ...``, or
 imported by one that was): the release's one worker (``kvproof.worker``,
 lazily) serves the bridge's runtime and builder, the derive step and the
 consumer harness (with its configs, drafters, driver, API list, scheduler
-build and oracle wiring); the consumer fuzz target, the engine boot
-and the atheris harnesses. Everything else, the client side included, never
+build and oracle wiring); the consumer fuzz target, the engine boot,
+the atheris harnesses and the Triton stand-in an environment imports at start.
+Everything else, the client side included, never
 imports vLLM (tests/unit/test_vllm_side.py keeps this list true).
 """
 
@@ -26,5 +27,6 @@ VLLM_SIDE = (
     "kvproof.consumer.scheduler",
     "kvproof.consumer.wiring",
     "kvproof.fuzz.harness",
+    "kvproof.stand_in_triton",
     "kvproof.replay.boot",
 )

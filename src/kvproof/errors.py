@@ -33,3 +33,10 @@ class CorpusError(KvproofError):
 
 class NotExpressible(KvproofError):
     """A Layout uses a field the given vLLM release does not have."""
+
+
+class EnvironmentFailure(KvproofError):
+    """The machine or environment cannot run this vLLM code (a platform check, a missing
+    kernel): never a verdict about vLLM. Exit 3, like every ERROR."""
+
+    exit_code = 3

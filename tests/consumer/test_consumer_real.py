@@ -14,6 +14,7 @@ from kvproof.consumer.stream import Req, Stream
 from kvproof.judge import above_ideal, judge_consumer
 from kvproof.layout import Layout
 from kvproof import facts
+from kvproof.revisions import revision_for
 from kvproof.verdicts import Verdict
 
 from conftest import require_env
@@ -82,7 +83,7 @@ def _lacks_hma(release: str, connector: str) -> bool:
     read back from each release by tests/integration/test_facts.py): the engine turns the hybrid
     KV cache manager off for it, so a hybrid layout never reaches its scheduler side. Of the
     consumer connectors that is ExampleConnector, in every managed release."""
-    return connector not in facts.HYBRID_CONNECTORS[".".join(release.split(".")[:2])]
+    return connector not in facts.release_connectors(release, revision_for(release))[1]
 
 
 @pytest.mark.parametrize("connector", facts.CONSUMER_CONNECTORS)

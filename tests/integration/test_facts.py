@@ -87,8 +87,9 @@ def test_mamba_modes(real):
 
 def test_connector_names(real):
     rev, got = real
-    assert set(facts.REGISTERED_CONNECTORS[rev]) == set(got["registered"])
-    assert set(facts.HYBRID_CONNECTORS[rev]) == set(got["hma"])
+    registered, hma = facts.release_connectors(got["vllm"], rev)
+    assert set(registered) == set(got["registered"])
+    assert set(hma) == set(got["hma"])
     assert facts.DEFAULT_CONNECTOR in got["hma"] and facts.HIDDEN_STATES_CONNECTOR in got["hma"]
 
 

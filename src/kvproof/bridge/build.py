@@ -22,7 +22,8 @@ from kvproof.settings import use_release_cache_root
 
 use_release_cache_root()  # every in-environment process builds its configs here
 
-from kvproof.errors import NotExpressible
+from kvproof import facts
+from kvproof.errors import EnvironmentFailure, NotExpressible
 from kvproof.layout import Group, Layout
 from kvproof.spec import fingerprint
 
@@ -129,6 +130,9 @@ class Builder:
             except NotExpressible:
                 raise
             except Exception as err:  # the release's own config validation said no
+                why = facts.environment_refusal(str(err))
+                if why is not None:  # ... or this machine cannot run it: not a fact about vLLM
+                    raise EnvironmentFailure(f"{type(err).__name__}: {err} ({why})") from err
                 lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
                 detail = " ".join(lines[1:3]) if len(lines) > 1 else (lines[0] if lines else type(err).__name__)
                 raise NotExpressible(f"its config rejects it: {detail}") from None

@@ -31,7 +31,7 @@ from vllm.v1.core import kv_cache_utils
 from vllm.v1.core.kv_cache_manager import KVCacheManager
 
 from kvproof.bridge.build import Builder, resolver_fingerprint
-from kvproof.errors import NotExpressible
+from kvproof.errors import EnvironmentFailure, NotExpressible
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome, StageError
 
@@ -179,6 +179,9 @@ class Bridge:
             vcfg = self.vllm_config(layout)
         except NotExpressible as err:
             return Outcome(**base, expressible=False, not_expressible=f"not expressible in vLLM {self.version}: {err}")
+        except EnvironmentFailure as err:  # the machine's limit: ERROR with its cause, never a verdict
+            cause = stage_error(err.__cause__ or err)
+            return Outcome(**base, run_error=StageError("EnvironmentError", str(err), cause.frame))
         if token is None:
             sizes = self.builder.group_block_sizes(kv_cfg, layout.dcp)
         else:

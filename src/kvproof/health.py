@@ -1,0 +1,86 @@
+"""An environment's health: derivation and every tier run on known inputs before it is called ready.
+
+``kvproof env create`` asks this after a build (and after kvproof's probe changes): one worker
+derives a small Config and runs a two-group layout at the function, manager and consumer
+tiers. A tier "works" when its judgement is a verdict about vLLM (not ERROR, and not
+NOT_EXPRESSIBLE: the probe layout is expressible on every managed release). The answer is
+recorded in the manifest, so a later ``create`` does not pay for it again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from kvproof.config import Config
+from kvproof.layout import Layout
+from kvproof.verdicts import Tier, Verdict
+
+# Bump when the probe's inputs or rules change: environments probed before are probed again.
+PROBE_VERSION = 1
+PROBE_LAYOUT = {"groups": [{"kind": "full_attention", "block_size": 16},
+                           {"kind": "sliding_window", "block_size": 16, "sliding_window": 32}],
+                "cache": {"block_size": 16, "enable_prefix_caching": True}}
+TIERS = (Tier.FUNCTION, Tier.MANAGER, Tier.CONSUMER)
+BAD = (Verdict.ERROR, Verdict.NOT_EXPRESSIBLE)
+
+
+@dataclass
+class Health:
+    """Per step ("derive", then each tier): "ok" or the one-line cause."""
+
+    steps: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def broken(self) -> dict[str, str]:
+        return {k: v for k, v in self.steps.items() if v != "ok"}
+
+    def to_dict(self, key: str = "") -> dict:
+        return {"probe": key or probe_key({}), "steps": self.steps, "seconds": round(self.seconds, 1)}
+
+    def line(self) -> str:
+        return ", ".join(f"{k} {'ok' if v == 'ok' else 'BROKEN'}" for k, v in self.steps.items())
+
+
+def probe_key(manifest: dict) -> str:
+    """What a recorded probe answer depends on: this probe, and the environment's stand-ins
+    (their source included), so a changed stand-in is probed again."""
+    import hashlib
+    from pathlib import Path
+    from kvproof import stand_in_triton
+    stand_ins = manifest.get("stand_ins") or []
+    text = f"{PROBE_VERSION}|{stand_ins}|" + (Path(stand_in_triton.__file__).read_text() if stand_ins else "")
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def probe(env) -> Health:
+    """Derive the probe Config and run the probe layout at every tier in one worker of ``env``."""
+    from kvproof.bridge.client import Worker
+    from kvproof.checking import rows_of
+    from kvproof.consumer.client import batch
+
+    t0 = time.monotonic()
+    health = Health()
+    layout = Layout.from_dict(PROBE_LAYOUT)
+    worker = Worker(env)
+    try:
+        worker.start()
+        derived, outcomes, results = batch(worker, [Config()], [layout], [str(t) for t in TIERS])
+    except Exception as err:  # noqa: BLE001 - a worker that cannot start is the answer
+        health.steps["worker"] = f"{type(err).__name__}: {err}"
+        health.seconds = time.monotonic() - t0
+        return health
+    finally:
+        worker.close()
+    d = derived[0]
+    health.steps["derive"] = "ok" if d.layout is not None else (d.error.line() if d.error else "no layout")
+    # rows_of gives the bridge row (the manager tier when it ran) and the consumer row
+    bridge_row, consumer_row = rows_of([("probe", layout)], TIERS, env.name, outcomes[:1], results[:1])
+    function_ok = bridge_row.outcome is not None and bridge_row.outcome.resolved
+    for tier, row, ok in ((Tier.FUNCTION, bridge_row, function_ok), (Tier.MANAGER, bridge_row, True),
+                          (Tier.CONSUMER, consumer_row, True)):
+        verdict = row.judgement.verdict if row.judgement else Verdict.ERROR
+        health.steps[str(tier)] = "ok" if ok and verdict not in BAD else f"{verdict}: {row.message()}"
+    health.seconds = time.monotonic() - t0
+    return health
