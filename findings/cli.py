@@ -16,7 +16,14 @@
 
 Exit codes: 0 done, 1 ``add``/``key`` found nothing to record (no release shows a
 FAIL, UNSUPPORTED or ERROR), ``witness`` found no reference model reaching a class, or ``report``'s script did not behave as the ledger says on
-some release or the fix did not remove the symptom, 2 usage or input error.
+some release or the fix did not remove the symptom, 2 usage or input error, 3 ``report``'s
+script (or pytest) did not run on some release (exit neither 0 nor 1: no environment, python
+could not open it, an import error, a timeout): one line names the release and the cause,
+nothing is written (``kvproof.findings.runs.ReproducerDidNotRun``).
+
+``report`` runs the script on every managed release whose environment is built (``--vllm``
+restricts); a release the ledger entry has not measured is reported as run ("not in the
+ledger yet: BUG as run"), never as unexpected.
 """
 
 from __future__ import annotations
@@ -49,7 +56,8 @@ def _parser() -> Parser:
     rep.add_argument("--no-fix", action="store_true", help="do not check the fix")
     rep.add_argument("--out", help="folder for <id>/ (default: out/findings)")
     rep.add_argument("--vllm", action="append", metavar="RELEASE",
-                     help="run the script on this release (repeatable; default: the entry's measured releases)")
+                     help="run the script on this release (repeatable; default: every managed release "
+                          "installed here)")
     wit = sub.add_parser("witness", help="the reference models that reach a class on real vLLM")
     wit.add_argument("id", nargs="?", help="a ledger id (or --all: every bug and latent entry)")
     wit.add_argument("--all", action="store_true")
@@ -130,7 +138,9 @@ def _fix_releases(args, entry) -> list[str]:
 
 
 def _report(args, ledger: Ledger) -> int:
+    from kvproof import envs
     from kvproof.findings.report import generate
+    from kvproof.findings.runs import ReproducerDidNotRun
 
     if args.all == bool(args.id):
         raise UsageError("findings report: give one ledger id or --all")
@@ -140,18 +150,20 @@ def _report(args, ledger: Ledger) -> int:
         print(f"{e.id} is not filed upstream ({e.status}): {e.premise_fact or e.why}")
         return 0
     out = Path(args.out) if args.out else (Path("out") / "reports" if args.all else None)
-    ok = True
+    releases = envs.resolve(args.vllm) if args.vllm else None
+    ok, did_not_run = True, False
     for entry in entries:
         try:
-            folder, runs = generate(entry, out, args.vllm, fix_on=_fix_releases(args, entry), ledger=ledger)
-        except UsageError as err:
+            folder, runs = generate(entry, out, releases, fix_on=_fix_releases(args, entry), ledger=ledger)
+        except (UsageError, ReproducerDidNotRun) as err:
             if not args.all:
                 raise
-            print(f"  {entry.id}: no report: {err}")
+            print(f"  {entry.id}: no report: {' '.join(str(err).split())}")
+            did_not_run = did_not_run or isinstance(err, ReproducerDidNotRun)
             ok = False
             continue
         for r in runs:
-            print(f"  {entry.id} vLLM {r.release}: exit {r.rc} (expected {r.expected}) {r.last}")
+            print(f"  {entry.id} vLLM {r.release}: exit {r.rc} ({r.expectation()}) {r.last}")
         fixes = json.loads((folder / "evidence.json").read_text())["fix"]
         for f in fixes:
             print(f"  {entry.id} with the fix on vLLM {f['release']}: script {f['repro']} -> {f['repro_fixed']}, "
@@ -160,7 +172,7 @@ def _report(args, ledger: Ledger) -> int:
         print(f"wrote {folder}/issue.md, repro.py, evidence.json")
         ok = ok and all(r.as_expected for r in runs) and all(f["removes_symptom"] and not f["others_changed"]
                                                             for f in fixes)
-    return 0 if ok else 1
+    return ReproducerDidNotRun.exit_code if did_not_run else 0 if ok else 1
 
 
 def _witness(args, ledger: Ledger) -> int:

@@ -129,7 +129,7 @@ def check(entry, repro: Path, releases: list[str], ledger, test: Path | None = N
     """Per release: the reproducer (and the pytest one), the entry's class and its real-model
     witness, with and without the fix; the same tier's other ledger entries and every corpus/
     layout (function and manager tiers) must keep their verdicts."""
-    from kvproof.findings.runs import run_pytest, run_script
+    from kvproof.findings.runs import require_ran, run_pytest, run_script
     from kvproof.overlay import remove
 
     path = diff_path(entry.id)
@@ -143,7 +143,12 @@ def check(entry, repro: Path, releases: list[str], ledger, test: Path | None = N
         env = overlay(entry.id, r, diff)
         try:
             base, fixed = run_script(repro, [r, env], entry)
-            pt = run_pytest(test, [r, env]) if test is not None else [None, None]
+            require_ran([base, fixed])
+            pt = [None, None]
+            if test is not None:
+                tests = run_pytest(test, [r, env])
+                require_ran(tests, "the pytest reproducer")
+                pt = [t.rc for t in tests]
             measured = [(e.id, e) for e in [entry] + others] + ([("witness", witness)] if witness else [])
             before, after = _verdicts(measured, [r, env])
             compared = [k for k in before if k not in (entry.id, "witness")]

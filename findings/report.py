@@ -13,19 +13,32 @@ Writes into ``out/findings/<id>/`` (or ``--out DIR``):
   it, observed vs expected, the vLLM lines involved per release read from the installed
   source, a suggested fix, the evidence).
 
+The script runs on every managed release whose environment is built (``--vllm`` to choose),
+not only the releases the ledger entry measured: a release the entry has not measured has no
+expected result, its run is recorded as measured now ("not in the ledger yet: BUG as run").
+Everything is written into a staging folder beside ``<id>/`` and moved in only when every
+run ran (exit 0 or 1): where one did not (python could not open the file, an import error, a
+timeout, no environment) nothing is written, the files of an earlier report stay as they
+were, and :class:`~kvproof.findings.runs.ReproducerDidNotRun` (exit 3) names the release and
+the cause: the machine's failure is never a verdict about vLLM.
+
 The reproducers' templates are ``findings/repro/*.py.in``. Nothing here imports vLLM.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 from kvproof.errors import UsageError
 from kvproof.findings.ledger import Entry, Status
 from kvproof.findings.reproducers import pytest_script, script
-from kvproof.findings.runs import EXIT_BUG, RUN_TIMEOUT_S, Run, affected, release_key, run_script
+from kvproof.findings.runs import (RUN_TIMEOUT_S, ReproducerDidNotRun, Run, affected, installed_releases,
+                                   release_key, require_ran, run_script)
 from kvproof.fsio import atomic_write
 
 DEFAULT_OUT = Path("out") / "findings"
@@ -79,7 +92,7 @@ def lines_involved(runs: list[Run]) -> list[dict]:
     rows = []
     for run in runs:
         m = _AT.search(run.last)
-        if run.rc == EXIT_BUG and m:
+        if run.result == "BUG" and m:
             rows.append({"release": run.release, "file": m["file"], "function": m["fn"], "line": int(m["line"]),
                          "text": _source_line(run.release, m["file"], int(m["line"]))})
     return rows
@@ -119,8 +132,12 @@ def draft(entry: Entry, runs: list[Run], lines: list[dict], fixes: list | None =
            + (f"fixed in {entry.fixed_in}" if entry.status == Status.FIXED else f"still present in {newest}")
            + f"); measured on {', '.join(measured)}. The scheduler side only: no GPU is needed to reproduce it.", "",
            "| vLLM | " + " | ".join(measured) + " |", "|---" * (len(measured) + 1) + "|",
-           "| | " + " | ".join(_verdict_word(entry.releases.get(r)) for r in measured) + " |", "",
-           "### 🐛 Describe the bug", ""]
+           "| | " + " | ".join(_verdict_word(entry.releases.get(r)) for r in measured) + " |", ""]
+    new = [r for r in runs if r.expected is None]
+    if new:
+        out += ["Not measured before, run now with the script below: "
+                + "; ".join(f"vLLM {r.release}: {r.expectation()}" for r in new) + ".", ""]
+    out += ["### 🐛 Describe the bug", ""]
     if rep.get("serve"):
         out += ["```bash", rep["serve"], "```", ""]
     else:
@@ -157,8 +174,9 @@ def draft(entry: Entry, runs: list[Run], lines: list[dict], fixes: list | None =
                     f"{k}: {a} -> {b}" for f in fixes for k, (a, b) in f.others_changed.items()), ""]
     if runs:
         out += ["<details><summary>The standalone script (repro.py) on every release</summary>", "",
-                "| vLLM | exit | last line |", "|---|---|---|"]
-        out += [f"| {r.release} | {r.rc} | {r.last.replace('|', '/')} |" for r in runs]
+                "| vLLM | exit | expected | last line |", "|---|---|---|---|"]
+        out += [f"| {r.release} | {r.rc} | {r.expected or r.expectation()} | {r.last.replace('|', '/')} |"
+                for r in runs]
         out += ["", "</details>", ""]
     workaround = rep.get("workaround") or entry.workaround
     out += [f"**Workaround:** {workaround}" if workaround else "", "",
@@ -182,31 +200,49 @@ def _fix_text(entry: Entry) -> str | None:
 
 def generate(entry: Entry, out_root: Path | None = None, releases: list[str] | None = None,
              timeout: float = RUN_TIMEOUT_S, fix_on: list[str] | tuple = (), ledger=None) -> tuple[Path, list[Run]]:
-    """Write the report of ``entry`` (issue.md, repro.py, the pytest, evidence.json); with
-    ``fix_on``, the fix is laid over those releases and checked there."""
-    folder = Path(out_root or DEFAULT_OUT) / entry.id
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "repro.py"
-    atomic_write(path, script(entry))
+    """Write the report of ``entry`` (issue.md, repro.py, the pytest, evidence.json) into
+    ``out_root/<id>/``; with ``fix_on``, the fix is laid over those releases and checked there.
+    ``releases``: where the script runs (default: every managed release installed here).
+    Raises :class:`ReproducerDidNotRun`, writing nothing, where the script (or, with the fix,
+    the pytest) did not run on some release."""
+    root = Path(out_root or DEFAULT_OUT).resolve()  # once: every run's working directory is below it
+    folder = root / entry.id
+    if releases is None:
+        releases = installed_releases(entry)
+        if not releases:
+            raise ReproducerDidNotRun(f"{entry.id}: no vLLM environment is built here (make envs); nothing written")
+    test = None
     try:
         test = pytest_script(entry)
     except UsageError:
-        test = None
-    test_path = folder / f"test_{(entry.report or {}).get('test') or 'kv_cache_' + entry.id}.py"
-    if test:
-        atomic_write(test_path, test)
-    if releases is None:
-        releases = sorted(entry.releases, key=release_key)
-    runs = run_script(path, releases, entry, timeout)
-    lines = lines_involved(runs)
-    fixes = []
-    if fix_on:
-        from kvproof.findings.fix import check
-        from kvproof.findings.ledger import Ledger
+        pass
+    test_name = f"test_{(entry.report or {}).get('test') or 'kv_cache_' + entry.id}.py"
+    root.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{entry.id}.", dir=root))  # beside <id>/: moved in at the end
+    try:
+        path = stage / "repro.py"
+        atomic_write(path, script(entry))
+        if test:
+            atomic_write(stage / test_name, test)
+        runs = run_script(path, releases, entry, timeout)
+        require_ran(runs, f"{entry.id}: the reproducer")
+        lines = lines_involved(runs)
+        fixes = []
+        if fix_on:
+            from kvproof.findings.fix import check
+            from kvproof.findings.ledger import Ledger
 
-        fixes = check(entry, path, list(fix_on), ledger or Ledger.load(), test_path if test else None)
-    atomic_write(folder / "evidence.json", json.dumps({"id": entry.id, "key": str(entry.key),
-                                                      "runs": [r.to_dict() for r in runs], "lines": lines,
-                                                      "fix": [f.to_dict() for f in fixes]}, indent=1) + "\n")
-    atomic_write(folder / "issue.md", draft(entry, runs, lines, fixes, test))
+            try:
+                fixes = check(entry, path, list(fix_on), ledger or Ledger.load(), stage / test_name if test else None)
+            except ReproducerDidNotRun as err:
+                raise ReproducerDidNotRun(f"{entry.id}, checking the fix: {err}") from err
+        atomic_write(stage / "evidence.json", json.dumps({"id": entry.id, "key": str(entry.key),
+                                                          "runs": [r.to_dict() for r in runs], "lines": lines,
+                                                          "fix": [f.to_dict() for f in fixes]}, indent=1) + "\n")
+        atomic_write(stage / "issue.md", draft(entry, runs, lines, fixes, test))
+        folder.mkdir(exist_ok=True)
+        for name in ["repro.py"] + ([test_name] if test else []) + ["evidence.json", "issue.md"]:
+            os.replace(stage / name, folder / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return folder, runs

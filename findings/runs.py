@@ -1,5 +1,10 @@
 """Running a reproducer on real releases: the standalone script and the pytest, each with a
-release environment's own python (never kvproof's). Nothing here imports vLLM."""
+release environment's own python (never kvproof's). Nothing here imports vLLM.
+
+A run says something about vLLM only when the reproducer ran: exit 1 (``BUG``) or 0 (``OK``).
+Any other exit (2: python could not open the file, a traceback before the script's own
+verdict, 124: timed out, 127: no environment for the release) is the machine's, never a
+verdict: :func:`did_not_run` names such runs and :func:`require_ran` refuses them."""
 
 from __future__ import annotations
 
@@ -7,11 +12,19 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvproof.errors import UsageError
+from kvproof.errors import EnvError, EnvironmentFailure, UsageError
 from kvproof.findings.ledger import Entry
 
 RUN_TIMEOUT_S = 300
 EXIT_BUG, EXIT_OK = 1, 0
+EXIT_TIMEOUT = 124
+EXIT_NO_ENV = 127  # the release's environment (or its python) is not there
+_RESULT = {EXIT_BUG: "BUG", EXIT_OK: "OK"}
+
+
+class ReproducerDidNotRun(EnvironmentFailure):
+    """A reproducer exited neither 0 nor 1 on some release: the machine's failure, never a
+    verdict about vLLM (exit 3). Nothing of the report is written."""
 
 
 @dataclass
@@ -20,15 +33,39 @@ class Run:
     python: str
     rc: int
     last: str
-    expected: str  # "BUG" on an affected release, "OK" where fixed / unaffected
+    expected: str | None  # "BUG" where the ledger measured the class, "OK" where not; None: not in the ledger
+    kind: str = "script"  # "script": repro.py, whose last line says BUG:/OK:; "pytest": the pytest reproducer
+
+    @property
+    def ran(self) -> bool:
+        """It reached its own verdict: exit 0 or 1, and for the script the last line that says so
+        (python exits 1 on an uncaught traceback too: an import error is not a BUG)."""
+        if self.rc not in _RESULT:
+            return False
+        return self.kind == "pytest" or self.last.startswith(_RESULT[self.rc] + ":")
+
+    @property
+    def result(self) -> str | None:
+        """"BUG" or "OK" as run; None where it did not run."""
+        return _RESULT[self.rc] if self.ran else None
 
     @property
     def as_expected(self) -> bool:
-        return self.rc == (EXIT_BUG if self.expected == "BUG" else EXIT_OK)
+        """It ran and agrees with the ledger (a release the ledger has not measured agrees by
+        definition: its result is what is known of it)."""
+        return self.ran and (self.expected is None or self.result == self.expected)
+
+    def expectation(self) -> str:
+        """``expected BUG`` or, for a release the ledger has not measured, ``not in the ledger
+        yet: BUG as run``."""
+        if self.expected is None:
+            return f"not in the ledger yet: {self.result or 'did not run'} as run"
+        return f"expected {self.expected}"
 
     def to_dict(self) -> dict:
         return {"release": self.release, "python": self.python, "rc": self.rc, "last_line": self.last,
-                "expected": self.expected, "as_expected": self.as_expected}
+                "expected": self.expected, "in_ledger": self.expected is not None, "result": self.result,
+                "as_expected": self.as_expected}
 
 
 def affected(entry: Entry) -> list[str]:
@@ -43,28 +80,84 @@ def release_key(r: str) -> tuple:
         return (1 << 30,)
 
 
-def expected_on(entry: Entry, release: str) -> str:
-    return "BUG" if entry.releases.get(release) in ("FAIL", "ERROR") else "OK"
+def expected_on(entry: Entry, release: str) -> str | None:
+    """"BUG" where the ledger measured the class on ``release``, "OK" where it measured
+    something else, None where it has not measured ``release``."""
+    if release not in entry.releases:
+        return None
+    return "BUG" if entry.releases[release] in ("FAIL", "ERROR") else "OK"
+
+
+def installed_releases(entry: Entry | None = None) -> list[str]:
+    """Every managed release (src/kvproof/facts.py) whose environment is built, and every
+    release ``entry`` measured whose environment is built, oldest first: where a report runs
+    its reproducer unless told otherwise."""
+    from kvproof import envs, facts
+
+    wanted = list(facts.MANAGED_RELEASES) + sorted(entry.releases if entry else (), key=release_key)
+    have = []
+    for r in dict.fromkeys(wanted):
+        try:
+            envs.find(r)
+        except (EnvError, UsageError):
+            continue
+        have.append(r)
+    return sorted(have, key=release_key)
+
+
+def _tail(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else ""
 
 
 def run_script(path: Path, releases: list[str], entry: Entry, timeout: float = RUN_TIMEOUT_S) -> list[Run]:
-    """``path`` run with each release's python; the last line it printed and its exit code."""
+    """``path`` run with each release's python; the last line it printed and its exit code.
+    A release without an environment is a run with exit 127 and the reason, not an exception,
+    so every release's outcome is known (:func:`require_ran` then refuses the lot)."""
     from kvproof import envs
 
+    path = Path(path).resolve()  # absolute: the working directory is the script's folder
     out = []
     for r in releases:
-        py = str(envs.find(r).python)
+        try:
+            py = str(envs.find(r).python)
+        except (EnvError, UsageError) as err:
+            out.append(Run(r, "-", EXIT_NO_ENV, str(err), expected_on(entry, r)))
+            continue
         try:
             proc = subprocess.run([py, str(path)], capture_output=True, text=True, timeout=timeout,
                                   cwd=str(path.parent))
-            lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
-            stdout = [ln for ln in proc.stdout.splitlines() if ln.strip()]
-            last = (stdout or lines or [""])[-1].strip()
             rc = proc.returncode
+            # the script's own word (BUG/OK/OTHER) is its last stdout line; where it did not reach
+            # one, the cause is stderr's last line (python's message, a traceback's last line)
+            own, err = _tail(proc.stdout), _tail(proc.stderr)
+            last = own if own.startswith(("BUG:", "OK:", "OTHER:")) else (err or own)
         except subprocess.TimeoutExpired:
-            rc, last = 124, f"timed out after {timeout:.0f} s"
+            rc, last = EXIT_TIMEOUT, f"timed out after {timeout:.0f} s"
+        except OSError as err:  # the environment's python is gone or not executable
+            rc, last = EXIT_NO_ENV, f"{py}: {err.strerror or err}"
         out.append(Run(r, py, rc, last, expected_on(entry, r)))
     return out
+
+
+def did_not_run(runs: list[Run]) -> list[Run]:
+    return [r for r in runs if not r.ran]
+
+
+def why_not(run: Run) -> str:
+    """The cause of a run that did not run, in one line."""
+    if run.rc in (EXIT_TIMEOUT, EXIT_NO_ENV):
+        return run.last  # "timed out after N s", the missing environment's message
+    return f"exit {run.rc}: {run.last or 'no output'}"
+
+
+def require_ran(runs: list[Run], what: str = "the reproducer") -> None:
+    """Raise :class:`ReproducerDidNotRun` naming each release where ``what`` did not run."""
+    bad = did_not_run(runs)
+    if bad:
+        raise ReproducerDidNotRun(f"{what} did not run on " + "; ".join(
+            f"vLLM {r.release} ({why_not(r)})" for r in bad)
+            + ": an environment failure, not a verdict about vLLM; nothing written")
 
 
 def pytest_shim() -> Path:
@@ -89,21 +182,30 @@ def pytest_shim() -> Path:
     return shim
 
 
-def run_pytest(path: Path, releases: list[str], timeout: float = RUN_TIMEOUT_S) -> list[int]:
-    """``path`` run by pytest with each environment's python: 1 (a test failed: the bug shows),
-    0 (passed), anything else (it did not run)."""
+def run_pytest(path: Path, releases: list[str], timeout: float = RUN_TIMEOUT_S) -> list[Run]:
+    """``path`` run by pytest with each environment's python: exit 1 (a test failed: the bug
+    shows), 0 (passed), anything else (it did not run: pytest's 2-5, 124 timed out, 127 no
+    environment). ``Run.expected`` is None: a pytest has no ledger expectation of its own."""
     import os
 
     from kvproof import envs
 
+    path = Path(path).resolve()
     env = {**os.environ, "PYTHONPATH": str(pytest_shim())}
     out = []
     for r in releases:
         try:
-            proc = subprocess.run([str(envs.find(r).python), "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                                   path.name], capture_output=True, text=True, timeout=timeout, cwd=str(path.parent),
-                                  env=env)
-            out.append(proc.returncode)
+            py = str(envs.find(r).python)
+        except (EnvError, UsageError) as err:
+            out.append(Run(r, "-", EXIT_NO_ENV, str(err), None, "pytest"))
+            continue
+        try:
+            proc = subprocess.run([py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(path)],
+                                  capture_output=True, text=True, timeout=timeout, cwd=str(path.parent), env=env)
+            rc, last = proc.returncode, _tail(proc.stdout) or _tail(proc.stderr)
         except subprocess.TimeoutExpired:
-            out.append(124)
+            rc, last = EXIT_TIMEOUT, f"timed out after {timeout:.0f} s"
+        except OSError as err:
+            rc, last = EXIT_NO_ENV, f"{py}: {err.strerror or err}"
+        out.append(Run(r, py, rc, last, None, "pytest"))
     return out
