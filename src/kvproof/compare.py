@@ -55,14 +55,20 @@ REFERENCE_LAYOUTS = (
 )
 
 
-def generated(n: int, spec_share: float, seed: int = 0, method: str | None = None) -> list[tuple[Layout, Stream]]:
+def generated(n: int, spec_share: float, seed: int = 0, method: str | None = None,
+              connectors: Sequence[str | None] = (None,)) -> list[tuple[Layout, Stream]]:
     """``n`` inputs: the reference layouts in turn, each under a seeded stream (drafts of
-    ``method`` only, when given: ``mtp`` draws one module, two or one per draft token)."""
+    ``method`` only, when given: ``mtp`` draws one module, two or one per draft token) and the
+    ``connectors`` in turn (None: no connector). One connector keeps every seed's inputs as before."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
         base = dict(REFERENCE_LAYOUTS[i % len(REFERENCE_LAYOUTS)])
         base["cache"] = dict(base["cache"], enable_prefix_caching=True)
+        # the connector turns with the inputs, out of step with the layouts (5 of them)
+        connector = connectors[(i // len(REFERENCE_LAYOUTS)) % len(connectors)]
+        if connector:
+            base["kv_connector"] = connector
         lay = Layout.from_dict(base)
         big = lay.largest_block
         out.append((lay, random_stream(rng, max(64, min(3 * big, 2048)), spec_share, method)))
@@ -91,6 +97,9 @@ def _parse(argv: Sequence[str] | None) -> Any:
     ap.add_argument("--generated", type=int, default=0, metavar="N", help="N generated inputs (reference layouts)")
     ap.add_argument("--spec-share", type=float, default=0.5, help="share of generated streams with drafts")
     ap.add_argument("--spec-method", choices=facts.SPEC_METHODS, help="generated streams draft with this method only")
+    ap.add_argument("--connector", action="append", default=[], metavar="NAME",
+                    help="generated inputs turn through these connectors and none (repeatable; 'each': "
+                         "every connector the consumer tier drives)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--margin", type=int, default=0, metavar="TOKENS", help="tokens a request may lose")
     ap.add_argument("--models", action="store_true",
@@ -116,6 +125,12 @@ def _parse(argv: Sequence[str] | None) -> Any:
     if not 0.0 <= args.spec_share <= 1.0 or args.margin < 0:
         raise UsageError("kvproof compare: --spec-share must be in [0, 1] and --margin >= 0")
     args.releases = sorted(dict.fromkeys(rels), key=facts.release_key)
+    names = [c for x in args.connector for c in (facts.CONSUMER_CONNECTORS if x == "each" else [x])]
+    unknown = [c for c in names if c not in facts.connectors()]
+    if unknown:
+        raise UsageError(f"kvproof compare: --connector {unknown[0]!r} is no registered connector "
+                         f"(e.g. {', '.join(facts.CONSUMER_CONNECTORS)}, or 'each')")
+    args.connectors = [None, *dict.fromkeys(names)]
     return args
 
 
@@ -170,7 +185,8 @@ def _body(argv: Sequence[str] | None) -> int:
     if args.models:
         items, runs = _models(args)
     else:
-        items = load_inputs(args.inputs) + generated(args.generated, args.spec_share, args.seed, args.spec_method)
+        items = load_inputs(args.inputs) + generated(args.generated, args.spec_share, args.seed, args.spec_method,
+                                                           args.connectors)
         runs = {rel: run_many(items, envs.find(rel)) for rel in args.releases}
     rep = diff(items, runs, args.margin)
     from kvproof.findings.ledger import Ledger
