@@ -240,6 +240,35 @@ MTP_REFERENCE_MODELS = ("deepseek_v4", "qwen3_5", "qwen3_next")
 # MMEncoderAttention, which has no KV cache; its audio tower has no attention).
 TEXT_ONLY_REFERENCE_MODELS = {"muse_spark": "MuseSparkForConditionalGeneration"}
 LANGUAGE_MODEL_ONLY = "--language-model-only"
+# Connectors whose class keeps lookahead block hashes (KVConnectorBase_V1.supports_lookahead_block_hashes,
+# 0.34+; VllmConfig._resolve_num_hash_lookahead_tokens returns 0 under any other connector, and 0.33
+# under every connector). MultiConnector answers for its inner connectors. Per major.minor; a
+# release absent here has none. Read back by tests/integration/test_facts.py.
+LOOKAHEAD_HASH_CONNECTORS = {"0.34": ("NixlConnector", "NixlPullConnector", "NixlPushConnector", "OffloadingConnector",
+                                      "MooncakeConnector", "MooncakeStoreConnector", "SimpleCPUOffloadConnector")}
+
+
+def lookahead_hash_connectors(release: str) -> tuple[str, ...]:
+    """The connectors under which ``release`` keeps lookahead block hashes."""
+    return LOOKAHEAD_HASH_CONNECTORS.get(".".join(release.split("+")[0].split(".")[:2]), ())
+
+
+# Consumer-side changes of a release, each marked by a name its code has from that release on
+# (``module:Qualname``; a dataclass field counts). Read back from every installed release by
+# tests/integration/test_facts.py: present exactly from ``since`` on.
+CONSUMER_MARKS = {
+    # 0.33: a block's hash covers the next L tokens (EAGLE-family drafters), replacing the drop
+    "lookahead_hashes": ("0.33", "vllm.config.vllm:VllmConfig.num_hash_lookahead_tokens"),
+    # 0.34: lookahead hashes kept under connectors that say so
+    "lookahead_under_connectors": ("0.34", "vllm.distributed.kv_transfer.kv_connector.v1.base:"
+                                           "KVConnectorBase_V1.supports_lookahead_block_hashes"),
+    # 0.34: multi-module MTP counts the draft's n_predict modules (was num_nextn_predict_layers)
+    "mtp_modules_from_n_predict": ("0.34", "vllm.config.speculative:SpeculativeConfig.num_mtp_modules"),
+    # 0.34: a request with prompt_logprobs reads the prefix cache only up to prompt_logprob_start
+    "prompt_logprobs_hit_cap": ("0.34", "vllm.v1.request:Request.get_prefix_cache_hit_limit"),
+    # 0.34: block hashes a frontend computed from the engine's PrefixHashConfig are trusted
+    "frontend_block_hashes": ("0.34", "vllm.v1.core.kv_cache_utils:frontend_block_hashes"),
+}
 # Where a KV cache coordinator keeps the groups that drop the unit past a hit for EAGLE:
 # 0.33 drop_eagle_group_ids (empty when lookahead hashing replaces the drop), 0.27-0.32
 # eagle_group_ids (every group when use_eagle and no KVCacheGroupSpec.is_eagle_group is set).

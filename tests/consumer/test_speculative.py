@@ -14,10 +14,12 @@ from kvproof.judge import above_ideal, ideal_hit, judge_consumer
 from kvproof.layout import Layout
 from kvproof.verdicts import Verdict
 
-from conftest import require_env
+from conftest import RELEASES, require_env
+from kvproof import facts
 
 pytestmark = [pytest.mark.integration, pytest.mark.consumer]
-RELEASES = ("0.27.0", "0.28.0", "0.32.0", "0.33.0")
+# lookahead hashing (VllmConfig.num_hash_lookahead_tokens) replaces the EAGLE block drop from 0.33
+LOOKAHEAD_FROM = "0.33.0"
 
 FULL = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
                          "cache": {"block_size": 16, "enable_prefix_caching": True}})
@@ -91,18 +93,19 @@ def test_eagle_drops_a_block_on_the_mamba_hybrid(runs):
 
 
 
-def test_multi_module_mtp_hashes_k_tokens_ahead_on_0_33(runs):
+def test_multi_module_mtp_hashes_k_tokens_ahead_from_0_33(runs):
     """A target with several MTP modules (num_nextn_predict_layers, the consumer tier's MTP target
-    rebuilt per stream): 0.33 hashes num_speculative_tokens past each block once several
-    modules draft (num_prefill_lookahead_tokens), one token for a single module; earlier
-    releases drop a block instead. Each hit stays within its ideal, the resend hits it."""
+    rebuilt per stream): 0.33+ hashes num_speculative_tokens past each block once several
+    modules draft (num_prefill_lookahead_tokens; 0.34 reads the modules from the draft's
+    n_predict), one token for a single module; earlier releases drop a block instead. Each hit
+    stays within its ideal, the resend hits it."""
     release, items, results = runs
     got = {st.spec: res for (lay, st), res in zip(items, results) if lay is FULL and st.spec in MTP}
     assert set(got) == set(MTP)
     for d, res in got.items():
         assert not res.not_expressible and not res.harness_error, (release, d, res.not_expressible)
         assert not above_ideal(res) and res.hits[1]["hit"] == ideal_hit(res, res.hits[1], 16), (release, d)
-        if release == "0.33.0":
-            assert (res.hash_lookahead, res.eagle_drop) == (d.k if d.modules > 1 else 1, False), d
+        if facts.release_key(release) >= facts.release_key(LOOKAHEAD_FROM):
+            assert (res.hash_lookahead, res.eagle_drop) == (d.k if d.modules > 1 else 1, False), (release, d)
         else:
             assert (res.hash_lookahead, res.eagle_drop) == (0, True), (release, d)

@@ -56,7 +56,42 @@ if "dcp_sharded" in fields:
     for k, cls in kinds.items():
         if cls is not None:
             sharded[k] = next(f.default for f in dataclasses.fields(cls) if f.name == "dcp_sharded")
+import importlib as _il, sys as _sys
+marks = json.loads(_sys.argv[1])
+
+
+def _has(where):
+    mod, _, qual = where.partition(":")
+    try:
+        obj = _il.import_module(mod)
+    except Exception:
+        return None
+    for part in qual.split("."):
+        fields = getattr(obj, "__dataclass_fields__", {})
+        if hasattr(obj, part) or part in fields:
+            obj = getattr(obj, part, None)
+        else:
+            return False
+    return True
+
+
+lookahead = {}
+for name, module, cls in registered:
+    try:
+        klass = getattr(importlib.import_module(module), cls)
+    except Exception:  # an optional dependency missing: its module source must not claim it
+        rel = module.replace("vllm.", "", 1).replace(".", "/")
+        src = pathlib.Path(vllm.__file__).parent / (rel + ".py")
+        text = src.read_text() if src.exists() else ""
+        lookahead[name] = None if "supports_lookahead_block_hashes" not in text else "unknown"
+        continue
+    f = getattr(klass, "supports_lookahead_block_hashes", None)
+    if f is not None:
+        from vllm.config import KVTransferConfig
+        lookahead[name] = bool(f(KVTransferConfig(kv_connector=name, kv_role="kv_both")))
 print(json.dumps({
+    "marks": {k: _has(w) for k, w in marks.items()},
+    "lookahead": lookahead,
     "vllm": vllm.__version__,
     "modes": list(typing.get_args(cache_mod.MambaCacheMode)),
     "registered": [r[0] for r in registered],
@@ -73,7 +108,8 @@ print(json.dumps({
 @pytest.fixture(scope="module", params=RELEASES)
 def real(request):
     env = require_env(request.param)
-    proc = subprocess.run([str(env.python), "-c", PROBE], capture_output=True, text=True, env=worker_env(),
+    marks = json.dumps({k: where for k, (_, where) in facts.CONSUMER_MARKS.items()})
+    proc = subprocess.run([str(env.python), "-c", PROBE, marks], capture_output=True, text=True, env=worker_env(),
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -103,3 +139,19 @@ def test_attention_kinds_and_dcp_sharded_default(real):
 def test_spec_fields(real):
     rev, got = real
     assert set(facts.FIELDS[rev]) == set(got["fields"])
+
+
+def test_lookahead_hash_connectors(real):
+    """0.34's connectors that keep lookahead block hashes (facts.LOOKAHEAD_HASH_CONNECTORS)."""
+    rev, got = real
+    assert "unknown" not in got["lookahead"].values(), got["lookahead"]
+    kept = {name for name, yes in got["lookahead"].items() if yes}
+    assert kept == set(facts.lookahead_hash_connectors(got["vllm"]))
+
+
+def test_consumer_marks(real):
+    """Each consumer change (facts.CONSUMER_MARKS) is present exactly from its release on."""
+    rev, got = real
+    for name, (since, where) in facts.CONSUMER_MARKS.items():
+        expected = facts.release_key(got["vllm"]) >= facts.release_key(since + ".0")
+        assert got["marks"][name] is expected, (name, where, got["vllm"])
