@@ -13,9 +13,7 @@ from kvproof.bridge.client import worker_env
 from kvproof.bridge import compat
 from kvproof.consumer.result import ConsumerResult
 
-from conftest import require_env
-
-RELEASES = ("0.27.0", "0.28.0", "0.32.0", "0.33.0")
+from conftest import RELEASES, require_env  # the ci releases (src/kvproof/facts.py)
 
 
 class _Manager033:  # the shape of 0.33's KVCacheManager.get_computed_blocks (no vLLM needed)
