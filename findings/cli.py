@@ -10,6 +10,9 @@
                                                (vLLM only), their runs per release, and the fix checked
                                                on an overlay, in out/findings/<id>/ (--all: every bug
                                                entry into out/reports/) (kvproof.findings.report)
+    kvproof findings remeasure ID...|--all --vllm R [--write]
+                                               each class measured again on a release: still present or
+                                               not (kvproof.findings.remeasure); --write records the verdicts
     kvproof findings witness ID|--all [--vllm R] [--model M ...] [--write]
                                                which reference models reach the class on real vLLM
                                                (kvproof.findings.witness); --write records the first
@@ -58,6 +61,11 @@ def _parser() -> Parser:
     rep.add_argument("--vllm", action="append", metavar="RELEASE",
                      help="run the script on this release (repeatable; default: every managed release "
                           "installed here)")
+    rem = sub.add_parser("remeasure", help="measure known classes on a release again (a new release)")
+    rem.add_argument("ids", nargs="*", help="ledger ids (or --all)")
+    rem.add_argument("--all", action="store_true")
+    rem.add_argument("--vllm", required=True, metavar="RELEASE", help="the release to measure on")
+    rem.add_argument("--write", action="store_true", help="record each verdict in its entry's releases")
     wit = sub.add_parser("witness", help="the reference models that reach a class on real vLLM")
     wit.add_argument("id", nargs="?", help="a ledger id (or --all: every bug and latent entry)")
     wit.add_argument("--all", action="store_true")
@@ -211,6 +219,25 @@ def _witness(args, ledger: Ledger) -> int:
     return 0 if found_all else 1
 
 
+def _remeasure(args, ledger: Ledger) -> int:
+    from kvproof import envs
+    from kvproof.findings.remeasure import record, remeasure
+
+    if args.all == bool(args.ids):
+        raise UsageError("findings remeasure: give ledger ids or --all")
+    release, = envs.resolve([args.vllm])[:1]
+    envs.find(release)  # one line, exit 2, when it is not built
+    entries = ledger.entries() if args.all else [ledger.find(i) for i in args.ids]
+    results = remeasure(entries, release)
+    for m in results:
+        print(m.line())
+    present = sum(m.present for m in results)
+    print(f"{present} of {len(results)} classes still present on vLLM {release}")
+    if args.write:
+        print(f"recorded vLLM {release} in {record(ledger, results)} entr(ies)")
+    return 0
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     ledger = Ledger.load(args.ledger)
@@ -229,6 +256,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return _report(args, ledger)
     if args.cmd == "witness":
         return _witness(args, ledger)
+    if args.cmd == "remeasure":
+        return _remeasure(args, ledger)
     layout, stream, m = _measure(args)
     for r, v in m.releases.items():
         print(f"  vLLM {r}: {v}")
