@@ -50,7 +50,9 @@ def probe_key(manifest: dict) -> str:
     from pathlib import Path
     from kvproof import stand_in_triton
     stand_ins = manifest.get("stand_ins") or []
-    text = f"{PROBE_VERSION}|{stand_ins}|" + (Path(stand_in_triton.__file__).read_text() if stand_ins else "")
+    # the stand-in's mode (KVPROOF_TRITON_STAND_IN) changes what the environment can run
+    text = (f"{PROBE_VERSION}|{stand_ins}|" + (stand_in_triton.mode() + Path(stand_in_triton.__file__).read_text()
+                                               if stand_ins else ""))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
