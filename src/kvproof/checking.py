@@ -140,7 +140,7 @@ def judge(name: str, layout: Layout, env_name: str, outcome: Outcome) -> Row:
 
 def exit_code(rows: Sequence[Row]) -> int:
     """``kvproof check``'s exit code: 1 any FAIL, else 3 any ERROR, else 0
-    (OK, WARN, REJECTED, NOT_EXPRESSIBLE, UNSUPPORTED and LATENT are not failures)."""
+    (OK, UNCHECKED, WARN, REJECTED, NOT_EXPRESSIBLE, UNSUPPORTED and LATENT are not failures)."""
     verdicts = {r.verdict for r in rows}
     if Verdict.FAIL in verdicts:
         return 1

@@ -1,6 +1,6 @@
 """kvproof's command line.
 
-Exit codes of ``check``: 0 nothing FAIL (OK, WARN, REJECTED, NOT_EXPRESSIBLE
+Exit codes of ``check``: 0 nothing FAIL (OK, UNCHECKED, WARN, REJECTED, NOT_EXPRESSIBLE
 and LATENT rows), 1 any FAIL (real vLLM raised or misbehaved, at the tier the
 table names), 3 any ERROR and no FAIL (a run failed for a reason unrelated to
 block sizes), 2 usage or input error. Verdicts come from ``kvproof.judge``.

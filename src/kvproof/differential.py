@@ -21,6 +21,7 @@ from kvproof.classkey import class_key
 from kvproof.consumer.drafts import effective_drafts
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream
+from kvproof.errors import Unchecked
 from kvproof.judge import judge_consumer
 from kvproof.layout import Layout
 from kvproof.verdicts import Verdict
@@ -154,7 +155,10 @@ def class_weights(items: Sequence[tuple[Layout, Stream]], results: Sequence[Cons
 
 def _drafts_label(lay: Layout, st: Stream) -> str:
     """The drafts a compared run used (the harness's rule: the stream's, else the Layout's)."""
-    drafts = effective_drafts(lay, st)
+    try:
+        drafts = effective_drafts(lay, st)
+    except Unchecked as err:  # a method kvproof does not draft for: named, never compared
+        return str(err).split(":")[0]
     return drafts.label() if drafts else ""
 
 

@@ -35,6 +35,11 @@ class NotExpressible(KvproofError):
     """A Layout uses a field the given vLLM release does not have."""
 
 
+class Unchecked(KvproofError):
+    """kvproof does not model what the input asks (its gap, never a fact about vLLM): the
+    message says what would lift it. The verdict is UNCHECKED."""
+
+
 class EnvironmentFailure(KvproofError):
     """The machine or environment cannot run this vLLM code (a platform check, a missing
     kernel): never a verdict about vLLM. Exit 3, like every ERROR."""

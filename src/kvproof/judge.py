@@ -42,6 +42,8 @@ Rules, in order:
 Consumer tier (``judge_consumer(result, layout=None)``, a ``kvproof.consumer``
 ``ConsumerResult``: the real Scheduler driven by a request stream), first match wins:
 
+C0. ``unchecked`` set (kvproof does not model what the run needs: a speculative method it
+    does not draft for): UNCHECKED with what would lift it, never a verdict about vLLM.
 C1. ``not_expressible`` set (the release has no such setting, or the engine never
     builds that connector setup, e.g. a connector without SupportsHMA on a hybrid
     layout): NOT_EXPRESSIBLE with the reason.
@@ -314,6 +316,8 @@ def consumer_outcome(r, layout: Layout | None = None) -> Outcome:
 def judge_consumer(r, layout: Layout | None = None) -> Judgement:
     """The verdict of a consumer-tier run (``kvproof.consumer.ConsumerResult``); rules C1-C6."""
     T = Tier.CONSUMER
+    if getattr(r, "unchecked", None):
+        return Judgement(Verdict.UNCHECKED, T, note=r.unchecked)
     if r.not_expressible:
         return Judgement(Verdict.NOT_EXPRESSIBLE, T, note=r.not_expressible)
     if r.setup_error:

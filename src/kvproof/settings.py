@@ -34,6 +34,8 @@ KVPROOF_FUZZ_FAST           harness: 0 uses the bridge's plain path instead of B
 KVPROOF_FUZZ_MEMO           harness: 0 turns the fast path's manager memo off
 KVPROOF_FUZZ_ARGV0          harness: program name libFuzzer prints
 KVPROOF_CFLITE_LOCAL        tests: run the ClusterFuzzLite build script locally
+KVPROOF_TRITON_STAND_IN     a 0.34+ environment's Triton stand-in: gate (default), everywhere or off
+                            (src/kvproof/stand_in_triton.py)
 KVPROOF                     docs/ci/check_vllm_pr.sh: the kvproof command (kvproof)
 KVPROOF_BASE                docs/ci/check_vllm_pr.sh: the release the PR is overlaid on (kvproof's
                             default release, `kvproof env releases default`)

@@ -12,13 +12,16 @@ class Verdict(enum.IntEnum):
     """What real vLLM (or a contract, for LATENT) said about one Layout or Config."""
 
     OK = 0
-    WARN = 1  # efficiency hazard, measured or predicted
-    NOT_EXPRESSIBLE = 2  # the release has no such setting
-    REJECTED = 3  # the release's own validation refused a user error, clearly
-    UNSUPPORTED = 4  # vLLM refuses the configuration by design (contracts.UNSUPPORTED_BY_DESIGN)
-    LATENT = 5  # a contract says unsafe; nothing real has shown it yet
-    ERROR = 6  # the run failed for a reason unrelated to block sizes, or kvproof's own harness broke
-    FAIL = 7  # real vLLM raised, asserted or misbehaved (at a named tier) on an input it means to accept
+    # kvproof does not model this (a speculative method, a connector's absent package): not a
+    # fact about vLLM; the verdict says what would lift it. Never a pass of a vLLM check.
+    UNCHECKED = 1
+    WARN = 2  # efficiency hazard, measured or predicted
+    NOT_EXPRESSIBLE = 3  # the release has no such setting
+    REJECTED = 4  # the release's own validation refused a user error, clearly
+    UNSUPPORTED = 5  # vLLM refuses the configuration by design (contracts.UNSUPPORTED_BY_DESIGN)
+    LATENT = 6  # a contract says unsafe; nothing real has shown it yet
+    ERROR = 7  # the run failed for a reason unrelated to block sizes, or kvproof's own harness broke
+    FAIL = 8  # real vLLM raised, asserted or misbehaved (at a named tier) on an input it means to accept
 
     def __str__(self) -> str:
         return self.name

@@ -27,7 +27,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from kvproof.errors import LayoutError, NotExpressible
+from kvproof.errors import LayoutError, Unchecked
 from kvproof import facts
 
 VOCAB = 30000
@@ -125,16 +125,17 @@ def parse_drafts(data: Any, where: str = "spec") -> Drafts | None:
 
 def effective_drafts(layout: Any, stream: Any) -> Drafts | None:
     """What drafts a run makes: the stream's, else the Layout's speculative method (the engine's,
-    from a derivation or a log line) with every draft accepted; NOT_EXPRESSIBLE for a method
-    the consumer tier cannot draft for."""
+    from a derivation or a log line) with every draft accepted; UNCHECKED for a method
+    the consumer tier cannot draft for is UNCHECKED."""
     if stream.spec is not None:
         return stream.spec
     spec = getattr(layout, "speculative", None)
     if spec is None:
         return None
     if spec.method not in facts.SPEC_METHODS:
-        raise NotExpressible(f"speculative method {spec.method}: the consumer tier drafts for "
-                             f"{', '.join(facts.SPEC_METHODS)} only")
+        raise Unchecked(f"speculative method {spec.method}: kvproof's consumer tier drafts for "
+                        f"{', '.join(facts.SPEC_METHODS)} only (lifted by a drafter for it in "
+                        f"kvproof.consumer.drafters)")
     modules = int(getattr(spec, "mtp_modules", 1) or 1) if spec.method == "mtp" else 1
     return Drafts(spec.method, min(spec.num_speculative_tokens, facts.MAX_SPEC_TOKENS),
                   modules=min(modules, facts.MAX_SPEC_TOKENS))

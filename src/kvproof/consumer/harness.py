@@ -33,6 +33,7 @@ from kvproof.consumer import scheduler, wiring  # noqa: E402
 from kvproof.consumer.configs import EngineConfigs  # noqa: E402
 from kvproof.consumer.driver import Driver  # noqa: E402
 from kvproof.consumer.failures import raised  # noqa: E402
+from kvproof.errors import Unchecked  # noqa: E402
 from kvproof.consumer.needs import draft_ids_cls, needs  # noqa: E402
 from kvproof.consumer.refusals import refusal  # noqa: E402
 from kvproof.consumer.result import ConsumerResult, RunState  # noqa: E402
@@ -91,7 +92,11 @@ class Harness:
         return st.res
 
     def _run(self, st: RunState, layout: Layout, stream: Stream, max_steps: int | None) -> None:
-        stream, why = refusal(layout, stream, self.draft_ids_cls is not None)
+        try:
+            stream, why = refusal(layout, stream, self.draft_ids_cls is not None)
+        except Unchecked as err:
+            st.res.unchecked = str(err)
+            return
         if why is not None:
             st.res.not_expressible = why
             return

@@ -1,5 +1,8 @@
 """Inputs no engine builds, refused before a consumer run starts (NOT_EXPRESSIBLE). No vLLM import.
 
+What kvproof itself cannot run (a speculative method it does not draft for) is not a refusal:
+``effective_drafts`` raises ``Unchecked`` through :func:`refusal`.
+
 Each refusal names the engine rule that keeps the combination from reaching
 one scheduler, so a run never judges vLLM on a KV cache no model derives.
 """
@@ -10,7 +13,6 @@ from dataclasses import replace
 
 from kvproof.consumer.drafts import effective_drafts
 from kvproof.consumer.stream import Stream
-from kvproof.errors import NotExpressible
 from kvproof.layout import Layout
 
 
@@ -26,10 +28,9 @@ def refusal(layout: Layout, stream: Stream, takes_drafts: bool) -> tuple[Stream,
         # (HybridKVCacheCoordinator, offloading/config.py:76, simple_kv_offload/manager.py:193).
         return stream, ("every group opts out of prefix caching (CircularBufferSpec only): no model derives "
                         "such a KV cache; they sit beside cacheable MLA/attention groups")
-    try:  # the Layout's speculative method (a derivation's) drafts when the stream names none
-        stream = replace(stream, spec=effective_drafts(layout, stream))
-    except NotExpressible as err:
-        return stream, str(err)
+    # the Layout's speculative method (a derivation's) drafts when the stream names none; one
+    # kvproof does not draft for raises Unchecked (the caller's UNCHECKED, never a refusal)
+    stream = replace(stream, spec=effective_drafts(layout, stream))
     if any(g.eagle for g in layout.groups) and not (stream.spec is not None and stream.spec.eagle):
         # kv_cache_utils.py annotates is_eagle_group only under use_eagle_block_drop()
         return stream, ("a group flagged eagle without an EAGLE-family drafter: the engine sets "

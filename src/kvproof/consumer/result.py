@@ -37,6 +37,9 @@ class ConsumerResult:
     # kvproof.bridge.compat) or an exception was raised in a kvproof frame (spies, fake
     # worker, setup). The run says nothing about vLLM: the judge's verdict is ERROR, never FAIL.
     harness_error: str | None = None
+    # kvproof does not model what the run needs (a speculative method, a connector's absent
+    # package): UNCHECKED with what would lift it, never a verdict about vLLM
+    unchecked: str | None = None
     hits: list[dict[str, int]] = field(default_factory=list)
     # speculative decoding (the stream's spec): draft tokens the fake model runner proposed,
     # those the scheduler scheduled and the target verified, and those it accepted

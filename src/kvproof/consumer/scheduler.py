@@ -22,7 +22,7 @@ from kvproof.consumer.configs import EngineConfigs
 from kvproof.consumer.failures import exc_line, own_error, raised
 from kvproof.consumer.result import RunState
 from kvproof.consumer.stream import Stream
-from kvproof.errors import NotExpressible
+from kvproof.errors import NotExpressible, Unchecked
 from kvproof.layout import Layout
 from kvproof import facts
 
@@ -33,6 +33,9 @@ def build(configs: EngineConfigs, st: RunState, layout: Layout, stream: Stream) 
     try:
         kv_cfg = configs.kv_cache_config(layout, num_blocks)
         vcfg = configs.vllm_config(layout, stream, num_blocks, gpu_bytes=sum(t.size for t in kv_cfg.kv_cache_tensors))
+    except Unchecked as err:  # kvproof's gap, never a fact about vLLM
+        st.res.unchecked = str(err)
+        return None
     except NotExpressible as err:
         st.res.not_expressible = str(err)
         return None
