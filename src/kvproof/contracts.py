@@ -12,6 +12,8 @@ the same ids.
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -314,9 +316,32 @@ UNSUPPORTED_BY_DESIGN: tuple[Refusal, ...] = (
 )
 
 
+# A refusal recognised by how vLLM refuses, not by a hand list: a ValueError or NotImplementedError
+# raised while a KV connector, a KV cache manager or the coordinator is built or validates its
+# configuration (a constructor, or a check/validate/verify helper it calls), in the code that
+# builds them (REFUSING_CODE), whose message says the configuration is not supported, e.g.
+# MooncakeStoreConnector.__init__ (0.27): "MooncakeStoreConnector does not support: PCP/DCP > 1
+# ... with hybrid attention". The hand list above stays for bare asserts vLLM documents elsewhere.
+REFUSING_TYPES = ("ValueError", "NotImplementedError")
+REFUSING_CODE = ("vllm/distributed/kv_transfer/", "vllm/v1/core/", "vllm/v1/simple_kv_offload/",
+                 "vllm/v1/kv_offload/")
+_NOT_SUPPORTED = re.compile(r"\b(does not support|do not support|doesn't support|not supported|is unsupported)\b",
+                            re.IGNORECASE)
+_REFUSING_FUNCTIONS = ("__init__", "check", "validate", "verify")
+
+
+def refuses_by_message(err: StageError | None) -> bool:
+    """``err`` is a constructor's "not supported" refusal (see :data:`REFUSING_CODE`)."""
+    if err is None or err.type not in REFUSING_TYPES or not _NOT_SUPPORTED.search(err.message or ""):
+        return False
+    where, _, function = (err.frame or "").partition(" in ")
+    return where.startswith(REFUSING_CODE) and any(f in function for f in _REFUSING_FUNCTIONS)
+
+
 def refused_by_design(layout: Layout | None, err: StageError | None) -> bool:
-    """``err`` is a refusal of ``layout`` that vLLM makes by design (:data:`UNSUPPORTED_BY_DESIGN`)."""
-    return any(r.matches(layout, err) for r in UNSUPPORTED_BY_DESIGN)
+    """``err`` is a refusal of ``layout`` that vLLM makes by design (:data:`UNSUPPORTED_BY_DESIGN`,
+    or a constructor's "not supported" message: :func:`refuses_by_message`)."""
+    return any(r.matches(layout, err) for r in UNSUPPORTED_BY_DESIGN) or refuses_by_message(err)
 
 
 def violation_by_design(layout: Layout, contract_id: str) -> Refusal | None:

@@ -136,3 +136,22 @@ def test_catalogue_ids_are_unique_and_name_vllm_code():
     assert all(c.protects.startswith("vllm/") and ".py:" in c.protects for c in contracts.CATALOGUE)
     assert all(isinstance(c.tier, Tier) for c in contracts.CATALOGUE)
     assert not hasattr(contracts, "Checker") and not hasattr(contracts, "FAIL") and not hasattr(contracts, "verdict")
+
+
+def test_a_constructors_not_supported_refusal_is_by_design():
+    """contracts.refuses_by_message: how vLLM refuses, not a hand list (issue 44 item 2)."""
+    from kvproof.outcome import StageError
+    mooncake = StageError("ValueError", "MooncakeStoreConnector does not support: PCP/DCP > 1 (pcp=1, dcp=8) "
+                          "with hybrid attention",
+                          "vllm/distributed/kv_transfer/kv_connector/v1/mooncake/store/connector.py:88 in __init__")
+    assert contracts.refuses_by_message(mooncake) and contracts.refused_by_design(None, mooncake)
+    helper = StageError("NotImplementedError", "TieringOffloadingSpec secondary tiers are not supported on this",
+                        "vllm/v1/kv_offload/tiering/spec.py:629 in _validate_tiers")
+    assert contracts.refuses_by_message(helper)
+    # not a refusal: an assert, a method at run time, code outside the builders, another message
+    for err in (StageError("AssertionError", "does not support", mooncake.frame),
+                StageError("NotImplementedError", "CrossAttentionManager does not support caching",
+                           "vllm/v1/core/single_type_kv_cache_manager.py:2201 in find_longest_cache_hit"),
+                StageError("ValueError", "X does not support Y", "vllm/model_executor/models/llama.py:10 in __init__"),
+                StageError("ValueError", "list index out of range", mooncake.frame), None):
+        assert not contracts.refuses_by_message(err), err
