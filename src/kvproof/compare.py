@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from kvproof import envs
 from kvproof.cliutil import Parser, guarded
 from kvproof.consumer.client import run_many
-from kvproof.consumer.stream import default_stream
+from kvproof.consumer.stream import stream_for
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream, random_stream
 from kvproof.errors import LayoutError, UsageError
@@ -82,8 +82,8 @@ def load_inputs(paths: Sequence[str]) -> list[tuple[Layout, Stream]]:
         if not isinstance(data, dict):
             raise LayoutError(f"{where}: not a JSON object")
         lay = Layout.from_dict(data.get("layout", data))
-        raw = data.get("stream") or (data.get("meta") or {}).get("stream")
-        return lay, (Stream.from_dict(raw) if raw else default_stream(lay))
+        raw = data.get("stream")  # a ledger entry's; a Layout file's own rides in its meta
+        return lay, (Stream.from_dict(raw) if raw else stream_for(lay))
     return [item for _, item in load_files(paths, one)]
 
 
