@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from typing import Any, Sequence
 
 from kvproof import envs
@@ -66,12 +67,16 @@ def generated(n: int, spec_share: float, seed: int = 0, method: str | None = Non
         base = dict(REFERENCE_LAYOUTS[i % len(REFERENCE_LAYOUTS)])
         base["cache"] = dict(base["cache"], enable_prefix_caching=True)
         # the connector turns with the inputs, out of step with the layouts (5 of them)
-        connector = connectors[(i // len(REFERENCE_LAYOUTS)) % len(connectors)]
+        turn = i // len(REFERENCE_LAYOUTS)
+        connector = connectors[turn % len(connectors)]
         if connector:
             base["kv_connector"] = connector
         lay = Layout.from_dict(base)
         big = lay.largest_block
-        out.append((lay, random_stream(rng, max(64, min(3 * big, 2048)), spec_share, method)))
+        st = random_stream(rng, max(64, min(3 * big, 2048)), spec_share, method)
+        if connector == "SimpleCPUOffloadConnector" and (turn // len(connectors)) % 2:
+            st = replace(st, offload="lazy")  # its two modes in turn, no draw: a seed's streams stay
+        out.append((lay, st))
     return out
 
 

@@ -105,7 +105,7 @@ class EngineConfigs:
             hidden = layout.kv_connector == facts.HIDDEN_STATES_CONNECTOR
             kv_transfer = KVTransferConfig(kv_connector=layout.kv_connector,
                                            kv_role="kv_producer" if hidden else "kv_both",
-                                           kv_connector_extra_config=self.connector_extra(gpu_bytes))
+                                           kv_connector_extra_config=self.connector_extra(gpu_bytes, stream))
         events = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
         extra = {"speculative_config": speculative} if speculative is not None else {}
         cfg = VllmConfig(model_config=model_config, cache_config=cache, scheduler_config=sched,
@@ -136,7 +136,7 @@ class EngineConfigs:
             return drafters.hidden_states(model_config, parallel)
         return None if stream.spec is None else drafters.build(stream.spec, model_config, parallel, self.model_dir)
 
-    def connector_extra(self, gpu_bytes: int | None) -> dict:
+    def connector_extra(self, gpu_bytes: int | None, stream: Stream | None = None) -> dict:
         """The connectors' extra config: an offload pool twice the GPU cache, at most
         ``CONSUMER_CONNECTOR_EXTRA``'s. The offload managers build one object per CPU block when
         they start; 64 MiB of 256-byte pages was 1.1 s per scheduler, and a pool larger than what
@@ -144,6 +144,8 @@ class EngineConfigs:
         extra = dict(facts.CONSUMER_CONNECTOR_EXTRA, shared_storage_path=self.storage)
         if gpu_bytes:
             extra["cpu_bytes_to_use"] = min(extra["cpu_bytes_to_use"], 2 * gpu_bytes)
+        if stream is not None and stream.offload == "lazy":  # SimpleCPUOffloadConnector's lazy mode
+            extra["lazy_offload"] = True
         return extra
 
     @staticmethod

@@ -43,7 +43,10 @@ MAX_REQUESTS = 512
 MAX_STEP = 10_000
 _REQ_KEYS = {"prefix", "prefix_len", "suffix_len", "arrival", "max_tokens", "resend_at", "abort_at", "tokens",
              "extends"}
-_TOP_KEYS = {"prefixes", "requests", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "spec"}
+_TOP_KEYS = {"prefixes", "requests", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "spec", "offload"}
+# SimpleCPUOffloadConnector's two modes (kv_connector_extra_config "lazy_offload", 0.27+): eager
+# stores every computed block, lazy offloads only the blocks the GPU pool is about to evict
+OFFLOAD_MODES = ("eager", "lazy")
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class Stream:
     max_num_batched_tokens: int = 2048
     max_num_seqs: int = 16
     spec: Drafts | None = None
+    offload: str = "eager"  # SimpleCPUOffloadConnector's mode (OFFLOAD_MODES); other connectors ignore it
 
     @property
     def spec_slots(self) -> int:
@@ -111,6 +115,8 @@ class Stream:
              "max_num_batched_tokens": self.max_num_batched_tokens, "max_num_seqs": self.max_num_seqs}
         if self.spec is not None:
             d["spec"] = self.spec.to_dict()
+        if self.offload != "eager":  # absent at the default: streams written before keep their form
+            d["offload"] = self.offload
         return d
 
     def to_json(self) -> str:
@@ -126,7 +132,8 @@ class Stream:
 
     def summary(self) -> str:
         n = sum(len(self.prompt(i)) for i in range(len(self.requests)))
-        spec = f", spec {self.spec.label()}" if self.spec else ""
+        spec = (f", spec {self.spec.label()}" if self.spec else "") + (f", offload {self.offload}"
+                                                                     if self.offload != "eager" else "")
         return (f"{len(self.requests)} requests, {n} prompt tokens, prefixes {list(self.prefixes)}, "
                 f"blocks={self.num_blocks or 'auto'}, batch={self.max_num_batched_tokens}{spec}")
 
@@ -149,6 +156,12 @@ def _int(v: Any, name: str, lo: int, hi: int) -> int:
 
 def _opt(v: Any, name: str, lo: int, hi: int) -> int | None:
     return None if v is None else _int(v, name, lo, hi)
+
+
+def _choice(v: Any, name: str, allowed: tuple[str, ...]) -> str:
+    if v not in allowed:
+        raise LayoutError(f"{name} must be one of {', '.join(allowed)}, got {v!r}")
+    return v
 
 
 def _parse(data: Any) -> Stream:
@@ -195,7 +208,8 @@ def _parse(data: Any) -> Stream:
                         _opt(r.get("abort_at"), f"{w}.abort_at", 0, MAX_STEP), tokens, extends))
     stream = Stream(pre, tuple(reqs), _opt(data.get("num_blocks"), "num_blocks", 1, 1 << 22),
                     _int(data.get("max_num_batched_tokens", 2048), "max_num_batched_tokens", 1, 1 << 20),
-                    _int(data.get("max_num_seqs", 16), "max_num_seqs", 1, 1024), parse_drafts(data.get("spec")))
+                    _int(data.get("max_num_seqs", 16), "max_num_seqs", 1, 1024), parse_drafts(data.get("spec")),
+                    _choice(data.get("offload", "eager"), "offload", OFFLOAD_MODES))
     longest = max(len(p) for p in stream._prompts())
     if longest > MAX_TOKENS_PER_PROMPT:
         raise LayoutError(f"a prompt (with the turns it extends) is longer than {MAX_TOKENS_PER_PROMPT} tokens")
