@@ -26,6 +26,9 @@ class Remeasured:
     verdict: str  # the release's verdict on the entry's input (what entry.releases records)
     present: bool  # the entry's class is shown on the release
     detail: str  # one line: the class, another class, or the regression's numbers
+    # what the entry's releases record (as findings add would): None when the input shows
+    # another class there, which is that class's fact, not this entry's
+    record_as: str | None = None
 
     def line(self) -> str:
         state = "still present" if self.present else "not shown"
@@ -54,7 +57,8 @@ def _plain(entries: list[Entry], release: str) -> list[Remeasured]:
             present = key == e.key
             detail = ("its class" if present else f"another class {key.id}: {key}" if key is not None
                       else j.line() if hasattr(j, "line") else str(j.verdict))
-            out.append(Remeasured(e, release, str(j.verdict), present, detail[:300]))
+            own = key is None or present
+            out.append(Remeasured(e, release, str(j.verdict), present, detail[:300], str(j.verdict) if own else None))
     return out
 
 
@@ -85,7 +89,12 @@ def _regressions(entries: list[Entry], release: str) -> list[Remeasured]:
             lost = sum(r.before - r.after for r in rep.regressions)
             detail = (f"{len(rep.regressions)} admission(s) hit {lost} tokens less than on {before}" if rep.regressions
                       else f"every admission hits at least as much as on {before}")
-            out.append(Remeasured(e, release, str(judge_consumer(b, item[0]).verdict), bool(rep.regressions), detail))
+            j = judge_consumer(b, item[0])
+            other = j.verdict in SHOWN  # the input also shows a class of its own there (a FAIL, ...)
+            if other:
+                detail += f"; the input shows another class there: {str(j.line())[:160]}"
+            out.append(Remeasured(e, release, str(j.verdict), bool(rep.regressions), detail,
+                                  None if other else str(j.verdict)))
     for e in entries:
         if _before(e) is None:
             out.append(Remeasured(e, release, "-", False, "no release before its first bad one is recorded"))
@@ -105,9 +114,10 @@ def record(ledger: Ledger, results: list[Remeasured]) -> int:
     changed = 0
     for m in results:
         now = ledger.get(m.entry.key) or m.entry  # the ledger's entry as it is now
-        if m.verdict == "-" or now.releases.get(m.release) == m.verdict:
+        if m.record_as is None or now.releases.get(m.release) == m.record_as:
             continue
-        releases = dict(sorted({**now.releases, m.release: m.verdict}.items(), key=lambda kv: facts.release_key(kv[0])))
+        releases = dict(sorted({**now.releases, m.release: m.record_as}.items(),
+                               key=lambda kv: facts.release_key(kv[0])))
         ledger.add(replace(now, releases=releases))
         changed += 1
     return changed

@@ -48,6 +48,9 @@ def script(entry: Entry) -> str:
     elif key.tier == "consumer":
         if entry.stream is None:
             raise UsageError(f"ledger entry {entry.id}: a consumer finding without its stream")
+        if entry.stream.get("spec"):  # a report whose reproducer cannot show the bug is not written
+            raise UsageError(f"ledger entry {entry.id}: its stream drafts ({entry.stream['spec'].get('method')}) and "
+                             f"the standalone reproducer (findings/repro/consumer.py.in) has no drafter yet")
         if key.check == "oracle:kv_event":
             expect = {"check": "kv_event"}
         elif key.exc_type:
