@@ -236,8 +236,9 @@ def ideal_hit(r, h: dict, g: int | None = None) -> int:
     (get_request_block_hasher: a request sharing exactly kB tokens matches (k-1)B); under EAGLE's drop it gives back one unit of what matched
     (drop_eagle_block); chunked local attention may skip its null blocks (``free``); a connector's
     load is token-granular (vLLM recomputes only the last token), so an admission with external
-    tokens may reach its whole reusable prefix. Rows without ``lcp``/``tokens`` (recorded before
-    they existed) read them from ``truth``."""
+    tokens may reach its whole reusable prefix; a request that limits its own cache reads
+    (``limit``: prompt logprobs) gets at most that. Rows without ``lcp``/``tokens`` (recorded
+    before they existed) read them from ``truth``."""
     g = int(g or getattr(r, "hash_block_size", 0) or 1)
     ahead = int(getattr(r, "hash_lookahead", 0) or 0)
     truth = int(h["truth"])
@@ -250,6 +251,8 @@ def ideal_hit(r, h: dict, g: int | None = None) -> int:
     best = max(best, int(h.get("free", 0)))
     if int(h.get("external", 0)):
         best = max(best, truth)
+    if "limit" in h:  # a limited request reads no connector (0.34 skip_reading_external_kv): blocks only
+        best = min(best, int(h["limit"]) // g * g)
     return best
 
 

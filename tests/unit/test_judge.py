@@ -252,3 +252,21 @@ def test_offloading_connector_refusal_is_by_design_only_with_prefix_caching_off(
     assert judge_consumer(cres([("exception", 0, off)])).verdict == Verdict.FAIL  # no layout: no exemption
     assert class_key(by_design, pc_off) != class_key(failure, seed)
     assert class_key(by_design, pc_off).check.startswith("by-design:")
+
+
+def test_the_ideal_respects_a_requests_own_read_limit():
+    """Prompt logprobs limit what a request reads from the prefix cache (0.34: up to its first
+    scored row, and no connector); the ideal never asks more of the cache than the request allows."""
+    from types import SimpleNamespace
+    from kvproof.consumer.efficiency import read_limit
+    from kvproof.judge import ideal_hit
+    r = SimpleNamespace(hash_block_size=16, hash_lookahead=0, eagle_drop=False)
+    row = {"truth": 204, "lcp": 200, "tokens": 205, "hit": 96, "external": 0}
+    assert ideal_hit(r, row) == 192 and ideal_hit(r, {**row, "limit": 100}) == 96
+    assert ideal_hit(r, {**row, "limit": 0}) == 0
+    # the request's own settings, as each release exposes them (0.34: an attribute it computes)
+    assert read_limit(SimpleNamespace(get_prefix_cache_hit_limit=lambda: 5, prefix_cache_hit_limit=5)) == 5
+    assert read_limit(SimpleNamespace(get_prefix_cache_hit_limit=lambda: None, prefix_cache_hit_limit=None)) is None
+    assert read_limit(SimpleNamespace(get_skip_reading_prefix_cache=lambda: True)) == 0
+    assert read_limit(SimpleNamespace(get_skip_reading_prefix_cache=lambda: False)) is None
+    assert read_limit(SimpleNamespace()) is None

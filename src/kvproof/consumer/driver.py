@@ -53,7 +53,16 @@ class Driver:
                 + 4 * sum(r.max_tokens for r in s.requests))
 
     def request(self, rid: str, i: int) -> Any:
-        sp = SamplingParams(max_tokens=self.stream.requests[i].max_tokens, ignore_eos=True)
+        r = self.stream.requests[i]
+        logprobs = {}
+        if r.prompt_logprobs_from is not None:  # SamplingParams is a msgspec Struct: its fields say what it takes
+            logprobs = {"prompt_logprobs": 1}
+            # 0.34 (facts.CONSUMER_MARKS["prompt_logprobs_hit_cap"]): read the prefix cache up to the
+            # first scored row; before, prompt_logprob_start needs prompt_logprob_token_ids and the
+            # request skips prefix-cache reads (SamplingParams' default with prompt logprobs)
+            if hasattr(Request, "get_prefix_cache_hit_limit"):
+                logprobs.update(prompt_logprob_start=r.prompt_logprobs_from, skip_reading_prefix_cache=False)
+        sp = SamplingParams(max_tokens=r.max_tokens, ignore_eos=True, **logprobs)
         kw = kwargs_for(Request.__init__, request_id=rid, prompt_token_ids=self.stream.prompt(i), sampling_params=sp,
                         pooling_params=None, block_hasher=self.block_hasher, eos_token_id=None, arrival_time=0.0)
         return Request(**kw)

@@ -40,6 +40,17 @@ class Efficiency:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
+def read_limit(req: Any) -> int | None:
+    """The prefix a request lets the cache give it, by its own settings (None: unbounded): 0.34's
+    ``prefix_cache_hit_limit`` (prompt logprobs read the cache up to their first scored row,
+    ``Request.get_prefix_cache_hit_limit``); before, 0 when it skips prefix-cache reads
+    (``Request.get_skip_reading_prefix_cache``, prompt logprobs' default)."""
+    if hasattr(req, "get_prefix_cache_hit_limit"):
+        return req.prefix_cache_hit_limit
+    skip = getattr(req, "get_skip_reading_prefix_cache", None)
+    return 0 if skip is not None and skip() else None
+
+
 def scheduled(o: Any, step: int, rids: Iterable[str]) -> None:
     """The hit each request got at its first admission vs what was reusable."""
     res = o.res
@@ -67,6 +78,9 @@ def scheduled(o: Any, step: int, rids: Iterable[str]) -> None:
                 ext += loaded
             req = o.live[rid]
             cap = max(0, req.num_prompt_tokens - 1)
+            limit = read_limit(req)  # what the request itself lets the cache give (prompt logprobs)
+            if limit is not None:
+                cap = min(cap, limit)
             # a load up to the whole prompt leaves its last token to recompute (the same
             # function: num_computed_tokens = num_tokens - 1)
             ext = max(0, min(ext, cap - local))
@@ -81,6 +95,7 @@ def scheduled(o: Any, step: int, rids: Iterable[str]) -> None:
                 res.hits.append({"step": step, "req": int(rid[1:].split(".")[0]), "hit": local,
                                  "external": ext, "truth": min(true_len, cap), "lcp": true_len,
                                  "tokens": num_tokens, **({"free": free} if free else {}),
+                                 **({"limit": limit} if limit is not None else {}),
                                  **({"lcp_tokens": common} if common is not None else {})})
             else:
                 res.efficiency.readmissions += 1

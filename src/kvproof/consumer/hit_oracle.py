@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvproof.consumer.efficiency import read_limit
+
 
 def lookup(o: Any, request: Any, n: int) -> None:
     """A prefix-cache lookup returned a hit of ``n`` tokens: judged now, measured at first schedule."""
@@ -56,6 +58,12 @@ def hit(o: Any, request: Any, n: int) -> None:
                   f"computed KV is {true_len} (prompt {request.num_prompt_tokens})",
                   cause=f"beyond-common-prefix|{o.coordinator}")
     ahead = o.index.lookahead
+    limit = read_limit(request)
+    if limit is not None and n > limit:
+        # the request limits its own cache reads (prompt logprobs: the rows from its first scored
+        # one must be computed to be scored; 0.34 get_prefix_cache_hit_limit, before: no reads)
+        o.rec.add("prefix_hit", f"{request.request_id}: hit {n} tokens but the request reads the prefix cache "
+                  f"up to {limit} (prompt logprobs)", cause=f"past-read-limit|{o.coordinator}")
     if n > request.num_tokens - max(1, ahead):
         # the last token must be computed; with hash lookahead L (0.33+) a block's hash needs the
         # L tokens after it, so no hit reaches past num_tokens - L (the proof limit)

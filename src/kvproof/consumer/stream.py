@@ -42,7 +42,7 @@ MAX_TOKENS_PER_PROMPT = 1 << 17
 MAX_REQUESTS = 512
 MAX_STEP = 10_000
 _REQ_KEYS = {"prefix", "prefix_len", "suffix_len", "arrival", "max_tokens", "resend_at", "abort_at", "tokens",
-             "extends"}
+             "extends", "prompt_logprobs_from"}
 _TOP_KEYS = {"prefixes", "requests", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "spec", "offload"}
 # SimpleCPUOffloadConnector's two modes (kv_connector_extra_config "lazy_offload", 0.27+): eager
 # stores every computed block, lazy offloads only the blocks the GPU pool is about to evict
@@ -60,6 +60,10 @@ class Req:
     abort_at: int | None = None
     tokens: tuple[int, ...] | None = None
     extends: int | None = None
+    # asks prompt logprobs from this prompt position on (SamplingParams prompt_logprobs=1 and, where
+    # the release has it, prompt_logprob_start: 0.34 reads the prefix cache up to it and the KV
+    # connector not at all; earlier releases skip prefix-cache reads for such a request)
+    prompt_logprobs_from: int | None = None
 
 
 @dataclass(frozen=True)
@@ -205,7 +209,8 @@ def _parse(data: Any) -> Stream:
             raise LayoutError(f"{w}.extends needs an earlier request and no explicit tokens")
         reqs.append(Req(prefix, plen, slen, arrival, _int(r.get("max_tokens", 1), f"{w}.max_tokens", 1, 4096),
                         _opt(r.get("resend_at"), f"{w}.resend_at", 0, MAX_STEP),
-                        _opt(r.get("abort_at"), f"{w}.abort_at", 0, MAX_STEP), tokens, extends))
+                        _opt(r.get("abort_at"), f"{w}.abort_at", 0, MAX_STEP), tokens, extends,
+                        _opt(r.get("prompt_logprobs_from"), f"{w}.prompt_logprobs_from", 0, MAX_TOKENS_PER_PROMPT)))
     stream = Stream(pre, tuple(reqs), _opt(data.get("num_blocks"), "num_blocks", 1, 1 << 22),
                     _int(data.get("max_num_batched_tokens", 2048), "max_num_batched_tokens", 1, 1 << 20),
                     _int(data.get("max_num_seqs", 16), "max_num_seqs", 1, 1024), parse_drafts(data.get("spec")),
