@@ -54,6 +54,24 @@ REASONS = {
     "MiniCPMV4_7ForConditionalGeneration": _WRAPS.format("Qwen3_5ForCausalLM"),  # MiniCPMV4_6's subclass
     "MiniCPMOcrForConditionalGeneration": _WRAPS.format("Qwen3_5ForCausalLM"),  # MiniCPMV4_6's subclass
     "BailingMoeV3VLForConditionalGeneration": _WRAPS.format("BailingMoeV3ForCausalLM"),  # text_config: Ling-3.0-flash's
+    # 0.34.0's new entries
+    "KimiK31ForConditionalGeneration": _WRAPS.format("KimiLinearForCausalLM"),  # registry: KimiK3ForConditionalGeneration
+    "Nemotron3_5TranscribeForConditionalGeneration": _WRAPS.format("NemotronHForCausalLM"),  # its decoder's default
+    "MingV3ASRForConditionalGeneration": _WRAPS.format("BailingMoeV3ForCausalLM"),  # language_model = BailingMoeV3ForCausalLM
+    "Lfm3ForCausalLM": (
+        "no reference config yet: new in 0.34.0 (short-conv states, a 256-token sliding window, full attention); no "
+        "published config.json of an LFM3 checkpoint was found from this machine (no model hub), and a config at "
+        "guessed dimensions would make its derivations claims about no real model (issue 42 adds it with a source)"),
+    "Lfm3AudioForConditionalGeneration": (
+        "wraps Lfm3ForCausalLM (init_vllm_registered_model on text_config, architectures=['Lfm3ForCausalLM']), "
+        "which has no reference config yet (see Lfm3ForCausalLM)"),
+    "Lfm3VlForConditionalGeneration": (
+        "wraps Lfm3ForCausalLM (init_vllm_registered_model on text_config, architectures=['Lfm3ForCausalLM']), "
+        "which has no reference config yet (see Lfm3ForCausalLM)"),
+    "ZayaForCausalLM": (
+        "no reference config yet: new in 0.34.0 (Mamba state, a sliding window and full attention, IsHybrid); no "
+        "published config.json of a Zaya checkpoint was found from this machine (no model hub), and a config at "
+        "guessed dimensions would make its derivations claims about no real model (issue 42 adds it with a source)"),
     "InternS2MobiusForConditionalGeneration": (
         "no reference config: the registered architecture is multimodal (a nested text_config; spec/models holds "
         "ForCausalLM configs) and its language model, InternS2MobiusForCausalLM (Qwen3.5 GDN hybrid layers whose "
