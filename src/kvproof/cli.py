@@ -399,9 +399,8 @@ def cmd_env(args: argparse.Namespace) -> int:
             if args.force or args.probe or h.get("probe") != key:
                 print(f"kvproof: {env.name}: probing derivation and every tier on a known input", file=sys.stderr)
                 h = envs.update_manifest(env, health=health.probe(env).to_dict(key))["health"]
-            steps = h.get("steps", {})
-            bad = {k: v for k, v in steps.items() if v != "ok"}
-            tiers = ", ".join(k for k, v in steps.items() if v == "ok") or "none"
+            bad = health.broken(h)
+            tiers = ", ".join(health.works(h)) or "none"
             stand_ins = "".join(f"; stand-in: {s}" for s in m.get(envs.STAND_INS, []))
             state = "ready" if not bad else "NOT READY"
             print(f"{env.name}: {state}: vllm {m.get('vllm')} at {env.root} ({m.get('disk_mb')} MB, "

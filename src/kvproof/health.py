@@ -32,15 +32,18 @@ class Health:
     steps: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
-    @property
-    def broken(self) -> dict[str, str]:
-        return {k: v for k, v in self.steps.items() if v != "ok"}
-
     def to_dict(self, key: str = "") -> dict:
         return {"probe": key or probe_key({}), "steps": self.steps, "seconds": round(self.seconds, 1)}
 
-    def line(self) -> str:
-        return ", ".join(f"{k} {'ok' if v == 'ok' else 'BROKEN'}" for k, v in self.steps.items())
+
+def broken(record: dict) -> dict[str, str]:
+    """The steps of a recorded probe (``Health.to_dict``) that could not run: step -> cause."""
+    return {k: v for k, v in record.get("steps", {}).items() if v != "ok"}
+
+
+def works(record: dict) -> list[str]:
+    """The steps of a recorded probe that ran."""
+    return [k for k, v in record.get("steps", {}).items() if v == "ok"]
 
 
 def probe_key(manifest: dict) -> str:
