@@ -269,6 +269,13 @@ CONSUMER_MARKS = {
     # 0.34: block hashes a frontend computed from the engine's PrefixHashConfig are trusted
     "frontend_block_hashes": ("0.34", "vllm.v1.core.kv_cache_utils:frontend_block_hashes"),
 }
+# Who hashes a request's prompt blocks (0.34, CONSUMER_MARKS["frontend_block_hashes"]): the engine, a
+# frontend from the PrefixHashConfig the engine publishes, or a frontend that breaks that config in one
+# field (twice the hash block size, no lookahead tokens, another none hash). A broken frontend is not an
+# input vLLM means to accept: its runs show what the engine does with it and are never FAIL.
+PROMPT_HASHERS = ("engine", "frontend", "frontend-other-block-size", "frontend-no-lookahead",
+                  "frontend-other-none-hash")
+CONTRACT_BREAKING_HASHERS = PROMPT_HASHERS[2:]
 # Where a KV cache coordinator keeps the groups that drop the unit past a hit for EAGLE:
 # 0.33 drop_eagle_group_ids (empty when lookahead hashing replaces the drop), 0.27-0.32
 # eagle_group_ids (every group when use_eagle and no KVCacheGroupSpec.is_eagle_group is set).

@@ -47,6 +47,10 @@ C0. ``unchecked`` set (kvproof does not model what the run needs: a speculative 
 C1. ``not_expressible`` set (the release has no such setting, or the engine never
     builds that connector setup, e.g. a connector without SupportsHMA on a hybrid
     layout): NOT_EXPRESSIBLE with the reason.
+C1b. a frontend that breaks the engine's PrefixHashConfig hashed the prompts
+    (``frontend.hasher`` in ``facts.CONTRACT_BREAKING_HASHERS``): no input vLLM means to
+    accept, so UNSUPPORTED, whatever the oracles saw; the note says what the engine did
+    with its hashes (trusted, ignored, differing) and what that caused first.
 C2. ``setup_error`` (building the configuration failed before vLLM ran): ERROR.
 C3. the resolver raised: rule 3 (REJECTED only for the user's prefix_match_unit).
 C4. any other ``exception``, or any ``prefix_hit``, ``hash_chain``, ``connector``,
@@ -81,7 +85,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvproof import contracts
+from kvproof import contracts, facts
 from kvproof.contracts import Violation
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome, StageError
@@ -308,6 +312,13 @@ def _stage_error(oracle: str, detail: str, cause: str = "") -> StageError:
     return StageError(f"oracle:{oracle}", detail, cause)
 
 
+def frontend_line(fe: dict) -> str:
+    """What the engine did with a frontend's prompt block hashes (a ``FrontendTally`` as a dict)."""
+    return (f"{fe['hasher']}: the engine trusted {fe['trusted']} and ignored {fe['ignored']} of {fe['requests']} "
+            f"requests' frontend hashes; {fe['differ']} trusted differ from its own hashing"
+            + (f" (first {fe['first_differ']})" if fe.get("first_differ") else ""))
+
+
 def consumer_outcome(r, layout: Layout | None = None) -> Outcome:
     """The ConsumerResult as an Outcome (the resolver's pair, the tier's error) for the contracts."""
     sizes = [] if layout is None else list(contracts.effective_block_sizes(layout))
@@ -323,6 +334,12 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
         return Judgement(Verdict.UNCHECKED, T, note=r.unchecked)
     if r.not_expressible:
         return Judgement(Verdict.NOT_EXPRESSIBLE, T, note=r.not_expressible)
+    fe = getattr(r, "frontend", None) or {}
+    if fe.get("hasher") in facts.CONTRACT_BREAKING_HASHERS:
+        first = next((o for o in r.observations if o.oracle != "efficiency"), None)
+        return Judgement(Verdict.UNSUPPORTED, T, note=(
+            f"a frontend that breaks the engine's PrefixHashConfig, not an input vLLM means to accept; "
+            f"{frontend_line(fe)}" + (f"; then {first.oracle}: {first.detail}" if first else "; no oracle objected")))
     if r.setup_error:
         return Judgement(Verdict.ERROR, T, StageError("SetupError", r.setup_error),
                          note="building the configuration failed before vLLM ran")

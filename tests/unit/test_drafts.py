@@ -401,3 +401,16 @@ def test_multi_module_mtp_below_its_lookahead_is_a_refusal_by_design():
     assert refused_by_design(lay, StageError("ValueError", msg, frame))
     assert not refused_by_design(lay, StageError("AssertionError", msg, frame))
     assert not refused_by_design(lay, StageError("ValueError", "Invalid prefix_match_unit=1", frame))
+
+
+def test_the_prompt_hasher_round_trips_and_an_unknown_one_is_refused():
+    """Stream.hasher (facts.PROMPT_HASHERS): absent at the engine default, kept otherwise."""
+    from kvproof import facts
+
+    base = {"requests": [{"suffix_len": 40}]}
+    assert "hasher" not in Stream.from_dict(base).to_dict() and Stream.from_dict(base).hasher == "engine"
+    for h in facts.PROMPT_HASHERS[1:]:
+        s = Stream.from_dict({**base, "hasher": h})
+        assert s.hasher == h and Stream.from_dict(s.to_dict()) == s and f"hashed by {h}" in s.summary()
+    with pytest.raises(LayoutError, match="hasher must be one of engine, frontend"):
+        Stream.from_dict({**base, "hasher": "rust"})

@@ -270,3 +270,19 @@ def test_the_ideal_respects_a_requests_own_read_limit():
     assert read_limit(SimpleNamespace(get_skip_reading_prefix_cache=lambda: True)) == 0
     assert read_limit(SimpleNamespace(get_skip_reading_prefix_cache=lambda: False)) is None
     assert read_limit(SimpleNamespace()) is None
+
+
+def test_a_frontend_breaking_the_prefix_hash_config_is_unsupported_and_an_exact_one_is_judged():
+    """C1b: what a contract-breaking frontend caused is shown, never FAIL; the exact frontend is judged."""
+    from kvproof import facts
+
+    obs = [("hash_chain", 0, "r0: the engine trusted ... differ", "frontend-trusted|frontend_block_hashes")]
+    tally = {"requests": 2, "trusted": 2, "ignored": 0, "differ": 2, "first_differ": "r0: 13 of 13 blocks"}
+    for hasher in facts.CONTRACT_BREAKING_HASHERS:
+        r = cres(obs)
+        r.frontend = {"hasher": hasher, **tally}
+        j = judge_consumer(r)
+        assert j.verdict is Verdict.UNSUPPORTED and "trusted 2 and ignored 0 of 2" in j.note, j.line()
+        assert "then hash_chain" in j.note
+    r = cres(obs, frontend={"hasher": "frontend", **tally})
+    assert judge_consumer(r).verdict is Verdict.FAIL

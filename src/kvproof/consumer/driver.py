@@ -45,6 +45,7 @@ class Driver:
         self.scheduler, self.stream, self.block_hasher = scheduler, stream, block_hasher
         self.oracles, self.runner, self.rec, self.res = oracles, runner, rec, res
         self.sent_ids: dict[int, list[str]] = {}
+        self.frontend: Any = None  # kvproof.consumer.frontend.Frontend where a frontend hashes the prompts
 
     def budget(self, last_event: int) -> int:
         s = self.stream
@@ -65,6 +66,8 @@ class Driver:
         sp = SamplingParams(max_tokens=r.max_tokens, ignore_eos=True, **logprobs)
         kw = kwargs_for(Request.__init__, request_id=rid, prompt_token_ids=self.stream.prompt(i), sampling_params=sp,
                         pooling_params=None, block_hasher=self.block_hasher, eos_token_id=None, arrival_time=0.0)
+        if self.frontend is not None:
+            return self.frontend.request(rid, self.stream.prompt(i), sp, lambda: Request(**kw))
         return Request(**kw)
 
     def apply(self, kind: str, i: int) -> None:

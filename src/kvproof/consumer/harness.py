@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import asdict
 
 from kvproof.settings import use_release_cache_root
 
@@ -29,7 +30,7 @@ from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 
 from kvproof.bridge import compat  # noqa: E402
 from kvproof.bridge.build import Builder  # noqa: E402
-from kvproof.consumer import scheduler, wiring  # noqa: E402
+from kvproof.consumer import frontend, scheduler, wiring  # noqa: E402
 from kvproof.consumer.configs import EngineConfigs  # noqa: E402
 from kvproof.consumer.driver import Driver  # noqa: E402
 from kvproof.consumer.failures import raised  # noqa: E402
@@ -93,7 +94,8 @@ class Harness:
 
     def _run(self, st: RunState, layout: Layout, stream: Stream, max_steps: int | None) -> None:
         try:
-            stream, why = refusal(layout, stream, self.draft_ids_cls is not None)
+            stream, why = refusal(layout, stream, self.draft_ids_cls is not None,
+                                  frontend.takes_frontend_hashes())
         except Unchecked as err:
             st.res.unchecked = str(err)
             return
@@ -107,16 +109,23 @@ class Harness:
         # a drafter only where the stream speculates (refusal: then the release takes drafts)
         runner = FakeModelRunner(ModelRunnerOutput, KVConnectorOutput) if stream.spec is None else \
             SpeculativeRunner(ModelRunnerOutput, KVConnectorOutput, stream.spec, self.draft_ids_cls)
+        driver = None
         try:
             oracles = wiring.wire(st, layout, sched, hash_fn, self.builder)
             runner.shadow = oracles.shadow
-            st.res.steps = Driver(sched, stream, block_hasher, oracles, runner, st.rec, st.res).run(max_steps)
+            driver = Driver(sched, stream, block_hasher, oracles, runner, st.rec, st.res)
+            if stream.hasher != "engine":
+                driver.frontend = frontend.Frontend(stream.hasher, frontend.published_config(
+                    sched.vllm_config, st.res.hash_block_size), block_hasher, st.rec)
+            st.res.steps = driver.run(max_steps)
         except Exception as err:
             raised(st, err)
         finally:
             st.res.steps = max(st.res.steps, st.rec.step)
             st.res.drafts_proposed, st.res.drafts_accepted = runner.proposed, runner.accepted
             st.res.drafts_verified = runner.verified
+            if driver is not None and driver.frontend is not None:
+                st.res.frontend = asdict(driver.frontend.tally)
             try:
                 if sched.connector is not None and hasattr(sched.connector, "shutdown"):
                     sched.connector.shutdown()

@@ -16,10 +16,15 @@ from kvproof.consumer.stream import Stream
 from kvproof.layout import Layout
 
 
-def refusal(layout: Layout, stream: Stream, takes_drafts: bool) -> tuple[Stream, str | None]:
+def refusal(layout: Layout, stream: Stream, takes_drafts: bool,
+            takes_frontend_hashes: bool = True) -> tuple[Stream, str | None]:
     """(the stream with the drafter the run uses, why the engine would not build it or None).
 
-    ``takes_drafts``: the release's scheduler takes draft token ids (``DraftTokenIds``)."""
+    ``takes_drafts``: the release's scheduler takes draft token ids (``DraftTokenIds``);
+    ``takes_frontend_hashes``: its engine takes a frontend's prompt block hashes."""
+    if stream.hasher != "engine" and not takes_frontend_hashes:
+        return stream, ("a frontend's prompt block hashes: this release's EngineCoreRequest carries none "
+                        "(block_hashes and PrefixHashConfig appear in 0.34)")
     if layout.groups and all(g.prefix_cacheable is False for g in layout.groups):
         # Only CircularBufferSpec opts a group out of prefix caching (kv_cache_interface.py,
         # 0.32), and only DeepSeek-V4-style compressor caches build it, always beside

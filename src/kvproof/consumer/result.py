@@ -10,6 +10,19 @@ from kvproof.consumer.observations import Observation, Recorder
 
 
 @dataclass
+class FrontendTally:
+    """What the engine did with the frontend's hashes, over a run's requests (kvproof.consumer.frontend;
+    ``kvproof.judge.frontend_line`` reads it)."""
+
+    hasher: str = "engine"
+    requests: int = 0
+    trusted: int = 0  # frontend_block_hashes returned them
+    ignored: int = 0  # it returned None: the engine hashed the prompt itself
+    differ: int = 0  # trusted, and not the hashes the engine computes for the prompt
+    first_differ: str = ""  # the first request whose trusted hashes differ (rid: blocks differing of n)
+
+
+@dataclass
 class ConsumerResult:
     """The harness (``kvproof.consumer.harness.Harness.run``) fills one in place during a run."""
 
@@ -50,6 +63,8 @@ class ConsumerResult:
     # single_type_kv_cache_manager.py), and the hash lookahead of 0.33+ (num_hash_lookahead_tokens)
     eagle_drop: bool = False
     hash_lookahead: int = 0
+    # a frontend hashed the prompts (Stream.hasher): kvproof.consumer.frontend.FrontendTally, as a dict
+    frontend: dict[str, Any] | None = None
 
     def by(self, oracle: str) -> list[Observation]:
         return [o for o in self.observations if o.oracle == oracle]

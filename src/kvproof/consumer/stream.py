@@ -21,6 +21,8 @@ request's index; this prompt is that request's prompt and its outputs (the
 fake model runner's tokens, ``drafts.output_token``), then the suffix: a next
 turn of a conversation. ``num_blocks`` null: enough for every request at once
 (no pressure). ``spec``: speculative decoding (``kvproof.consumer.drafts``).
+``offload``: SimpleCPUOffloadConnector's mode. ``hasher``: who hashes the
+prompts (``facts.PROMPT_HASHERS``; ``kvproof.consumer.frontend``).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ MAX_REQUESTS = 512
 MAX_STEP = 10_000
 _REQ_KEYS = {"prefix", "prefix_len", "suffix_len", "arrival", "max_tokens", "resend_at", "abort_at", "tokens",
              "extends", "prompt_logprobs_from"}
-_TOP_KEYS = {"prefixes", "requests", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "spec", "offload"}
+_TOP_KEYS = {"prefixes", "requests", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "spec", "offload",
+             "hasher"}
 # SimpleCPUOffloadConnector's two modes (kv_connector_extra_config "lazy_offload", 0.27+): eager
 # stores every computed block, lazy offloads only the blocks the GPU pool is about to evict
 OFFLOAD_MODES = ("eager", "lazy")
@@ -75,6 +78,9 @@ class Stream:
     max_num_seqs: int = 16
     spec: Drafts | None = None
     offload: str = "eager"  # SimpleCPUOffloadConnector's mode (OFFLOAD_MODES); other connectors ignore it
+    # who hashes the prompts (facts.PROMPT_HASHERS): the engine, or a frontend sending
+    # EngineCoreRequest.block_hashes (0.34) from the engine's PrefixHashConfig, or breaking it
+    hasher: str = "engine"
 
     @property
     def spec_slots(self) -> int:
@@ -121,6 +127,8 @@ class Stream:
             d["spec"] = self.spec.to_dict()
         if self.offload != "eager":  # absent at the default: streams written before keep their form
             d["offload"] = self.offload
+        if self.hasher != "engine":
+            d["hasher"] = self.hasher
         return d
 
     def to_json(self) -> str:
@@ -138,6 +146,7 @@ class Stream:
         n = sum(len(self.prompt(i)) for i in range(len(self.requests)))
         spec = (f", spec {self.spec.label()}" if self.spec else "") + (f", offload {self.offload}"
                                                                      if self.offload != "eager" else "")
+        spec += f", hashed by {self.hasher}" if self.hasher != "engine" else ""
         return (f"{len(self.requests)} requests, {n} prompt tokens, prefixes {list(self.prefixes)}, "
                 f"blocks={self.num_blocks or 'auto'}, batch={self.max_num_batched_tokens}{spec}")
 
@@ -214,7 +223,8 @@ def _parse(data: Any) -> Stream:
     stream = Stream(pre, tuple(reqs), _opt(data.get("num_blocks"), "num_blocks", 1, 1 << 22),
                     _int(data.get("max_num_batched_tokens", 2048), "max_num_batched_tokens", 1, 1 << 20),
                     _int(data.get("max_num_seqs", 16), "max_num_seqs", 1, 1024), parse_drafts(data.get("spec")),
-                    _choice(data.get("offload", "eager"), "offload", OFFLOAD_MODES))
+                    _choice(data.get("offload", "eager"), "offload", OFFLOAD_MODES),
+                    _choice(data.get("hasher", "engine"), "hasher", facts.PROMPT_HASHERS))
     longest = max(len(p) for p in stream._prompts())
     if longest > MAX_TOKENS_PER_PROMPT:
         raise LayoutError(f"a prompt (with the turns it extends) is longer than {MAX_TOKENS_PER_PROMPT} tokens")
