@@ -17,8 +17,9 @@ regression classes are known: reported, never failing the run. Runs that do not
 complete on both sides (not expressible, an exception, a harness error) are
 counted, never compared. A FAIL class both releases show whose observations over the
 same inputs more than double (by at least JUMP_MIN) is a jump: a new fault may hide in a
-known class. Exit 1 when a regression class the ledger does not know or a jump was found,
-0 when none, 2 on bad input. No vLLM import here.
+known class. An input the judge passes on a release and FAILs on the next is newly failing,
+named by its FAIL's class on the newer release. Exit 1 when a regression class or a newly
+failing class the ledger does not know, or a jump, was found; 0 when none, 2 on bad input. No vLLM import here.
 """
 
 from __future__ import annotations
@@ -140,17 +141,22 @@ def _parse(argv: Sequence[str] | None) -> Any:
 
 
 def new_classes(rep: Report, ledger: Any) -> list[str]:
-    """The report's regression classes the ledger does not know."""
+    """The report's regression classes, and the classes of its newly failing inputs, the ledger does not know."""
     from kvproof.classkey import ClassKey
-    return [k for k in rep.classes() if ClassKey.parse(k) not in ledger]
+    keys = list(rep.classes()) + [k for k in dict.fromkeys(rep.newly_failing_classes) if k not in rep.classes()]
+    return [k for k in keys if ClassKey.parse(k) not in ledger]
 
 
 def print_report(rep: Report, ledger: Any = None) -> None:
     print(f"release differential {' -> '.join(rep.releases)}: {rep.inputs} inputs, "
           f"{rep.requests_compared} request admissions compared"
           + (f"; not compared: {', '.join(f'{v} {k}' for k, v in rep.not_compared.items())}" if rep.not_compared else ""))
-    for rel, prev, h, what in rep.newly_failing:
-        print(f"  NEWLY FAILING on {rel} (passed on {prev}): input {h}: {what}")
+    from kvproof.classkey import ClassKey
+    keys = rep.newly_failing_classes or [""] * len(rep.newly_failing)
+    for (rel, prev, h, what), key in zip(rep.newly_failing, keys):
+        entry = ledger.get(ClassKey.parse(key)) if ledger is not None and key else None
+        known = f"known {entry.id} ({entry.status})" if entry else "NEW"
+        print(f"  NEWLY FAILING {known} on {rel} (passed on {prev}): input {h}: {what}" + (f"; class {key}" if key and not entry else ""))
     for rel, prev, key, before, after in rep.jumps:
         print(f"  CLASS JUMPS on {rel} (vs {prev}): {key}: {before} -> {after} observations over the same inputs")
     for rel, (n, tokens) in rep.gains.items():
@@ -158,7 +164,6 @@ def print_report(rep: Report, ledger: Any = None) -> None:
     classes = rep.classes()
     if not classes:
         print("  no regression: no request hit less on a newer release")
-    from kvproof.classkey import ClassKey
     for key, regs in classes.items():
         worst = max(regs, key=lambda r: r.before - r.after)
         entry = ledger.get(ClassKey.parse(key)) if ledger is not None else None

@@ -77,6 +77,9 @@ class Report:
     # oracle): (release, previous, input hash, the judgement's line) -- what a PR gate must
     # not let through
     newly_failing: list[tuple[str, str, str, str]] = field(default_factory=list)
+    # the class key of each newly failing input's FAIL on the newer release (same order): the
+    # ledger says whether it is known, and an unknown one is what turns a PR gate red
+    newly_failing_classes: list[str] = field(default_factory=list)
     # a FAIL class both releases show whose observations over the same inputs jump on the newer
     # one (release, previous, class key, before, after): a new fault hiding in a known class
     jumps: list[tuple[str, str, str, int, int]] = field(default_factory=list)
@@ -96,6 +99,7 @@ class Report:
             self.not_compared[why] = self.not_compared.get(why, 0) + k
         self.regressions += other.regressions
         self.newly_failing += other.newly_failing
+        self.newly_failing_classes += other.newly_failing_classes
         for rel, (n, tokens) in other.gains.items():
             self.gain(rel, n, tokens)
 
@@ -108,6 +112,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {"releases": self.releases, "inputs": self.inputs, "requests_compared": self.requests_compared,
                 "not_compared": self.not_compared, "newly_failing": [list(x) for x in self.newly_failing],
+                "newly_failing_classes": self.newly_failing_classes,
                 "jumps": [list(x) for x in self.jumps], "gains": self.gains,
                 "classes": {k: [dict(r.__dict__, cause=r.cause) for r in v] for k, v in self.classes().items()}}
 
@@ -175,6 +180,7 @@ def diff(items: Sequence[tuple[Layout, Stream]], runs: dict[str, list[ConsumerRe
             ja, jb = judge_consumer(a, lay), judge_consumer(b, lay)
             if ja.verdict < Verdict.FAIL <= jb.verdict:
                 rep.newly_failing.append((cur, prev, lay.content_hash(), jb.line()[:300]))
+                rep.newly_failing_classes.append(str(class_key(jb, lay)))
             why = why_not_compared(a) or why_not_compared(b)
             if why:
                 rep.not_compared[why] = rep.not_compared.get(why, 0) + 1

@@ -160,6 +160,11 @@ def test_diff_names_the_first_bad_release_once_per_family():
     rep = differential.diff([(lay, st)], {"0.27.0": runs["0.27.0"], "0.32.0": [wrong]}, margin=0)
     assert len(rep.newly_failing) == 1 and "kv_event" in rep.newly_failing[0][3] and not rep.regressions
     assert not differential.diff([(lay, st)], {"0.27.0": [wrong], "0.32.0": [wrong]}, margin=0).newly_failing
+    # a newly failing input is named by its FAIL's class: unknown to the ledger, it turns compare red
+    assert rep.newly_failing_classes == ["consumer|oracle:kv_event||"]
+    from kvproof.classkey import ClassKey
+    assert compare.new_classes(rep, set()) == ["consumer|oracle:kv_event||"]
+    assert compare.new_classes(rep, {ClassKey.parse("consumer|oracle:kv_event||")}) == []
 
 
 def test_a_release_that_built_another_scheduler_block_is_one_class_whatever_the_drafts(tmp_path):
