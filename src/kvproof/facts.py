@@ -228,9 +228,13 @@ SPEC_ACCEPT = ("all", "none", "seeded")
 MAX_SPEC_TOKENS = 8
 # Reference models (spec/models/) with MTP layers, whose model type SpeculativeConfig maps to an
 # MTP draft (qwen3_next -> qwen3_next_mtp, qwen3_5 -> qwen3_5_mtp, deepseek_v4 ->
-# DeepSeekV4MTPModel; vllm/config/speculative.py hf_config_override): the derivation tables sweep
-# their MTP depth (kvproof.derivation.model_flag_sets).
-MTP_REFERENCE_MODELS = ("deepseek_v4", "qwen3_5", "qwen3_next")
+# DeepSeekV4MTPModel, MiMoV2FlashForCausalLM -> MiMoV2MTPModel; vllm/config/speculative.py
+# hf_config_override): the derivation tables sweep their MTP depth (kvproof.derivation.model_flag_sets).
+# The module count each release reads: num_nextn_predict_layers (1 in these configs), but MiMo-V2-Flash
+# is given n_predict = _MIMO_V2_FLASH_NUM_MTP_LAYERS = 1 (vllm/model_executor/models/mimo_v2_mtp.py,
+# 0.33-0.34: "vLLM currently supports only the first MiMo-V2 MTP layer") whatever its checkpoint holds;
+# k = 2, 3 run that one module several times.
+MTP_REFERENCE_MODELS = ("deepseek_v4", "mimo_v2_flash", "qwen3_5", "qwen3_next")
 # Reference models whose family registers only a multimodal class (no ForCausalLM: 0.33's
 # muse_spark, model -> its architecture). At startup vLLM builds their multimodal processor to
 # budget encoder inputs (MultiModalBudget), and that processor needs a tokenizer, which kvproof

@@ -18,7 +18,9 @@ from kvproof.verdicts import Verdict
 
 REQUIRED = ("nemotron_h_8b", "nemotron_h_nano_9b_v2", "granitemoehybrid", "jamba", "falcon_h1", "zamba2",
             "qwen3_next", "qwen3_5", "lfm2", "bailing_moe_linear", "kimi_linear", "minimax", "deepseek_v4",
-            "gpt_oss", "gemma3", "llama4")
+            "gpt_oss", "gemma3", "llama4",
+            # issue 42: a sliding window beside MTP, short-conv + window + full, window + full, Mamba + full
+            "mimo_v2_flash", "lfm3", "ricursive", "zaya")
 
 
 # A reference config names a *ForCausalLM architecture, except these multimodal classes: their
