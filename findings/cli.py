@@ -42,6 +42,21 @@ from kvproof.findings.ledger import Entry, Ledger, Status
 PROG = "kvproof findings"
 
 
+def _witness_config(text: str | None) -> dict | None:
+    """--witness-config: a Config's JSON, inline or in a file: {"model": NAME, "flags": [...]}."""
+    if not text:
+        return None
+    path = Path(text)
+    raw = path.read_text() if not text.lstrip().startswith("{") and path.is_file() else text
+    try:
+        w = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--witness-config: neither a JSON object nor a file holding one ({err.msg})") from None
+    if not isinstance(w, dict) or not isinstance(w.get("model"), str):
+        raise UsageError('--witness-config must be {"model": NAME, "flags": [...]}')
+    return w
+
+
 def _parser() -> Parser:
     ap = Parser(prog=PROG, description="The ledger of known finding classes (findings/ledger/).")
     ap.add_argument("--ledger", help="ledger folder (default: the checked-in findings/ledger)")
@@ -258,6 +273,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return _witness(args, ledger)
     if args.cmd == "remeasure":
         return _remeasure(args, ledger)
+    # what the entry records is checked before the minutes of measuring
+    if args.cmd == "add" and args.status == "fixed" and not args.fixed_in:
+        raise UsageError("--status fixed needs --fixed-in RELEASE")
+    witness = _witness_config(args.witness_config) if args.cmd == "add" else None
     layout, stream, m = _measure(args)
     for r, v in m.releases.items():
         print(f"  vLLM {r}: {v}")
@@ -268,9 +287,6 @@ def _main(argv: Sequence[str] | None) -> int:
     print(f"class {m.key.id}: {m.key}" + ("  (known)" if m.key in ledger else "  (new)"))
     if args.cmd == "key":
         return 0
-    if args.status == "fixed" and not args.fixed_in:
-        raise UsageError("--status fixed needs --fixed-in RELEASE")
-    witness = json.loads(args.witness_config) if args.witness_config else None
     lay = layout.to_dict()
     lay.pop("kvproof", None)
     entry = Entry(m.key, Status(args.status), args.title, args.why, args.upstream, args.fixed_in, m.releases,

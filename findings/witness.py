@@ -44,7 +44,11 @@ def serve_flags(layout: Layout) -> tuple[str, ...]:
     flags = ["--enable-prefix-caching" if layout.cache.enable_prefix_caching else "--no-enable-prefix-caching"]
     if layout.cache.mamba_cache_mode and any(g.kind == "mamba" for g in layout.groups):
         flags += ["--mamba-cache-mode", layout.cache.mamba_cache_mode]
-    if layout.kv_connector:
+    if layout.kv_connector == facts.HIDDEN_STATES_CONNECTOR:
+        # the producer side of hidden-state extraction: its speculative method and connector together
+        from kvproof.derivation import EXTRACT_HIDDEN_STATES
+        flags += list(EXTRACT_HIDDEN_STATES)
+    elif layout.kv_connector:
         cfg = {"kv_connector": layout.kv_connector, "kv_role": "kv_both"}
         if layout.kv_connector == facts.OFFLOADING_CONNECTOR:
             cfg["kv_connector_extra_config"] = dict(facts.CONSUMER_CONNECTOR_EXTRA)

@@ -251,7 +251,7 @@ def table_entry(d: Derived) -> dict[str, Any]:
 # to "all") and in "all" (0.27-0.31; 0.32 refuses the mode), and a KV offloading connector without
 # prefix caching. Then fp8 KV, alone and with skip layers, and an MTP draft (below).
 HIDDEN_STATES_STORAGE = "/tmp/kvproof-hidden-states"
-_EXTRACT_HIDDEN_STATES = (
+EXTRACT_HIDDEN_STATES = (
     "--speculative-config",
     json.dumps({"method": "extract_hidden_states", "num_speculative_tokens": 1,
                 "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}}}),
@@ -262,9 +262,9 @@ MODEL_FLAG_SETS: tuple[tuple[str, ...], ...] = (
     (),
     ("--enable-prefix-caching",),
     ("--no-enable-prefix-caching",),
-    ("--enable-prefix-caching",) + _EXTRACT_HIDDEN_STATES,
-    ("--enable-prefix-caching", "--mamba-cache-mode", "align") + _EXTRACT_HIDDEN_STATES,
-    ("--enable-prefix-caching", "--mamba-cache-mode", "all") + _EXTRACT_HIDDEN_STATES,
+    ("--enable-prefix-caching",) + EXTRACT_HIDDEN_STATES,
+    ("--enable-prefix-caching", "--mamba-cache-mode", "align") + EXTRACT_HIDDEN_STATES,
+    ("--enable-prefix-caching", "--mamba-cache-mode", "all") + EXTRACT_HIDDEN_STATES,
     ("--no-enable-prefix-caching", "--kv-transfer-config",
      json.dumps({"kv_connector": facts.DEFAULT_CONNECTOR, "kv_role": "kv_both",
                  "kv_connector_extra_config": {"cpu_bytes_to_use": 64 << 20}})),

@@ -54,9 +54,10 @@ C1b. a frontend that breaks the engine's PrefixHashConfig hashed the prompts
 C2. ``setup_error`` (building the configuration failed before vLLM ran): ERROR.
 C3. the resolver raised: rule 3 (REJECTED only for the user's prefix_match_unit).
 C4. any other ``exception``, or any ``prefix_hit``, ``hash_chain``, ``connector``,
-    ``kv_event`` observation: FAIL at the consumer tier. ``observed`` is the first
-    one (an exception keeps its type, message and frame; an oracle observation has
-    type ``oracle:<id>``); with a layout, the SAFETY contracts its resolved block
+    ``kv_event`` observation: FAIL at the consumer tier. ``observed`` is what real
+    vLLM raised when it raised, else the first observation (an exception keeps its
+    type, message and frame; an oracle observation has type ``oracle:<id>``); an
+    oracle's earlier observation of the run follows in the note; with a layout, the SAFETY contracts its resolved block
     sizes violate are ``explained``; ``by_design`` as rule 4.
     An exception raised in kvproof's own frames (``harness_error`` set, or a
     ``kvproof/`` frame) or an assertion in a frame that checks the fake
@@ -351,10 +352,14 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
     out = consumer_outcome(r, layout) if layout is not None else None
     warns = tuple(contracts.warnings(layout, out)) if out is not None and out.resolved else ()
     if hard:
-        first = hard[0]
+        # what real vLLM raised leads (the engine core died there); an oracle's earlier observation
+        # of the same run, often the state that made it raise, follows it in the note
+        first = next((o for o in hard if o.oracle == "exception"), hard[0])
         err = _stage_error(first.oracle, first.detail, getattr(first, "cause", ""))
         more = sum(r.counts.get(k, 0) for k in _HARD_ORACLES) - 1
         note = f"{first.oracle} at step {first.step}" + (f" (+{more} more observations)" if more > 0 else "")
+        if first is not hard[0]:
+            note += f"; before it, {hard[0].oracle} at step {hard[0].step}: {hard[0].detail}"
         if first.oracle == "exception" and first.detail.startswith("resolver: "):
             if (layout is not None and resolver_rejects_user_error(layout, err)) or \
                     (layout is None and err.type == "ValueError" and "prefix_match_unit" in err.message):

@@ -286,3 +286,15 @@ def test_a_frontend_breaking_the_prefix_hash_config_is_unsupported_and_an_exact_
         assert "then hash_chain" in j.note
     r = cres(obs, frontend={"hasher": "frontend", **tally})
     assert judge_consumer(r).verdict is Verdict.FAIL
+
+
+def test_what_vllm_raised_leads_and_the_oracles_earlier_observation_follows():
+    """C4: an exception later in the run is the verdict's observed error; the first oracle note follows."""
+    r = cres([("prefix_hit", 3, "group 4 (HiddenStateCacheSpec) holds 9 blocks of 181 after a reconciled hit of 1088",
+               "coord-held|HybridKVCacheCoordinator (reconciled)"),
+              ("exception", 4, "AssertionError: ", "vllm/v1/core/single_type_kv_cache_manager.py:_apply_cow")])
+    j = judge_consumer(r)
+    assert j.verdict is Verdict.FAIL and j.observed.type == "AssertionError", j.line()
+    assert j.note.startswith("exception at step 4") and "before it, prefix_hit at step 3: group 4" in j.note, j.note
+    only = judge_consumer(cres([("prefix_hit", 3, "x", "coord-held|HybridKVCacheCoordinator (reconciled)")]))
+    assert only.observed.type == "oracle:prefix_hit" and "before it" not in only.note
