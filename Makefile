@@ -9,6 +9,8 @@ RELEASES  ?= ci
 VLLM      ?= default
 FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= $(shell nproc)
+# make fuzz: the resolver's contracts, then the consumers (seeded by what the reference models derive)
+FUZZ_TARGETS ?= contracts consumers
 VERIFY_ARGS ?=
 PYTEST_ARGS ?=
 # Test workers (pytest-xdist, one file per worker at a time): the cores, at most 4 (each
@@ -39,8 +41,11 @@ test: envs
 unit: $(VENV)/.stamp
 	$(VPY) -m pytest tests/unit
 
+# Each target for FUZZ_SECONDS, one after the other; the exit code is the worst of them.
 fuzz: envs
-	$(VPY) -m kvproof fuzz --vllm $$($(VPY) -m kvproof env releases $(VLLM)) --seconds $(FUZZ_SECONDS)
+	@rc=0; for t in $(FUZZ_TARGETS); do \
+	  $(VPY) -m kvproof fuzz --vllm $$($(VPY) -m kvproof env releases $(VLLM)) --target $$t --seconds $(FUZZ_SECONDS); \
+	  r=$$?; [ $$r -gt $$rc ] && rc=$$r; done; exit $$rc
 
 fuzz-continuous: envs
 	$(VPY) -m kvproof fuzz --vllm $$($(VPY) -m kvproof env releases $(VLLM)) --continuous --jobs $(FUZZ_JOBS)

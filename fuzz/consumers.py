@@ -60,24 +60,53 @@ def stream_scale(layout: Any) -> int:
     return max(16, min(3 * big, 4096, layout.max_model_len // 4))
 
 
-def decode_input(data: bytes, caps: Any, premise: str = "engine") -> tuple[Any, Any]:
+def decode_input(data: bytes, caps: Any, premise: str = "engine", real: tuple = ()) -> tuple[Any, Any]:
     """Bytes -> (Layout with an optional connector, Stream). Needs atheris (FuzzedDataProvider)."""
     import atheris
 
-    return decode_choices(atheris.FuzzedDataProvider(data), caps, premise)
+    return decode_choices(atheris.FuzzedDataProvider(data), caps, premise, real)
 
 
-def decode_choices(fdp: Any, caps: Any, premise: str = "engine") -> tuple[Any, Any]:
+def decode_choices(fdp: Any, caps: Any, premise: str = "engine", real: tuple = ()) -> tuple[Any, Any]:
     """``decode_input`` from any provider with atheris' API (``kvproof.fuzz.provider.PyFDP``
-    outside a vLLM environment: the same bytes give the same input)."""
+    outside a vLLM environment: the same bytes give the same input).
+
+    ``real``: layouts real models derive (:func:`real_layouts`). The last choice (read after the
+    decoded layout, so an input written before it keeps its meaning: no byte left reads 0) picks
+    one of them, ``1..len(real)``, instead of the decoded layout, about a third of the time."""
     from kvproof.fuzz.decode import decode
 
     seed = fdp.ConsumeIntInRange(0, (1 << 32) - 1)
     conn = fdp.ConsumeIntInRange(0, len(facts.CONSUMER_CONNECTORS))
     layout = decode(fdp, caps, premise)
+    pick = fdp.ConsumeIntInRange(0, 3 * len(real)) if real else 0
+    if 1 <= pick <= len(real):
+        layout = real[pick - 1]
+        if layout.speculative is not None or layout.kv_connector is not None:
+            # the model's own drafter and connector (the stream drafts with the layout's method)
+            return layout, replace(fit_stream(layout, seed), spec=None)
     if conn < len(facts.CONSUMER_CONNECTORS):
         layout = replace(layout, kv_connector=facts.CONSUMER_CONNECTORS[conn])
     return layout, fit_stream(layout, seed)
+
+
+def real_layouts(release: str) -> tuple:
+    """The layouts the reference models (spec/models) derive under their serve flag sets
+    (speculative settings and connectors included), from the checked-in table of ``release`` or
+    of the newest release before it that has one (kvproof.derivation.load_model_table)."""
+    from kvproof.derivation import load_model_table
+
+    # (an overlay's name sorts after every release: the newest table)
+    older = [r for r in facts.MANAGED_RELEASES if facts.release_key(r) <= facts.release_key(release)]
+    for rel in reversed(older or [facts.MANAGED_RELEASES[0]]):
+        rows = load_model_table(rel)
+        if rows:
+            seen: dict[str, Any] = {}
+            for row in rows:
+                if row.layout is not None:
+                    seen.setdefault(row.layout.content_hash(), row.layout)
+            return tuple(seen[k] for k in sorted(seen))
+    return ()
 
 
 def fit_stream(layout: Any, seed: int) -> Any:
@@ -108,6 +137,9 @@ class Target:
         self.harness = Harness()
         self.warm_seconds = self.harness.warm()  # lazy imports before the first timed input
         self.caps = release_caps(self.harness.builder)
+        self.real = real_layouts(self.version.split("+")[0])  # inputs seeded by what real models derive
+        self.real_keys = {lay.content_hash() for lay in self.real} | {
+            replace(lay, kv_connector=None).content_hash() for lay in self.real}
         self.premise = opts.premise
         wd = workdir or opts.workdir
         self.workdir = wd
@@ -120,7 +152,7 @@ class Target:
         self.stats.data["instrumented"] = self.instrumented
 
     def decode(self, data: bytes) -> tuple[Any, Any]:
-        return decode_input(data, self.caps, self.premise)
+        return decode_input(data, self.caps, self.premise, self.real)
 
     def run(self, layout: Any, stream: Any) -> Any:
         return self.harness.run(layout, stream)
@@ -135,6 +167,9 @@ class Target:
         s.data["steps"] += res.steps
         s.data["run_seconds"] = round(s.data["run_seconds"] + res.seconds, 3)
         s.bump("drafts", stream.spec.method if stream.spec else "none")
+        real = layout.content_hash() in self.real_keys or \
+            replace(layout, kv_connector=None).content_hash() in self.real_keys
+        s.bump("layouts", "real" if real else "random")
         j = judge_consumer(res, layout)
         s.bump("verdicts", str(j.verdict))
         if j.verdict in CLASSED:
@@ -193,3 +228,28 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def real_seeds(release: str) -> list[bytes]:
+    """One input per layout of :func:`real_layouts`: the bytes ``decode_choices`` (full caps) reads
+    as that layout under stream seed k, with no connector of the fuzzer's own; a campaign starts
+    from what real models derive (``kvproof fuzz --target consumers`` passes them as a seed folder)."""
+    from kvproof.fuzz.decode import FULL, encode
+    from kvproof.fuzz.provider import PyFDP, int_chunk
+    from kvproof.layout import Layout
+
+    real = real_layouts(release)
+    if not real:
+        return []
+    base = encode(Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}]}))
+    n = len(facts.CONSUMER_CONNECTORS)
+
+    def data(k: int, split: int) -> bytes:
+        # ints are read from the end (seed, connector, the layout's, then the pick), bools from the
+        # front: the pick sits between the layout's front (bool) bytes and its int bytes
+        return (base[:split] + int_chunk(0, 3 * len(real), k) + base[split:] + int_chunk(0, n, n)
+                + int_chunk(0, (1 << 32) - 1, k))
+
+    split = next(i for i in range(len(base) + 1)
+                 if decode_choices(PyFDP(data(1, i)), FULL, "engine", real)[0] == real[0])
+    return [data(k, split) for k in range(1, len(real) + 1)]

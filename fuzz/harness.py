@@ -203,7 +203,7 @@ class Stats:
         self.data: dict = {"target": target, "vllm": vllm, "pid": os.getpid(), "started": time.time(),
                            "execs": 0, "verdicts": {}, "latent": {}, "latent_classes": 0, "classes": {},
                            "new": 0, "known": 0, "errors": {}, "first_crash_s": None, "bridge_errors": 0,
-                           "drafts": {}}
+                           "drafts": {}, "layouts": {}}
         self.t0 = time.monotonic()
         self._next = time.monotonic() + 1
         self._ledger = None

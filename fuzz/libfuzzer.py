@@ -111,7 +111,17 @@ class LibFuzzerProcess:
         return "\n".join(line for line in block.splitlines()[1:] if line.strip())
 
     def seed_dirs(self) -> list[Path]:
-        return [SEEDS] if SEEDS.is_dir() and not self.args.no_seeds else []
+        if self.args.no_seeds:
+            return []
+        dirs = [SEEDS] if SEEDS.is_dir() else []
+        if self.args.target == "consumers":  # what the reference models derive, one input each
+            from kvproof.fuzz.consumers import real_seeds
+            real = self.workdir / "real-seeds"
+            real.mkdir(parents=True, exist_ok=True)
+            for i, data in enumerate(real_seeds(self.release)):
+                atomic_write(real / f"real-{i:03d}", data)
+            dirs.append(real)
+        return dirs
 
     def merge(self) -> None:
         new = self.corpus.with_name(self.corpus.name + ".new")

@@ -94,12 +94,13 @@ def _stats_files(workdir: Path) -> list[dict]:
 def read_stats(workdir: Path) -> dict:
     """Sum of every harness process's counters in this campaign folder."""
     total = {"execs": 0, "new": 0, "known": 0, "processes": 0, "verdicts": {}, "errors": {}, "drafts": {},
+             "layouts": {},
              "first_crash_s": None}
     for d in _stats_files(workdir):
         total["processes"] += 1
         for k in ("execs", "new", "known"):
             total[k] += d.get(k, 0)
-        for section in ("verdicts", "errors", "drafts"):
+        for section in ("verdicts", "errors", "drafts", "layouts"):
             for k, v in d.get(section, {}).items():
                 total[section][k] = total[section].get(k, 0) + v
         if d.get("first_crash_s") is not None and total["first_crash_s"] is None:
@@ -208,6 +209,9 @@ def report(workdir: Path, ledger, release: str | None = None) -> tuple[str, int]
         spec = n - s["drafts"].get("none", 0)
         lines.append(f"Speculative inputs: {spec:,} of {n:,} ({spec / max(n, 1):.0%}): " + ", ".join(
             f"{k} {v:,}" for k, v in sorted(s["drafts"].items())))
+    if s.get("layouts"):  # the consumers target: inputs whose layout a reference model derives
+        n, real = sum(s["layouts"].values()), s["layouts"].get("real", 0)
+        lines.append(f"Real-model layouts: {real:,} of {n:,} inputs ({real / max(n, 1):.0%}; the rest random)")
     if s["errors"]:
         lines.append("kvproof's own errors (counted as ERROR): " + "; ".join(
             f"{cause} x{n}" for cause, n in sorted(s["errors"].items(), key=lambda kv: -kv[1])))

@@ -246,3 +246,24 @@ def test_a_regression_that_does_not_come_back_on_a_rerun_is_not_a_class(tmp_path
     assert counts["regressions"] == 0 and counts["unconfirmed"] > 0 and not run.merged_classes(work)
     assert len(runner.calls) == 4  # both releases, then both again for the regressing inputs
     assert "did not come back on a rerun" in capsys.readouterr().out
+
+
+def test_campaigns_start_from_what_real_models_derive_and_old_inputs_keep_their_meaning():
+    """The consumer target's last choice picks a reference-model layout (fuzz.consumers.real_layouts);
+    each seed of real_seeds reads as its layout, and bytes written before the choice existed (no byte
+    left for it) read as they did."""
+    from kvproof.fuzz.consumers import decode_choices, real_layouts, real_seeds
+    from kvproof.fuzz.provider import PyFDP
+
+    real = real_layouts("0.33.0")
+    assert len(real) > 50 and any(r.speculative is not None for r in real), len(real)
+    assert any(r.kv_connector for r in real) and any(r.has_mamba for r in real)
+    seeds = real_seeds("0.33.0")
+    assert len(seeds) == len(real)
+    for k, data in enumerate(seeds, 1):
+        lay, st = decode_choices(PyFDP(data), FULL, "engine", real)
+        assert lay == real[k - 1], k
+        if lay.speculative is not None:
+            assert st.spec is None  # the stream drafts with the model's own method
+    for data, layout, stream in inputs(30):
+        assert decode_choices(PyFDP(data), FULL, "engine", real) == (layout, stream)
