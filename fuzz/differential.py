@@ -81,14 +81,14 @@ def campaign_caps(workdir: Path) -> Any:
     return None
 
 
-def decode_file(data: bytes, caps: Any, premise: str) -> tuple[Any, Any] | None:
+def decode_file(data: bytes, caps: Any, premise: str, real: tuple = ()) -> tuple[Any, Any] | None:
     """The (Layout, Stream) the harness makes of ``data``; None when the decoder refuses it."""
     from kvproof.fuzz.provider import PyFDP
 
     from kvproof.fuzz.consumers import decode_choices
 
     try:
-        return decode_choices(PyFDP(data), caps, premise)
+        return decode_choices(PyFDP(data), caps, premise, real)
     except Exception:  # noqa: BLE001 (what the harness counts as ERROR, never compared)
         return None
 
@@ -106,7 +106,7 @@ def scan(corpus: Path) -> list[tuple[str, bytes]]:
 
 
 def select(files: list[tuple[str, bytes]], done: set[str], limit: int, caps: Any,
-           premise: str) -> tuple[list[tuple], set[str], int]:
+           premise: str, real: tuple = ()) -> tuple[list[tuple], set[str], int]:
     """Up to ``limit`` of ``files`` whose SHA-1 is not in ``done``, in order, decoded:
     ([(sha1, data, layout, stream)], SHA-1s the decoder refused, files left for later epochs)."""
     picked: list[tuple] = []
@@ -118,7 +118,7 @@ def select(files: list[tuple[str, bytes]], done: set[str], limit: int, caps: Any
         if len(picked) >= limit:
             left += 1
             continue
-        item = decode_file(data, caps, premise)
+        item = decode_file(data, caps, premise, real)
         if item is None:
             refused.add(sha)
         else:
@@ -173,7 +173,10 @@ class Differential:
         here = {sha for sha, _ in files}  # files the merges dropped are forgotten: the state stays corpus-sized
         done = set(state["compared"].get(self.against, ())) & here
         refused_before = set(state["refused"]) & here
-        picked, refused, left = select(files, done | refused_before, self.limit, caps, self.premise)
+        # the real layouts the harness picks from (fuzz.consumers.Target.real): the same bytes, the same input
+        from kvproof.fuzz.consumers import real_layouts
+        real = real_layouts(self.version.split("+")[0])
+        picked, refused, left = select(files, done | refused_before, self.limit, caps, self.premise, real)
         counts = {"inputs": len(picked), "admissions": 0, "regressions": 0, "not_compared": {}, "classes": []}
         if picked:
             items = [(lay, st) for _, _, lay, st in picked]
