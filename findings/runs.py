@@ -8,6 +8,7 @@ verdict: :func:`did_not_run` names such runs and :func:`require_ran` refuses the
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,34 +111,40 @@ def _tail(text: str) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def run_script(path: Path, releases: list[str], entry: Entry, timeout: float = RUN_TIMEOUT_S) -> list[Run]:
+def run_script(path: Path, releases: list[str], entry: Entry, timeout: float = RUN_TIMEOUT_S,
+               jobs: int | None = None) -> list[Run]:
     """``path`` run with each release's python; the last line it printed and its exit code.
     A release without an environment is a run with exit 127 and the reason, not an exception,
-    so every release's outcome is known (:func:`require_ran` then refuses the lot)."""
-    from kvproof import envs
+    so every release's outcome is known (:func:`require_ran` then refuses the lot). The releases
+    run side by side, ``jobs`` at a time (default: one per core); the runs come back in order."""
+    from concurrent.futures import ThreadPoolExecutor
 
     path = Path(path).resolve()  # absolute: the working directory is the script's folder
-    out = []
-    for r in releases:
-        try:
-            py = str(envs.find(r).python)
-        except (EnvError, UsageError) as err:
-            out.append(Run(r, "-", EXIT_NO_ENV, str(err), expected_on(entry, r)))
-            continue
-        try:
-            proc = subprocess.run([py, str(path)], capture_output=True, text=True, timeout=timeout,
-                                  cwd=str(path.parent))
-            rc = proc.returncode
-            # the script's own word (BUG/OK/OTHER) is its last stdout line; where it did not reach
-            # one, the cause is stderr's last line (python's message, a traceback's last line)
-            own, err = _tail(proc.stdout), _tail(proc.stderr)
-            last = own if own.startswith(("BUG:", "OK:", "OTHER:")) else (err or own)
-        except subprocess.TimeoutExpired:
-            rc, last = EXIT_TIMEOUT, f"timed out after {timeout:.0f} s"
-        except OSError as err:  # the environment's python is gone or not executable
-            rc, last = EXIT_NO_ENV, f"{py}: {err.strerror or err}"
-        out.append(Run(r, py, rc, last, expected_on(entry, r)))
-    return out
+    jobs = max(1, min(len(releases), jobs or os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(lambda r: _run_one(path, r, entry, timeout), releases))
+
+
+def _run_one(path: Path, r: str, entry: Entry, timeout: float) -> Run:
+    from kvproof import envs
+
+    try:
+        py = str(envs.find(r).python)
+    except (EnvError, UsageError) as err:
+        return Run(r, "-", EXIT_NO_ENV, str(err), expected_on(entry, r))
+    try:
+        proc = subprocess.run([py, str(path)], capture_output=True, text=True, timeout=timeout,
+                              cwd=str(path.parent))
+        rc = proc.returncode
+        # the script's own word (BUG/OK/OTHER) is its last stdout line; where it did not reach
+        # one, the cause is stderr's last line (python's message, a traceback's last line)
+        own, err = _tail(proc.stdout), _tail(proc.stderr)
+        last = own if own.startswith(("BUG:", "OK:", "OTHER:")) else (err or own)
+    except subprocess.TimeoutExpired:
+        rc, last = EXIT_TIMEOUT, f"timed out after {timeout:.0f} s"
+    except OSError as err:  # the environment's python is gone or not executable
+        rc, last = EXIT_NO_ENV, f"{py}: {err.strerror or err}"
+    return Run(r, py, rc, last, expected_on(entry, r))
 
 
 def did_not_run(runs: list[Run]) -> list[Run]:

@@ -1,6 +1,7 @@
 """``kvproof findings report``: the three real vLLM bugs of the ledger, each as a standalone
-reproducer (imports only vLLM) run with every installed release's python: it must fail
-(exit 1, ``BUG: ...``) exactly on the releases the ledger entry measured the bug on, and
+reproducer (imports only vLLM) run with the python of every release under test that the entry
+measured (conftest.RELEASES; ``kvproof findings report ID`` itself runs every installed one): it
+must fail (exit 1, ``BUG: ...``) exactly on the releases the ledger entry measured the bug on, and
 pass (exit 0) on the others. The reports go to tmp_path, never into the checkout, except in
 the one test that types the command as the README does (the default, relative out/findings/
 of the checkout root): it removes the folder it made and puts back one that was there."""
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import require_env
+from conftest import RELEASES, require_env
 
 from kvproof.findings.ledger import Ledger, Status
 from kvproof.findings.report import generate
@@ -64,8 +65,9 @@ def test_reproducer_imports_only_vllm(name):
 @pytest.mark.parametrize("name", sorted(BUGS))
 def test_reproducer_fails_exactly_on_affected_releases(name, tmp_path):
     entry = _entry(name)
-    releases = [r for r in sorted(entry.releases) if _has_env(r)]
-    assert releases, f"{name}: none of {sorted(entry.releases)} installed"
+    releases = [r for r in sorted(entry.releases) if r in RELEASES and _has_env(r)]
+    if not releases:
+        pytest.skip(f"{name}: none of {sorted(entry.releases)} is under test here")
     folder, runs = generate(entry, tmp_path, releases)
     assert (folder / "repro.py").exists() and (folder / "issue.md").exists()
     evidence = json.loads((folder / "evidence.json").read_text())
