@@ -20,6 +20,7 @@ VLLM_SIDE = (
     "kvproof.bridge.runtime",
     "kvproof.consumer.configs",
     "kvproof.consumer.drafters",
+    "kvproof.consumer.frontend",
     "kvproof.consumer.driver",
     "kvproof.fuzz.consumers",
     "kvproof.consumer.harness",
