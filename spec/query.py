@@ -208,7 +208,23 @@ def concrete_holds(layout: Layout, revision: str, prop: Property, premise: str,
     if not prop.applies(len(layout.groups)) or R.not_expressible(layout, revision) or layout.dcp not in key[3]:
         return False  # outside the query's domain (the dcp set is part of it)
     enc, formula = _formula(revision, *key, len(layout.groups))
-    return M.holds(enc, repr(key), formula, M.layout_values(layout, enc.x))
+    return M.holds_at(enc, repr(key), formula, _evaluated(enc, layout))
+
+
+def _evaluated(enc, layout: Layout) -> list:
+    """The encoding evaluated at ``layout``, memoised on the encoding (the reachability search asks
+    every measured Config once per property; the evaluation does not depend on the property)."""
+    memo = M._compiled(enc).setdefault("evaluated", {})
+    try:
+        k = layout
+        hash(k)
+    except TypeError:
+        k = layout.content_hash()
+    vals = memo.get(k)
+    if vals is None:
+        out, _ = M.concrete(enc, M.layout_values(layout, enc.x), check_facts=False)
+        vals = memo[k] = out["_vals"]
+    return vals
 
 
 def pad(layout: dict, n: int) -> dict:

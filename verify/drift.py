@@ -104,7 +104,7 @@ def check_envs() -> list[dict]:
     """Every managed environment (kvproof.envs), overlays included, that has vLLM sources on disk."""
     try:
         from kvproof import envs
-        rows = envs.installed()
+        rows = envs.installed(disk=False)  # the disk walk (every file of every env) is not drift's business
     except Exception:  # noqa: BLE001 -- no managed environments: no drift rows
         return []
     out = []
