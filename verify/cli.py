@@ -73,6 +73,10 @@ def parser() -> argparse.ArgumentParser:
                    help=f"largest raw block size in the domain (default {M.MAX_BLOCK}; 0 = unbounded)")
     p.add_argument("--dcp", default=",".join(map(str, M.DCP_VALUES)), help="dcp values (comma list)")
     p.add_argument("--no-drift", action="store_true", help="skip the drift check of installed vLLMs")
+    p.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the result cache (<cache_home>/verify/results.json, "
+                        "kvproof.verify.cache: a result is reused only while its task, z3 and every source "
+                        "it was computed from are unchanged; UNKNOWN is never stored)")
     p.add_argument("--no-induction", action="store_true",
                    help="skip the proof for every N by induction over the groups (kvproof.spec.induction), "
                         "which by default prints 'PROVED for all N (induction)' beside the bounded rows")
@@ -241,7 +245,7 @@ def run(args: argparse.Namespace) -> dict:
                       for i in INVARIANTS]
     for c in chains:
         first += start_chain(c)
-    pool = Pool(args.jobs)
+    pool = Pool(args.jobs, cache=getattr(args, "cache", None))
     t0 = time.monotonic()
     try:
         pool.run(first, on_result)
@@ -250,21 +254,33 @@ def run(args: argparse.Namespace) -> dict:
         progress.end()
     wall = time.monotonic() - t0
     return {"rows": [rows[k] for k in sorted(rows, key=lambda k: (k[0], k[1], k[2]))], "wall_seconds": wall,
-            "killed": pool.killed, "induction": {} if args.no_induction else induction}
+            "solver_seconds": wall, "killed": pool.killed, "workers_started": pool.started, "induction": {} if args.no_induction else induction}
 
 
 def label(result: dict, args) -> list[dict]:
     """Per (revision, property) entries with reachability, reason and witness config (for witnesses)."""
     props = report.summarise(result)
+    cache = getattr(args, "cache", None)
     for p in props:
         w = p["witness"]
         p["reachability"], p["reason"], p["witness_config"] = None, "", None
         if p["verdict"] not in WITNESS or not w or not w.get("layout"):
             continue
+        task = {"revision": p["revision"], "property": p["property"], "layout": w["layout"],
+                "premise": w["premise"], "engine_status": str(w["engine_status"]) if w["engine_status"] is not None
+                else None, "max_block": args.max_block, "dcp_values": list(args.dcp_values)}
+        hit = cache.get("label", task) if cache is not None else None
         try:
-            lab, reason, cfg = reachability.label(p["revision"], p["property"], w["layout"], premise=w["premise"],
-                                                  engine_status=w["engine_status"], max_block=args.max_block,
-                                                  dcp_values=args.dcp_values)
+            if hit is not None:
+                lab, reason, cfg = reachability.Reachability[hit["label"]], hit["reason"], hit["witness"]
+            else:
+                lab, reason, cfg = reachability.label(p["revision"], p["property"], w["layout"],
+                                                      premise=w["premise"], engine_status=w["engine_status"],
+                                                      max_block=args.max_block, dcp_values=args.dcp_values)
+                if cache is not None:
+                    from kvproof.verify.cache import label_sources, loaded_sources
+                    cache.put("label", task, {"status": "LABELLED", "label": lab.name, "reason": reason,
+                                              "witness": cfg}, loaded_sources() + label_sources())
         except Exception as err:  # noqa: BLE001 -- a labelling bug must not hide the finding; unlabelled is FREE (not accepted)
             lab, reason, cfg = reachability.Reachability.FREE, f"labelling failed: {type(err).__name__}: {err}", None
         p["reachability"], p["reason"] = lab, reason
@@ -309,6 +325,11 @@ def write_corpus(result: dict, folders: list[Path], args) -> list[dict]:
 
 
 def _run(args) -> int:
+    t_start = time.monotonic()
+    args.cache = None
+    if not args.no_cache:
+        from kvproof.verify.cache import Cache
+        args.cache = Cache()
     drift = [] if args.no_drift else check_envs()
     for d in drift:
         sys.stderr.write(f"{PROG}: {d['message']}\n")
@@ -320,6 +341,10 @@ def _run(args) -> int:
                           "properties": [p.key for p in args.property_list]}
     result["settings"]["induction"] = not args.no_induction
     result["properties"] = label(result, args)
+    if args.cache is not None:
+        args.cache.save()
+        result["cache"] = {"hits": args.cache.hits, "misses": args.cache.misses, "stored": args.cache.stored,
+                           "path": str(args.cache.path)}
     if not args.no_induction:
         report.add_unbounded(result)
     if args.no_corpus:
@@ -336,6 +361,7 @@ def _run(args) -> int:
         result["baseline"] = cmp
     code = exit_code(result)
     result["exit_code"] = code
+    result["wall_seconds"] = time.monotonic() - t_start  # the whole proof run: drift, solver, labels, baseline
     paths = report.write_all(result, args.out_path)
     sys.stdout.write(report.terminal(result, verbose=args.verbose))
     if not args.verbose:

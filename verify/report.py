@@ -180,6 +180,17 @@ def _bounds(s: dict) -> str:
     return f"block sizes <= {mb if mb else 'unbounded'}, dcp in {{{dcp}}}"
 
 
+def _wall_detail(result: dict) -> str:
+    """How the wall time splits: the solver phase and what the result cache answered."""
+    parts = []
+    if "solver_seconds" in result:
+        parts.append(f"solver {result['solver_seconds']:.1f} s")
+    c = result.get("cache")
+    if c:
+        parts.append(f"{c['hits']} of {c['hits'] + c['misses']} results from the cache")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def summary(result: dict) -> str:
     """What a maintainer reads first: per release what is proved (and within which bounds), the
     reachable findings, then free/unreachable counts, then the change against the baseline."""
@@ -187,7 +198,7 @@ def summary(result: dict) -> str:
     props = _props(result)
     lines = [(f"kvproof verify: revisions {', '.join(s.get('revisions', []))}; N={s.get('min_groups')}.."
               f"{s.get('max_groups')} groups; {_bounds(s)}; {s.get('timeout')} s per query; "
-              f"wall {result['wall_seconds']:.1f} s")]
+              f"wall {result['wall_seconds']:.1f} s{_wall_detail(result)}")]
     # 1) reachable findings, with the witness Config (else Layout)
     reach = [p for p in props if p["verdict"] in WITNESS and p.get("reachability") == Reachability.REACHABLE]
     lines.append("")

@@ -5,6 +5,12 @@ every query runs in a child process: the parent waits ``timeout + grace``
 seconds and then kills the child (SIGKILL) and starts a fresh one. Workers
 are reused between queries (importing z3 costs ~0.3 s), one query at a time
 each.
+
+With a :class:`kvproof.verify.cache.Cache`, a task whose result is cached
+(kvproof.verify.cache: same task, same z3, unchanged sources) is answered
+without a worker, and a definite result a worker computes is stored with the
+worker's loaded kvproof sources as its dependencies. Workers start on the
+first task the cache does not answer.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ GRACE = 3.0  # seconds on top of a query's own timeout before the kill
 
 def _serve(conn) -> None:
     from kvproof.spec.query import run_query  # import inside the child
+    from kvproof.verify.cache import loaded_sources
     while True:
         try:
             task = conn.recv()
@@ -34,7 +41,7 @@ def _serve(conn) -> None:
             result = run_query(spec)
         except Exception as err:  # noqa: BLE001 -- a model bug: report it as UNKNOWN with the reason
             result = {"status": ProofStatus.UNKNOWN, "seconds": 0.0, "detail": f"{type(err).__name__}: {err}"}
-        conn.send((tid, result))
+        conn.send((tid, result, loaded_sources()))
 
 
 class _Worker:
@@ -72,19 +79,40 @@ class _Worker:
 class Pool:
     """Run query specs on ``jobs`` killable workers; results come back through ``on_result``."""
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, cache=None) -> None:
         self.ctx = mp.get_context("spawn")
-        self.workers = [_Worker(self.ctx) for _ in range(max(1, jobs))]
+        self.jobs = max(1, jobs)
+        self.workers: list[_Worker] = []  # started on the first task the cache does not answer
+        self.cache = cache
         self.killed = 0
+        self.started = 0
 
     def run(self, first: Iterable[tuple[int, dict]], on_result: Callable[[int, dict], list[tuple[int, dict]]],
             on_start: Callable[[int], None] | None = None) -> None:
         """``on_result`` may return follow-up tasks (the next group count of a chain)."""
-        queue: list[tuple[int, dict]] = list(first)
+        queue: list[tuple[int, dict]] = []
+        specs: dict[int, dict] = {}
+
+        def intake(tasks: Iterable[tuple[int, dict]]) -> None:
+            """Queue tasks; one the cache answers is answered now (its follow-ups come in here too)."""
+            pending = list(tasks)
+            while pending:
+                tid, spec = pending.pop(0)
+                hit = self.cache.get("query", spec) if self.cache is not None else None
+                if hit is None:
+                    queue.append((tid, spec))
+                else:
+                    pending.extend(on_result(tid, hit))
+
+        intake(first)
         while queue or any(w.task for w in self.workers):
+            while queue and len(self.workers) < self.jobs and all(w.task is not None for w in self.workers):
+                self.workers.append(_Worker(self.ctx))
+                self.started += 1
             for w in self.workers:
                 if w.task is None and queue:
                     tid, spec = queue.pop(0)
+                    specs[tid] = spec
                     w.give(tid, spec)
                     if on_start:
                         on_start(tid)
@@ -97,20 +125,22 @@ class Pool:
             for w in busy:
                 if w.parent in ready:
                     try:
-                        tid, result = w.parent.recv()
+                        tid, result, sources = w.parent.recv()
+                        if self.cache is not None and tid in specs:
+                            self.cache.put("query", specs[tid], result, sources)
                     except (EOFError, OSError):  # the child died (OOM, crash)
                         tid = w.task[0]
                         result = {"status": ProofStatus.UNKNOWN, "seconds": time.monotonic() - w.started,
                                   "detail": "worker died"}
                         self._replace(w)
                     w.task = None
-                    queue.extend(on_result(tid, result))
+                    intake(on_result(tid, result))
                 elif time.monotonic() > w.deadline:
                     tid = w.task[0]
                     self.killed += 1
                     self._replace(w)
-                    queue.extend(on_result(tid, {"status": ProofStatus.UNKNOWN, "seconds": time.monotonic() - w.started,
-                                                 "detail": "killed at the hard deadline"}))
+                    intake(on_result(tid, {"status": ProofStatus.UNKNOWN, "seconds": time.monotonic() - w.started,
+                                           "detail": "killed at the hard deadline"}))
 
     def _replace(self, w: _Worker) -> None:
         w.kill()
