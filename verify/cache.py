@@ -53,8 +53,10 @@ def _z3_version() -> str:
 def _package_roots() -> list[str]:
     import kvproof
     import kvproof.spec
-    import kvproof.verify
-    return sorted({str(Path(m.__file__).resolve().parent) for m in (kvproof, kvproof.spec, kvproof.verify)})
+    # this module's own folder is kvproof.verify's (importing the package here would be a circle:
+    # its __init__ reaches the cli, which reaches this cache)
+    here = Path(__file__).resolve().parent
+    return sorted({str(Path(m.__file__).resolve().parent) for m in (kvproof, kvproof.spec)} | {str(here)})
 
 
 def loaded_sources() -> list[str]:
