@@ -4,6 +4,8 @@ ClusterFuzz keys a crash by its type and top frames; here a class is
 ``(tier, check, exception type, frame)``:
 
 - ``tier``: the evidence tier that observed it (function, manager, consumer, engine; model for verify);
+  for an exception a contract explains, the contract's own tier (one root cause, one class, at
+  whichever tier a run met it);
 - ``check``: the contract that explains the exception (its id, qualified ``[align]`` /
   ``[not-align]`` when the layout has Mamba groups: the Mamba mode picks the resolver's
   hash fallback, so the seed bug and 0.28's ``mamba_cache_mode=all`` crash are two causes
@@ -113,6 +115,10 @@ def class_key(j: Judgement, layout: Layout | None = None) -> ClassKey:
         producer = err.frame.partition("|")[2]
         return ClassKey(tier, err.type, "", producer)
     frame = frame_key(err.frame)
+    if j.explained and j.verdict in (Verdict.FAIL, Verdict.UNSUPPORTED):
+        # a contract's class is the contract's, at its own tier, whichever tier ran into it: the
+        # consumer tier meeting the coordinator's assertion at Scheduler() is the manager's class
+        tier = str(j.explained[0].contract.tier)
     if j.explained and j.verdict == Verdict.FAIL:
         check = j.explained[0].contract.id + _mode(layout)
     elif j.explained and j.verdict == Verdict.UNSUPPORTED:  # a refusal by design: the mode changes nothing

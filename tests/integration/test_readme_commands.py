@@ -92,7 +92,7 @@ def _tool_rc(cmd: str, rc: int, out: str) -> int:
     """kvproof's own exit code: make exits 2 for any failed recipe and names the recipe's code."""
     if not cmd.startswith("make ") or rc != 2:
         return rc
-    m = re.search(r"^make: \*\*\* \[.*\] Error (\d+)$", out, re.M)
+    m = re.search(r"^make(?:\[\d+\])?: \*\*\* \[.*\] Error (\d+)$", out, re.M)  # make[1] under a parent make
     return int(m.group(1)) if m else rc
 
 
