@@ -16,11 +16,14 @@ No vLLM import here.
 from __future__ import annotations
 
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
 
 from kvproof.config import Config, reference_models
-from kvproof.consumer.client import run_many
+from kvproof.bridge.client import Worker
+from kvproof.consumer.client import consume
 from kvproof.consumer.stream import default_stream
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream
@@ -54,14 +57,16 @@ def _label(c: Config) -> str:
     return f"{c.model} {spec['method']} k={spec['num_speculative_tokens']}"
 
 
-def derived_on(release: str, configs: Sequence[Config], fresh: bool = False) -> list[Derived]:
+def derived_on(release: str, configs: Sequence[Config], fresh: bool = False, worker: Worker | None = None
+               ) -> list[Derived]:
     """Each Config's derivation on ``release``: the checked-in model table's row where it was
     derived on this CPU kind (``derivation.model_rows_here``; the table tests re-derive samples of
-    it on the real release), the release's worker for the rest (all of them with ``fresh``)."""
+    it on the real release), the release's worker for the rest (all of them with ``fresh``);
+    ``worker``: a live one of the release's (else one is started for the call)."""
     from kvproof.checking import derive_all
     rows = {} if fresh else model_rows_here(release)
     todo = [c for c in configs if config_key(c) not in rows]
-    new = iter(derive_all(release, todo) if todo else [])
+    new = iter(derive_all(release, todo, worker) if todo else [])
     out = []
     for c in configs:
         row = rows.get(config_key(c))
@@ -70,24 +75,42 @@ def derived_on(release: str, configs: Sequence[Config], fresh: bool = False) -> 
     return out
 
 
-def build(releases: Sequence[str], fresh: bool = False
+def build(releases: Sequence[str], fresh: bool = False, jobs: int | None = None
           ) -> tuple[list[Config], dict[str, list[Cell]], list[Stream | None]]:
-    """Derive on every release, pick one stream per Config, run the consumer tier per release."""
+    """Derive on every release, pick one stream per Config, run the consumer tier per release.
+
+    One worker per release does both (vLLM imported once, not once per phase), ``jobs`` releases
+    at a time (default: the cores): the derivations are most of the time, the consumer runs under
+    a second per release. A worker stays up between the phases: the stream of a Config needs
+    every release's derivation."""
     from kvproof import envs
     configs = speculative_configs()
-    derived = {rel: derived_on(rel, configs, fresh) for rel in releases}
-    streams: list[Stream | None] = []
-    for i in range(len(configs)):
-        lays = [derived[rel][i].layout for rel in releases if derived[rel][i].layout is not None]
-        streams.append(default_stream(max(lays, key=lambda lay: lay.largest_block))
-                       if lays else None)
-    cells: dict[str, list[Cell]] = {}
-    for rel in releases:
-        todo = [(i, d.layout) for i, d in enumerate(derived[rel]) if d.layout is not None and streams[i]]
-        results = run_many([(lay, streams[i]) for i, lay in todo], envs.find(rel)) if todo else []
-        by_i = {i: res for (i, _), res in zip(todo, results)}
-        cells[rel] = [Cell(d.layout, by_i.get(i))
-                      for i, d in enumerate(derived[rel])]
+    workers: dict[str, Worker] = {}
+    derived: dict[str, list[Derived]] = {}
+
+    def derive_one(rel: str) -> list[Derived]:
+        w = workers[rel] = Worker(envs.find(rel))
+        w.start()
+        return derived_on(rel, configs, fresh, w)
+
+    try:
+        with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+            for rel, ds in zip(releases, pool.map(derive_one, releases)):
+                derived[rel] = ds
+        streams: list[Stream | None] = []
+        for i in range(len(configs)):
+            lays = [derived[rel][i].layout for rel in releases if derived[rel][i].layout is not None]
+            streams.append(default_stream(max(lays, key=lambda lay: lay.largest_block))
+                           if lays else None)
+        cells: dict[str, list[Cell]] = {}
+        for rel in releases:
+            todo = [(i, d.layout) for i, d in enumerate(derived[rel]) if d.layout is not None and streams[i]]
+            results = consume(workers[rel], [(lay, streams[i]) for i, lay in todo]) if todo else []
+            by_i = {i: res for (i, _), res in zip(todo, results)}
+            cells[rel] = [Cell(d.layout, by_i.get(i)) for i, d in enumerate(derived[rel])]
+    finally:
+        for w in workers.values():
+            w.close()
     return configs, cells, streams
 
 
