@@ -12,8 +12,15 @@ ClusterFuzz keys a crash by its type and top frames; here a class is
   behind one assertion), an oracle (``oracle:kv_event``), or for an exception no contract
   explains, the words its message starts with (``raise:<stem>``, names and numbers cut;
   ``by-design:<stem>`` for a refusal by design, whose assertion may be a failure on other layouts);
+  a bare ``assert`` has no message, so its stem is its condition as the raising source line
+  states it (``raise:assert block_size % hash_block_size == 0``, ``StageError.condition``): two
+  asserts of one function are two causes, one condition in every release is one;
 - ``exc_type``: the exception's type ("" for an oracle observation);
-- ``frame``: the vLLM ``file:function`` that raised, without the line number; for an oracle
+- ``frame``: the vLLM ``file:function`` that raised, without the line number; for a bare assert
+  also the vLLM function that called it (``kv_cache_utils.py:resolve_block_hashes <-
+  simple_kv_offload/manager.py:_select_eager_blocks_to_store``): its condition names the raising
+  function's own variables, whose values the caller chose, so a shared helper's assert met from two
+  callers is two causes (0.27's connector lookup and 0.30's eager offload store); for an oracle
   observation, who produced the wrong thing, in vLLM's names: the block pool or the connector
   that published the event and its medium (``SimpleCPUOffloadConnector (BlockStored[CPU])``),
   the connector and its inner method (``SimpleCPUOffloadConnector: BlockHashToBlockMap.insert``),
@@ -34,6 +41,7 @@ from kvproof.layout import Layout
 from kvproof.verdicts import Verdict
 
 STEM_WORDS = 6
+CALLED_FROM = " <- "  # a bare assert's frame: the raising function <- the function that called it
 _STOP = re.compile(r"[\d\[\](){}=:'\"<>@,;]")
 _WORD = re.compile(r"^[A-Za-z_][A-Za-z_.\-]*$")
 _FRAME = re.compile(r"^(?P<file>.*?):(?P<line>\d+) in (?P<fn>.+)$")
@@ -63,8 +71,10 @@ class ClassKey:
 
     @classmethod
     def parse(cls, text: str) -> "ClassKey":
-        parts = text.split("|")
-        if len(parts) != 4:
+        # the check may hold a "|" (an assert's condition ``a | b``); tier, type and frame never do
+        tier, _, rest = text.partition("|")
+        parts = [tier, *rest.rsplit("|", 2)]
+        if len(parts) != 4 or not _:
             raise ValueError(f"{text!r} is not a class key (tier|check|exc_type|frame)")
         return cls(*parts)
 
@@ -94,6 +104,15 @@ def stem(message: str) -> str:
     return " ".join(words)
 
 
+def what_raised(err) -> str:
+    """What an exception states: its message's stem, or for a bare assert (no message) the
+    condition it asserted (``assert <condition>``, whitespace normalised)."""
+    cond = getattr(err, "condition", "")
+    if cond and not err.message.strip():
+        return "assert " + cond
+    return stem(err.message)
+
+
 def _mode(layout: Layout | None) -> str:
     if layout is None or not layout.has_mamba:
         return ""
@@ -115,6 +134,8 @@ def class_key(j: Judgement, layout: Layout | None = None) -> ClassKey:
         producer = err.frame.partition("|")[2]
         return ClassKey(tier, err.type, "", producer)
     frame = frame_key(err.frame)
+    if getattr(err, "condition", "") and getattr(err, "caller", "") and not err.message.strip():
+        frame += CALLED_FROM + frame_key(err.caller)
     if j.explained and j.verdict in (Verdict.FAIL, Verdict.UNSUPPORTED):
         # a contract's class is the contract's, at its own tier, whichever tier ran into it: the
         # consumer tier meeting the coordinator's assertion at Scheduler() is the manager's class
@@ -124,9 +145,9 @@ def class_key(j: Judgement, layout: Layout | None = None) -> ClassKey:
     elif j.explained and j.verdict == Verdict.UNSUPPORTED:  # a refusal by design: the mode changes nothing
         check = j.explained[0].contract.id
     elif j.verdict == Verdict.UNSUPPORTED:  # the same assertion can be a failure elsewhere (contracts.Refusal.applies)
-        check = "by-design:" + stem(err.message)
+        check = "by-design:" + what_raised(err)
     else:
-        check = "raise:" + stem(err.message)
+        check = "raise:" + what_raised(err)
     return ClassKey(tier, check, err.type, frame)
 
 

@@ -5,8 +5,8 @@ admission by admission (``kvproof compare`` runs them and prints it; ``kvproof f
 Requests are matched by their index in the stream and their admission order (a resend is its
 own admission). An admission whose prefix hit (local + external) is more than ``margin`` tokens
 below the release before is a regression, named by its first bad release: one class per (first
-bad release, drafter family), or per (first bad release, ``scheduler-block``) when the newer
-release built another scheduler block. Runs that do not complete on both sides are counted,
+bad release, drafter family, the group kinds that lost the hit: ``lost_by``), or per (first bad
+release, ``scheduler-block``) when the newer release built another scheduler block. Runs that do not complete on both sides are counted,
 never compared; admissions hitting more than ``margin`` above the release before are counted
 (``gains``). A FAIL class both releases show whose observations more than double (by at least
 JUMP_MIN) is a jump. No vLLM import here.
@@ -39,6 +39,7 @@ class Regression:
     truth: int
     spec: str
     blocks: tuple[int | None, int | None] = (None, None)  # scheduler block size before, after
+    lost: str = ""  # what lost the hit (``lost_by``): group kinds joined by "+", or "connector"; "" unknown
 
     @property
     def family(self) -> str:
@@ -46,10 +47,13 @@ class Regression:
 
     @property
     def cause(self) -> str:
-        """What the class is keyed by: the drafter family when both releases built the same
-        scheduler block; ``scheduler-block`` when the newer release built another layout (one
-        cause, whatever drafts ride on it)."""
-        return "scheduler-block" if self.blocks[0] != self.blocks[1] else self.family
+        """What the class is keyed by: the drafter family and what lost the hit
+        (``mtp:sliding_window``; the family alone when the runs did not record it) when both
+        releases built the same scheduler block; ``scheduler-block`` when the newer release built
+        another layout (one cause, whatever drafts ride on it)."""
+        if self.blocks[0] != self.blocks[1]:
+            return "scheduler-block"
+        return f"{self.family}:{self.lost}" if self.lost else self.family
 
     @property
     def class_key(self) -> str:
@@ -57,6 +61,30 @@ class Regression:
 
 
 REGRESSION_CHECK = "regression:hits@"  # a regression class's check: REGRESSION_CHECK + release + [cause]
+
+
+def lost_by(x: dict[str, Any], y: dict[str, Any]) -> str:
+    """What lost an admission's hit from hit record ``x`` (the release before) to ``y`` (the
+    newer one), read from the coordinator's per-group answers ``y`` carries (``groups``: kind ->
+    [max_length asked, tokens answered], kvproof.consumer.spies.spy_coordinator):
+
+    - ``connector``: the local hit held; the connector's part shrank;
+    - the kinds whose manager, asked for at least the hit it had before, answered less (a group
+      asked for less only followed another's cut: not named), joined by "+";
+    - else the kinds whose answer fell below their own answer before (the lookup itself was asked
+      for less: a shorter hash list, a lower cap), else ``lookup``;
+    - "" when the newer run recorded no answers (results from before the field)."""
+    old = x["hit"]
+    if y["hit"] >= old:
+        return "connector"
+    gy = y.get("groups")
+    if not gy:
+        return ""
+    kinds = sorted(k for k, (asked, got) in gy.items() if asked is not None and asked >= old > got)
+    if not kinds:
+        gx = x.get("groups") or {}
+        kinds = sorted(k for k, (_, got) in gy.items() if k in gx and got < gx[k][1])
+    return "+".join(kinds) or "lookup"
 
 
 def first_bad_release(check: str) -> str | None:
@@ -195,5 +223,6 @@ def diff(items: Sequence[tuple[Layout, Stream]], runs: dict[str, list[ConsumerRe
                 if got_x - got_y > margin:
                     rep.regressions.append(Regression(cur, prev, lay.content_hash(), key[0], key[1], got_x, got_y,
                                                       x["truth"], _drafts_label(lay, st),
-                                                      (a.scheduler_block_size, b.scheduler_block_size)))
+                                                      (a.scheduler_block_size, b.scheduler_block_size),
+                                                      lost_by(x, y)))
     return rep

@@ -151,7 +151,7 @@ class Judgement:
             return [{"contract": v.contract.id, "detail": v.detail, "protects": v.contract.protects,
                      "tier": str(v.contract.tier)} for v in items]
         return {"verdict": str(self.verdict), "tier": str(self.tier),
-                "observed": None if self.observed is None else dict(self.observed.__dict__),
+                "observed": None if self.observed is None else self.observed.to_dict(),
                 "explained": vs(self.explained), "latent": vs(self.latent), "warnings": vs(self.warnings),
                 "by_design": self.by_design, "note": self.note}
 
@@ -309,7 +309,12 @@ def _stage_error(oracle: str, detail: str, cause: str = "") -> StageError:
         if not head:
             head, frame = body, ""
         typ, _, msg = head.partition(": ")
-        return StageError(typ, msg, frame)
+        # a bare assert's condition and caller (kvproof.consumer.failures.raised writes
+        # "assert <condition> <- <caller>"; ast.unparse never writes " <- " in a condition)
+        cond, caller = "", ""
+        if cause.startswith("assert ") and not msg.strip():
+            cond, _, caller = cause.removeprefix("assert ").partition(" <- ")
+        return StageError(typ, msg, frame, cond, caller)
     return StageError(f"oracle:{oracle}", detail, cause)
 
 

@@ -17,9 +17,22 @@ class StageError:
     type: str
     message: str
     frame: str = ""  # "file:line in function" of the raising frame
+    # a bare ``assert`` (AssertionError with no message): its condition, read from the raising
+    # frame's source line in the release's own file (``bare_assert``); "" otherwise
+    condition: str = ""
+    caller: str = ""  # with a condition: the vLLM frame that called the raising one (file:line in function)
 
     def line(self) -> str:
+        if self.condition and not self.message.strip():
+            return f"{self.type}: assert {self.condition}"
         return f"{self.type}: {self.message}"
+
+    def to_dict(self) -> dict[str, str]:
+        d = dict(self.__dict__)
+        for k in ("condition", "caller"):  # the common case: the dict as before the fields existed
+            if not d[k]:
+                del d[k]
+        return d
 
 
 _ERRORS = ("resolver_error", "manager_error", "run_error")
@@ -53,7 +66,7 @@ class Outcome:
         d = dict(self.__dict__)
         for key in _ERRORS:
             if d[key] is not None:
-                d[key] = dict(d[key].__dict__)
+                d[key] = d[key].to_dict()
         d["group_block_sizes"] = list(self.group_block_sizes)
         d["extra"] = dict(self.extra)
         return d
@@ -67,18 +80,84 @@ class Outcome:
         return cls(**d)
 
 
+def _raising_tb(err: BaseException, vllm_only: bool = True) -> tuple[Any, Any]:
+    """The traceback entry ``vllm_frame`` names (the innermost vLLM frame, else the innermost;
+    with ``vllm_only`` False, the innermost) and the vLLM entry that called it (or None)."""
+    tb, chosen, before, last, prev = err.__traceback__, None, None, None, None
+    while tb is not None:
+        if "/vllm/" in tb.tb_frame.f_code.co_filename:
+            chosen, before = tb, prev
+            prev = tb
+        last = tb
+        tb = tb.tb_next
+    if vllm_only and chosen is not None:
+        return chosen, before
+    return last, (prev if prev is not last else before)
+
+
+def _where(tb: Any) -> str:
+    code = tb.tb_frame.f_code
+    return f"{code.co_filename.split('site-packages/')[-1]}:{tb.tb_lineno} in {code.co_name}"
+
+
+CONDITION_CHARS = 200  # a condition longer than this is cut (a key, not a listing)
+
+
+def source_condition(lines: list[str], lineno: int) -> str:
+    """The condition of the ``assert`` statement at 1-based line ``lineno`` of ``lines`` (the
+    statement may span lines, and a traceback may point at any of them), as ``ast.unparse``
+    writes it: whitespace, line breaks and redundant parentheses normalised, so one condition
+    reads the same in every release whatever its layout. "" when no assert is found there."""
+    import ast
+    import textwrap
+    if not 1 <= lineno <= len(lines):
+        return ""
+    for start in range(lineno - 1, max(-1, lineno - 12), -1):  # the statement's first line
+        if not lines[start].lstrip().startswith("assert"):
+            continue
+        for end in range(max(start, lineno - 1), min(len(lines), start + 40)):
+            text = textwrap.dedent("".join(lines[start:end + 1]))
+            try:
+                tree = ast.parse(text)
+            except SyntaxError:
+                continue
+            node = tree.body[0] if tree.body else None
+            if isinstance(node, ast.Assert):
+                return ast.unparse(node.test)[:CONDITION_CHARS]
+            return ""
+        return ""
+    return ""
+
+
+def bare_assert(err: BaseException, vllm_only: bool = True) -> tuple[str, str]:
+    """A bare assert (``AssertionError`` with an empty message): its condition, read from the
+    source line of its raising frame in the installed file (linecache: called only for bare
+    asserts, never per input), and the vLLM frame that called the raising function
+    (``file:line in function``: the condition names that function's own variables, whose values
+    its caller chose). ("", "") for any other exception or when the source cannot be read.
+    ``vllm_only``: the raising frame is the innermost vLLM frame (``vllm_frame``), else the
+    innermost frame (``bridge.runtime.stage_error``)."""
+    if not isinstance(err, AssertionError) or str(err).strip():
+        return "", ""
+    pick, caller = _raising_tb(err, vllm_only)
+    if pick is None:
+        return "", ""
+    cond = condition_at(pick.tb_frame.f_code.co_filename, pick.tb_lineno)
+    return (cond, _where(caller) if caller is not None else "") if cond else ("", "")
+
+
+def condition_at(filename: str, lineno: int) -> str:
+    """``source_condition`` of the file ``filename`` (read through linecache)."""
+    import linecache
+    try:
+        return source_condition(linecache.getlines(filename), lineno)
+    except (ValueError, RecursionError, MemoryError):  # an unparsable file: no condition, never a crash
+        return ""
+
+
 def vllm_frame(err: BaseException) -> str:
     """``file:line in function`` of the innermost vLLM frame of ``err``'s traceback (else
     its innermost frame). Walks the traceback itself: ``traceback.extract_tb`` reads
     source lines through linecache, a stat per frame, which a fuzz campaign pays per input."""
-    tb, chosen, last = err.__traceback__, None, None
-    while tb is not None:
-        last = tb
-        if "/vllm/" in tb.tb_frame.f_code.co_filename:
-            chosen = tb
-        tb = tb.tb_next
-    pick = chosen or last
-    if pick is None:
-        return ""
-    code = pick.tb_frame.f_code
-    return f"{code.co_filename.split('site-packages/')[-1]}:{pick.tb_lineno} in {code.co_name}"
+    pick = _raising_tb(err)[0]
+    return "" if pick is None else _where(pick)

@@ -33,7 +33,7 @@ from vllm.v1.core.kv_cache_manager import KVCacheManager
 from kvproof.bridge.build import Builder, resolver_fingerprint
 from kvproof.errors import EnvironmentFailure, NotExpressible
 from kvproof.layout import Layout
-from kvproof.outcome import Outcome, StageError
+from kvproof.outcome import Outcome, StageError, bare_assert
 
 MEMO_SIZE = 1 << 16
 
@@ -62,7 +62,8 @@ def stage_error(err: BaseException) -> StageError:
             tb = tb.tb_next
         code = tb.tb_frame.f_code
         frame = f"{code.co_filename.split('site-packages/')[-1]}:{tb.tb_lineno} in {code.co_name}"
-    return StageError(type(err).__name__, str(err), frame)
+    cond, caller = bare_assert(err, vllm_only=False)  # ("", "") unless a bare assert
+    return StageError(type(err).__name__, str(err), frame, cond, caller)
 
 
 def build_manager(layout: Layout, kv_cfg: Any, scheduler: int, hash_size: int) -> dict[str, Any]:

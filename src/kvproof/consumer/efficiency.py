@@ -57,6 +57,7 @@ def scheduled(o: Any, step: int, rids: Iterable[str]) -> None:
     for rid in rids:
         if rid in o.pending_hit:
             local, true_len, num_tokens, free, common = o.pending_hit.pop(rid)
+            groups = o.pending_groups.pop(rid, None)
             ext = o.ext_hit.pop(rid, 0)
             loaded = o.ext_hit.pop(rid + "#async", 0)
             base = o.claim_base.pop(rid, local)
@@ -91,11 +92,13 @@ def scheduled(o: Any, step: int, rids: Iterable[str]) -> None:
                 res.efficiency.reusable_tokens += min(true_len, cap)
                 res.efficiency.hit_tokens += local
                 res.efficiency.external_tokens += ext
-                # truth: what a perfect cache reuses; lcp, tokens, free, lcp_tokens: what judge.ideal_hit bounds
+                # truth: what a perfect cache reuses; lcp, tokens, free, lcp_tokens: what judge.ideal_hit
+                # bounds; groups: each group kind's manager [asked, answered] at the lookup
                 res.hits.append({"step": step, "req": int(rid[1:].split(".")[0]), "hit": local,
                                  "external": ext, "truth": min(true_len, cap), "lcp": true_len,
                                  "tokens": num_tokens, **({"free": free} if free else {}),
                                  **({"limit": limit} if limit is not None else {}),
-                                 **({"lcp_tokens": common} if common is not None else {})})
+                                 **({"lcp_tokens": common} if common is not None else {}),
+                                 **({"groups": groups} if groups else {})})
             else:
                 res.efficiency.readmissions += 1

@@ -12,7 +12,7 @@ import os
 import kvproof
 from kvproof.bridge import compat
 from kvproof.consumer.result import RunState
-from kvproof.outcome import vllm_frame
+from kvproof.outcome import bare_assert, vllm_frame
 
 _KVPROOF_DIR = os.path.dirname(os.path.abspath(kvproof.__file__)) + os.sep
 
@@ -38,4 +38,9 @@ def raised(st: RunState, err: BaseException, where: str = "") -> None:
     if own is not None:
         st.res.harness_error = where + own
     else:
-        st.rec.add("exception", where + exc_line(err))
+        # a bare assert's condition and caller ride in the observation's cause (``assert
+        # <condition> <- <caller frame>``), read here, in the release's worker, from the
+        # installed file: the class key reads them (kvproof.judge._stage_error)
+        cond, caller = bare_assert(err)
+        st.rec.add("exception", where + exc_line(err),
+                   cause=(f"assert {cond}" + (f" <- {caller}" if caller else "")) if cond else "")

@@ -26,6 +26,10 @@ def lookup(o: Any, request: Any, n: int) -> None:
     common = o.truth.longest_tokens(toks) if o.index.lookahead else None
     o.pending_hit[request.request_id] = (n, o.truth.longest(toks), request.num_tokens, out_of_window(o, request),
                                          common)
+    if o.group_answers is not None:  # what each group kind's manager answered (spies.spy_coordinator)
+        o.pending_groups[request.request_id] = o.group_answers
+    else:
+        o.pending_groups.pop(request.request_id, None)
     if request.request_id in o.lookups_after_claim:
         o.lookups_after_claim[request.request_id] += 1
 

@@ -16,7 +16,9 @@ class Observation:
     # "rule|producer", number-free: the rule that broke and who produced the wrong thing (the
     # block pool or connector that published an event and its medium, the connector and its
     # method, the coordinator). A finding's class carries the producer (src/kvproof/classkey.py), so a
-    # second fault of one oracle is not counted under a known first one.
+    # second fault of one oracle is not counted under a known first one. For an ``exception``
+    # from a bare assert: ``assert <condition> <- <caller frame>``, read from the raising
+    # source line (kvproof.consumer.failures.raised).
     cause: str = ""
 
     def to_dict(self) -> dict[str, Any]:

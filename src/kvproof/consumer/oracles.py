@@ -74,6 +74,10 @@ class Oracles:
         self.chained: dict[str, tuple[Any, int]] = {}  # request id -> (Request, hashes compared)
         # req id -> (local hit, common prefix, num_tokens, null-block allowance) from get_computed_blocks
         self.pending_hit: dict[str, tuple[int, int, int, int, int | None]] = {}
+        # the latest lookup's per-kind manager answers (spies.spy_coordinator: kind -> [asked,
+        # answered]), and per request the one its pending hit came with (None: not recorded)
+        self.group_answers: dict[str, list] | None = None
+        self.pending_groups: dict[str, dict[str, list]] = {}
         self.ext_hit: dict[str, int] = {}
         # req id -> the local tokens its latest connector claim was asked after (the scheduler
         # presents a scheduler-block-aligned local hit, so it may be below the lookup's)

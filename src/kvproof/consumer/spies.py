@@ -27,6 +27,7 @@ def spy_lookups(mgr: Any, oracles: Oracles) -> None:
     """(b) the real prefix-cache lookups (plain, and the connector variant where it exists)."""
     def spy(real: Any) -> Any:
         def lookup(request: Any, *args: Any, **kw: Any) -> Any:
+            oracles.group_answers = None  # the coordinator's spy fills it for this lookup
             got = real(request, *args, **kw)
             oracles.lookup(request, got[1])  # (blocks, num_computed_tokens, ...) in every release seen
             return got
@@ -83,11 +84,20 @@ def spy_coordinator(coord: Any, oracles: Oracles) -> None:
     """The reconciliation oracle: each attention group's manager lookups (a subclass per group
     that records the length it answered; the coordinator compares classes only at init) and
     the reconciled hit the hybrid coordinator returns. A coordinator without attention groups
-    (unitary, no prefix cache) has nothing to reconcile."""
+    (unitary, no prefix cache) has nothing to reconcile.
+
+    Every coordinator's lookup also leaves, per group kind, what its manager was asked and
+    answered (``Oracles.group_answers``: kind -> [max_length asked, tokens answered] of the
+    group's first lookup in the call, the smallest answer where several groups share a kind),
+    which the first admission's hit record carries (``hits[i]["groups"]``): a hit regression is
+    keyed by the kinds whose answer shrank (kvproof.differential.lost_by)."""
     groups = getattr(coord, "attention_groups", None)
     if not groups:
+        _spy_unitary(coord, oracles)
         return
     answers: dict[int, int] = {}
+    firsts: dict[int, tuple[int | None, int]] = {}
+    kinds = [facts.spec_kind(grp.spec) for grp in groups]
     judged = []
     for k, grp in enumerate(groups):
         spec, ids, cls = grp.spec, grp.group_ids, grp.manager_cls
@@ -96,7 +106,7 @@ def spy_coordinator(coord: Any, oracles: Oracles) -> None:
             full=any(c.__name__ == "FullAttentionSpec" for c in type(spec).__mro__), group_ids=ids,
             block_size=int(getattr(mgr, "block_size", 0) or 0), eagle=bool(getattr(grp, "use_eagle", False)),
             keeps_longer=bool(getattr(mgr, "retains_longer_hit", False)), name=type(spec).__name__))
-        groups[k] = grp._replace(manager_cls=_answering(cls, k, answers))
+        groups[k] = grp._replace(manager_cls=_answering(cls, k, answers, firsts))
     real = coord.find_longest_cache_hit
     name = type(coord).__name__
 
@@ -105,19 +115,68 @@ def spy_coordinator(coord: Any, oracles: Oracles) -> None:
 
     def find_longest_cache_hit(*args: Any, **kw: Any) -> Any:
         answers.clear()
+        firsts.clear()
         got = real(*args, **kw)
+        oracles.group_answers = by_kind(kinds, firsts)
         coord_oracle.judge(judged, answers, got[0], got[1], report)
         return got
     coord.find_longest_cache_hit = find_longest_cache_hit
 
+    per_group = getattr(coord, "find_longest_cache_hit_per_group", None)
+    if per_group is not None:  # the connector's lookup (0.27+): each group's own hit, unreconciled
+        ids = {gid: k for k, grp in enumerate(groups) for gid in grp.group_ids}
 
-def _answering(cls: Any, k: int, answers: dict[int, int]) -> Any:
-    """``cls`` whose ``find_longest_cache_hit`` records the length it answered for group ``k``."""
+        def find_longest_cache_hit_per_group(block_hashes: Any, max_cache_hit_length: int, *args: Any,
+                                             **kw: Any) -> Any:
+            firsts.clear()
+            got = per_group(block_hashes, max_cache_hit_length, *args, **kw)
+            lengths = got[1] if isinstance(got, tuple) and len(got) > 1 else ()
+            seen = {ids[g]: (max_cache_hit_length, int(n)) for g, n in enumerate(lengths)
+                    if g in ids and isinstance(n, int)}
+            oracles.group_answers = by_kind(kinds, seen)
+            return got
+        coord.find_longest_cache_hit_per_group = find_longest_cache_hit_per_group
+
+
+def _spy_unitary(coord: Any, oracles: Oracles) -> None:
+    """A unitary coordinator's one group: what it was asked and answered (``group_answers``)."""
+    cfg = getattr(coord, "kv_cache_config", None)
+    cfg_groups = getattr(cfg, "kv_cache_groups", None) or []
+    if type(coord).__name__ != "UnitaryKVCacheCoordinator" or len(cfg_groups) != 1:
+        return
+    kind = facts.spec_kind(cfg_groups[0].kv_cache_spec)
+    real = coord.find_longest_cache_hit
+
+    def find_longest_cache_hit(block_hashes: Any, max_cache_hit_length: int, *args: Any, **kw: Any) -> Any:
+        got = real(block_hashes, max_cache_hit_length, *args, **kw)
+        oracles.group_answers = {kind: [max_cache_hit_length, int(got[1])]}
+        return got
+    coord.find_longest_cache_hit = find_longest_cache_hit
+
+
+def by_kind(kinds: list[str], firsts: dict[int, tuple[int | None, int]]) -> dict[str, list]:
+    """Attention group index -> (asked, answered), as kind -> [asked, answered]: the smallest
+    answer where several groups are of one kind (the one that cut most)."""
+    out: dict[str, list] = {}
+    for k, (asked, got) in sorted(firsts.items()):
+        kind = kinds[k] if k < len(kinds) else "?"
+        if kind not in out or got < out[kind][1]:
+            out[kind] = [asked, got]
+    return out
+
+
+def _answering(cls: Any, k: int, answers: dict[int, int], firsts: dict[int, tuple[int | None, int]]) -> Any:
+    """``cls`` whose ``find_longest_cache_hit`` records the length it answered for group ``k``
+    (``answers``: the last; ``firsts``: the first of the coordinator's call, with the
+    ``max_length`` it was asked: a group's answer never grows as the candidate shrinks)."""
     real = cls.find_longest_cache_hit
 
     def find_longest_cache_hit(klass: Any, *args: Any, **kw: Any) -> Any:
         got = real(*args, **kw)
         answers[k] = got[1]
+        if k not in firsts:
+            asked = kw.get("max_length", args[1] if len(args) > 1 else None)
+            firsts[k] = (asked if isinstance(asked, int) else None, int(got[1]))
         return got
     return type(cls.__name__, (cls,), {"find_longest_cache_hit": classmethod(find_longest_cache_hit),
                                        "__module__": cls.__module__})

@@ -38,7 +38,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from kvproof.outcome import vllm_frame  # noqa: E402
+from kvproof.outcome import bare_assert, vllm_frame  # noqa: E402
 from kvproof.replay.families import PROMPTS, VOCAB, BootResult, Recipe  # noqa: E402
 from kvproof import facts  # noqa: E402
 
@@ -263,6 +263,7 @@ def boot(recipe: Recipe, workdir: Path, probe: bool, capture: Capture) -> BootRe
         res.error_type = type(err).__name__
         res.error_message = str(err)[:2000]
         res.error_frame = vllm_frame(err)
+        res.error_condition, res.error_caller = bare_assert(err)
         if isinstance(err, KeyboardInterrupt):
             raise
     finally:

@@ -132,7 +132,8 @@ def is_serving_assertion(boot: BootResult) -> bool:
 
 
 def _error(boot: BootResult) -> StageError:
-    return StageError(boot.error_type, boot.error_message, boot.error_frame)
+    return StageError(boot.error_type, boot.error_message, boot.error_frame, boot.error_condition,
+                      boot.error_caller)
 
 
 def live_outcome(boot: BootResult, layout: Layout, with_run_error: bool = False) -> Outcome:

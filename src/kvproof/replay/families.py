@@ -126,6 +126,8 @@ class BootResult:
     error_type: str = ""
     error_message: str = ""
     error_frame: str = ""  # last vLLM frame: file:line in function
+    error_condition: str = ""  # a bare assert's condition, from that frame's source line
+    error_caller: str = ""  # with a condition: the vLLM frame that called the raising one
     log_tail: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # Requests that reach the consumer (the "serve" stage of kvproof.replay.boot.boot: serve_prompts,
@@ -136,7 +138,11 @@ class BootResult:
     serve: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        for k in ("error_condition", "error_caller"):  # only a bare assert has them
+            if not d[k]:
+                del d[k]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "BootResult":
