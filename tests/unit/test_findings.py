@@ -183,17 +183,21 @@ def test_check_names_the_known_class_of_a_result():
                             "cache": {"block_size": 16, "enable_prefix_caching": True},
                             "kv_connector": "SimpleCPUOffloadConnector"})
     frame = "/env/lib/python3.12/site-packages/vllm/v1/simple_kv_offload/manager.py:88 in __init__"
-    r = ConsumerResult("x", "0.33.0", [Observation("exception", 0, f"AssertionError:  @ {frame}")], {"exception": 1})
+    # a bare assert: its condition and caller, as the worker reads them (issue 44)
+    cause = ("assert 0 <= self.fa_gidx < len(self.cpu_kv_cache_config.kv_cache_groups) <- vllm/distributed/"
+             "kv_transfer/kv_connector/v1/simple_cpu_offload_connector.py:120 in __init__")
+    r = ConsumerResult("x", "0.33.0", [Observation("exception", 0, f"AssertionError:  @ {frame}", cause)],
+                       {"exception": 1})
     j = judge_consumer(r, lay)
     row = Row("mistral", lay, "vllm-0.33.0", Outcome(lay.content_hash(), "0.33.0"), j)
     k = known(row)
-    assert k is not None and k.id == "cd75d4f67114"
+    assert k is not None and k.id == "f2216f93e1a4"
     line = k.known_line()
-    assert line.startswith("known class cd75d4f67114 (bug, upstream ") and k.title in line
-    assert "report: kvproof findings report cd75d4f67114" in line
+    assert line.startswith("known class f2216f93e1a4 (bug, upstream ") and k.title in line
+    assert "report: kvproof findings report f2216f93e1a4" in line
     ok = Row("mistral", lay, "vllm-0.33.0", Outcome(lay.content_hash(), "0.33.0"),
              judge_consumer(ConsumerResult("x", "0.33.0"), lay))
-    assert known(ok) is None and known_dict(row)["id"] == "cd75d4f67114" and "known" not in row.to_dict()
+    assert known(ok) is None and known_dict(row)["id"] == "f2216f93e1a4" and "known" not in row.to_dict()
 
 
 def test_a_regression_class_needs_two_releases_one_line_exit_2(tmp_path, capsys):

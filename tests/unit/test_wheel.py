@@ -55,7 +55,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
              "import kvproof.spec as sp; assert not {'strategies.py', 'model_ch_test.py'} & {p.name for p in Path(sp.__file__).parent.iterdir()}, 'dev-only modules in the wheel';"
              "assert r.SEEDS.is_dir() and r.DICT.exists(), r.SEEDS;"
              "import kvproof.findings.fix as f, kvproof.findings.reproducers as rp, kvproof.findings.ledger as lg;"
-             "assert f.diff_path('cd75d4f67114') is not None, f.FIXES;"
+             "assert f.diff_path('f2216f93e1a4') is not None, f.FIXES;"
              "assert (rp.TEMPLATES / 'test_consumer.py.in').exists(), rp.TEMPLATES;"
              "assert lg.Ledger.load().entries(), 'no ledger in the wheel';"
              "print(kvproof.__file__)")
