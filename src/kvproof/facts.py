@@ -217,11 +217,69 @@ def environment_refusal(message: str) -> str | None:
 # Speculative decoding in the consumer tier (vllm/config/speculative.py SpeculativeConfig).
 # The methods a stream may carry; each release accepts its own subset (the real
 # SpeculativeConfig decides: a refusal is NOT_EXPRESSIBLE, never a verdict). EAGLE-family
-# methods (SpeculativeConfig.use_eagle(): eagle, eagle3, mtp) make the KV cache manager drop
-# the block past a hit (drop_eagle_block, single_type_kv_cache_manager.py) unless 0.33's
-# lookahead hashing replaces it (VllmConfig.num_hash_lookahead_tokens).
-SPEC_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model")
-EAGLE_METHODS = ("eagle", "eagle3", "mtp")
+# methods (SpeculativeConfig.use_eagle(): eagle, eagle3, mtp, dspark, dflash) make the KV cache
+# manager drop the block past a hit (drop_eagle_block, single_type_kv_cache_manager.py) unless
+# 0.33's lookahead hashing replaces it (VllmConfig.num_hash_lookahead_tokens).
+# DSpark and DFlash are parallel (block) drafters of their own draft checkpoints (Qwen3DSparkModel,
+# DFlashDraftModel: kvproof.consumer.drafters); every managed release 0.27-0.34 names both in its
+# SpeculativeMethod literal (SPEC_METHODS_SINCE) and counts both in use_eagle().
+SPEC_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dspark", "dflash")
+EAGLE_METHODS = ("eagle", "eagle3", "mtp", "dspark", "dflash")
+# The methods generated streams draw from (consumer.stream.random_drafts): the five modelled
+# first, so a seed draws the streams it drew before DSpark and DFlash were modelled (a Layout's
+# method, a stream file or `compare --spec-method` reach the others).
+GENERATED_SPEC_METHODS = SPEC_METHODS[:5]
+# The first release (major.minor) whose SpeculativeMethod literal (vllm/config/speculative.py,
+# typing.get_args over its nested Literals) names the method; a release before it has no such
+# setting (NOT_EXPRESSIBLE, kvproof.consumer.drafters.build). Read back by tests/integration/test_facts.py.
+SPEC_METHODS_SINCE = {"ngram": "0.27", "eagle": "0.27", "eagle3": "0.27", "mtp": "0.27", "draft_model": "0.27",
+                      "dspark": "0.27", "dflash": "0.27"}
+# KV slots the scheduler reserves past a request's scheduled tokens for its drafter
+# (Scheduler.num_lookahead_tokens, passed to KVCacheManager.allocate_slots), as k plus this, per
+# method; 0 slots where None. Where the release computes it: 0.27 Scheduler.__init__ (use_eagle
+# or draft_model: k; dflash: k + 1; dspark: k), 0.28-0.33 VllmConfig.num_lookahead_tokens (0.32+:
+# a DSpark draft with sample_from_anchor false fills in like DFlash, k + 1; kvproof's DSpark
+# draft samples from the anchor, the checkpoints' default), 0.34 the method's
+# SpeculatorConfig.num_lookahead_tokens. Read back from the real scheduler of every release, with
+# the slots its KV cache manager holds, by tests/consumer/test_speculative.py.
+SPEC_LOOKAHEAD_EXTRA: dict[str, int | None] = {"ngram": None, "eagle": 0, "eagle3": 0, "mtp": 0, "draft_model": 0,
+                                               "dspark": 0, "dflash": 1}
+
+
+def spec_lookahead_slots(method: str, k: int) -> int:
+    """The lookahead slots (``Scheduler.num_lookahead_tokens``) of ``k`` drafts by ``method``."""
+    extra = SPEC_LOOKAHEAD_EXTRA[method]
+    return 0 if extra is None else k + extra
+
+
+# DSpark and DFlash build a position's draft KV from the target's hidden state alone: from 0.33
+# the engine neither drops the block past a hit for them nor flags their groups is_eagle_group
+# (SpeculativeConfig.needs_eagle_block_drop, CONSUMER_MARKS["parallel_drafts_keep_blocks"]);
+# 0.27-0.32 treat them as every other use_eagle() method.
+PARALLEL_DRAFT_METHODS = ("dspark", "dflash")
+# Methods no managed release runs on the V1 model runner: 0.27-0.28 force V2 for them
+# (VllmConfig.use_v2_model_runner), 0.29-0.33 refuse V1 ("Model Runner V1 does not support: dspark
+# speculative decoding", _get_v1_model_runner_unsupported_features), 0.34 removed V1. The engine
+# that serves them runs Model Runner V2, a GPU engine's default; on this CPU machine vLLM would pick
+# V1 (or refuse V2 for want of Triton), so the consumer tier builds their runs on V2
+# (kvproof.consumer.drafters.model_runner).
+# Read back by tests/integration/test_facts.py.
+V2_RUNNER_SPEC_METHODS = ("dspark",)
+
+
+def eagle_block_drop(method: str, release: str) -> bool:
+    """Whether ``release`` drops the block past a hit (and flags draft groups is_eagle_group) for
+    ``method`` where no hash lookahead replaces the drop (0.33's num_hash_lookahead_tokens)."""
+    if method not in EAGLE_METHODS:
+        return False
+    since = CONSUMER_MARKS["parallel_drafts_keep_blocks"][0]
+    return not (method in PARALLEL_DRAFT_METHODS and release_key(release) >= release_key(since + ".0"))
+
+
+def release_has_spec_method(release: str, method: str) -> bool:
+    """Whether ``release``'s SpeculativeConfig names ``method`` (SPEC_METHODS_SINCE)."""
+    since = SPEC_METHODS_SINCE.get(method)
+    return since is not None and release_key(release) >= release_key(since + ".0")
 # How the fake model runner judges proposed drafts: every one accepted, none, or each
 # accepted with probability ``p`` from a seeded RNG (the stream carries the seed).
 SPEC_ACCEPT = ("all", "none", "seeded")
@@ -268,6 +326,8 @@ CONSUMER_MARKS = {
                                            "KVConnectorBase_V1.supports_lookahead_block_hashes"),
     # 0.34: multi-module MTP counts the draft's n_predict modules (was num_nextn_predict_layers)
     "mtp_modules_from_n_predict": ("0.34", "vllm.config.speculative:SpeculativeConfig.num_mtp_modules"),
+    # 0.33: DSpark and DFlash drafts keep the block past a hit (PARALLEL_DRAFT_METHODS)
+    "parallel_drafts_keep_blocks": ("0.33", "vllm.config.speculative:SpeculativeConfig.needs_eagle_block_drop"),
     # 0.34: a request with prompt_logprobs reads the prefix cache only up to prompt_logprob_start
     "prompt_logprobs_hit_cap": ("0.34", "vllm.v1.request:Request.get_prefix_cache_hit_limit"),
     # 0.34: block hashes a frontend computed from the engine's PrefixHashConfig are trusted

@@ -33,13 +33,20 @@ METHODS = [Drafts("ngram", 2), Drafts("eagle", 2), Drafts("eagle3", 3, "seeded",
            Drafts("eagle3", 2, "none")]
 # MTP from one module, and from one module per draft token (multi-module: 0.33's lookahead k)
 MTP = [Drafts("mtp", 3), Drafts("mtp", 3, modules=3), Drafts("mtp", 2, modules=2)]
+# DSpark and DFlash block drafters (facts.PARALLEL_DRAFT_METHODS), from a stream and from a Layout's
+# speculative section (what a derivation or a log line gives: every draft accepted)
+PARALLEL = [Drafts("dspark", 3), Drafts("dflash", 3), Drafts("dspark", 4, "seeded", 0.5, 5),
+            Drafts("dflash", 2, "none")]
+SPEC_LAYOUTS = [Layout.from_dict(dict(base.to_dict(), speculative={"method": m, "num_speculative_tokens": 3}))
+                for base in (FULL, HYBRID) for m in facts.PARALLEL_DRAFT_METHODS]
 
 
 @pytest.fixture(scope="module", params=RELEASES)
 def runs(request):
     env = require_env(request.param)
     items = [(lay, replace(STREAM, spec=d)) for lay in (FULL, HYBRID) for d in [None] + METHODS]
-    items += [(FULL, replace(STREAM, spec=d)) for d in MTP]
+    items += [(FULL, replace(STREAM, spec=d)) for d in MTP + PARALLEL]
+    items += [(lay, STREAM) for lay in SPEC_LAYOUTS]
     with ConsumerWorker(env) as w:
         return request.param, items, w.run(items)
 
@@ -47,6 +54,8 @@ def runs(request):
 def test_drafts_are_scheduled_verified_and_rolled_back(runs):
     release, items, results = runs
     for (lay, st), res in zip(items, results):
+        if lay.speculative is not None:  # test_a_dspark_layout_gets_a_consumer_verdict
+            continue
         what = f"{release} {lay.groups[0].kind} {st.spec and st.spec.label()}"
         assert not res.harness_error and not res.not_expressible and not res.setup_error, (what, res)
         assert judge_consumer(res, lay).verdict < Verdict.LATENT, (what, judge_consumer(res, lay).line())
@@ -70,8 +79,8 @@ def test_hits_follow_the_release_eagle_rule(runs):
     for (lay, st), res in zip(items, results):
         if lay is not FULL:
             continue
-        eagle = st.spec is not None and st.spec.eagle
-        assert res.eagle_drop == (eagle and not res.hash_lookahead), (release, st.spec)
+        drops = st.spec is not None and facts.eagle_block_drop(st.spec.method, release)
+        assert res.eagle_drop == (drops and not res.hash_lookahead), (release, st.spec)
         for h in res.hits:
             assert h["hit"] == ideal_hit(res, h, 16), (release, st.spec, h)
         assert not res.by("spec_hit") and not above_ideal(res)
@@ -109,3 +118,54 @@ def test_multi_module_mtp_hashes_k_tokens_ahead_from_0_33(runs):
             assert (res.hash_lookahead, res.eagle_drop) == (d.k if d.modules > 1 else 1, False), (release, d)
         else:
             assert (res.hash_lookahead, res.eagle_drop) == (0, True), (release, d)
+
+
+def test_the_scheduler_reserves_the_release_lookahead_for_every_method(runs):
+    """Each method's drafts as the release schedules them: k drafts per request and step, the
+    lookahead slots the release computes (facts.spec_lookahead_slots: k for EAGLE-family and
+    draft-model drafters and anchor-sampling DSpark, k + 1 for DFlash's bonus query, none for
+    n-gram), and a full-attention group holding from that many to that many plus a block less one
+    slots past a drafting request's computed tokens (what allocate_slots reserved)."""
+    release, items, results = runs
+    for (lay, st), res in zip(items, results):
+        if lay is not FULL or st.spec is None:
+            continue
+        d, what = st.spec, (release, st.spec.label())
+        want = facts.spec_lookahead_slots(d.method, d.k)
+        assert res.lookahead_slots == want, what
+        assert res.drafts_scheduled_max == d.k, what
+        assert res.slot_slack_min is not None and want <= res.slot_slack_min, (what, res.slot_slack_min)
+        assert res.slot_slack_max <= want + 16 - 1, (what, res.slot_slack_max)
+
+
+def test_dspark_and_dflash_keep_the_block_from_0_33(runs):
+    """0.27-0.32 drop the block past a hit for DSpark and DFlash as for EAGLE; from 0.33
+    (SpeculativeConfig.needs_eagle_block_drop) they keep it and hash no lookahead, so the resend
+    of r0's 263-token prompt hits 256 tokens, not 240."""
+    release, items, results = runs
+    got = {st.spec: res for (lay, st), res in zip(items, results) if lay is FULL and st.spec in PARALLEL}
+    assert set(got) == set(PARALLEL)
+    since = facts.CONSUMER_MARKS["parallel_drafts_keep_blocks"][0]
+    keeps = facts.release_key(release) >= facts.release_key(since + ".0")
+    for d, res in got.items():
+        assert (res.eagle_drop, res.hash_lookahead) == (not keeps, 0), (release, d)
+        assert res.hits[1]["hit"] == (256 if keeps else 240) == ideal_hit(res, res.hits[1], 16), (release, d)
+
+
+def test_a_dspark_layout_gets_a_consumer_verdict(runs):
+    """A Layout whose speculative method is DSpark or DFlash (no stream drafts) runs the release's
+    own drafter config and gets a verdict about vLLM, never UNCHECKED: the real scheduler schedules
+    and verifies its drafts with the release's lookahead."""
+    release, items, results = runs
+    for (lay, st), res in zip(items, results):
+        if lay.speculative is None:
+            continue
+        what = (release, lay.summary())
+        j = judge_consumer(res, lay)
+        assert res.unchecked is None and not res.not_expressible and not res.harness_error, (what, res.unchecked,
+                                                                                           res.not_expressible)
+        assert not res.setup_error, (what, res.setup_error)
+        assert j.verdict not in (Verdict.UNCHECKED, Verdict.ERROR, Verdict.NOT_EXPRESSIBLE), (what, j.line())
+        assert j.verdict < Verdict.LATENT, (what, j.line())  # no ledger class is known for these runs
+        assert res.drafts_verified > 0 and res.drafts_accepted == res.drafts_verified, what
+        assert res.lookahead_slots == facts.spec_lookahead_slots(lay.speculative.method, 3), what

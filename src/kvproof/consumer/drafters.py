@@ -6,21 +6,26 @@ changes in the KV cache: ``num_speculative_tokens`` (draft slots),
 drop), and, in 0.33, ``VllmConfig.num_hash_lookahead_tokens``. Each method is
 built the way ``EngineArgs.create_speculative_config`` builds it from a
 ``--speculative-config`` JSON, with draft models read from ``config.json``
-files kvproof writes (no weights, no hub). A method the release refuses is
-NOT_EXPRESSIBLE with vLLM's message.
+files kvproof writes (no weights, no hub). A method the release lacks (its
+``SpeculativeMethod`` literal) or refuses is NOT_EXPRESSIBLE with vLLM's message.
+DSpark runs on Model Runner V2 (``model_runner``), as the engine requires.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import os
-from typing import Any
+import typing
+from typing import Any, Iterator
 
 from vllm.config import SpeculativeConfig
 
 from kvproof.bridge.compat import kwargs_for
 from kvproof.consumer.drafts import Drafts
 from kvproof.errors import NotExpressible
+from kvproof import facts
 
 # The consumer tier's target model: Llama-shaped, one KV head (MQA, so tp = dcp > 1 validates),
 # 64 attention heads (tp = dcp up to 64 divides them). Its KV cache specs come from the Layout.
@@ -71,8 +76,58 @@ def hidden_states(model_config: Any, parallel: Any) -> Any:
         target_model_config=model_config, target_parallel_config=parallel))
 
 
+@contextlib.contextmanager
+def model_runner(drafts: Drafts | None) -> Iterator[None]:
+    """Model Runner V2 for the whole run of a method the V1 runner refuses
+    (``facts.V2_RUNNER_SPEC_METHODS``): the engine that serves it runs V2, as a GPU engine does by
+    default; on this CPU machine vLLM picks V1 for want of Triton. ``VllmConfig.use_v2_model_runner``
+    reads ``VLLM_USE_V2_MODEL_RUNNER`` on every access, so it stays set until the run ends.
+
+    0.27-0.32 also refuse V2 without Triton (``_validate_v2_model_runner``: "Model Runner V2 requires
+    Triton.", the machine's limit, not the configuration's): their ``vllm.config.vllm.HAS_TRITON``
+    reads True for the run, as on the GPU machine that serves DSpark. It gates only the runner choice
+    and that check there; the consumer tier runs no kernels. 0.34 removed V1 (no
+    ``VllmConfig.use_v2_model_runner``): nothing to choose there."""
+    from vllm.config import VllmConfig
+    if drafts is None or drafts.method not in facts.V2_RUNNER_SPEC_METHODS \
+            or not hasattr(VllmConfig, "use_v2_model_runner"):
+        yield
+        return
+    key = "VLLM_USE_V2_MODEL_RUNNER"
+    before = os.environ.get(key)
+    os.environ[key] = "1"
+    cfg_mod = importlib.import_module("vllm.config.vllm")
+    had_triton = getattr(cfg_mod, "HAS_TRITON", None)
+    if had_triton is False:
+        cfg_mod.HAS_TRITON = True
+    try:
+        yield
+    finally:
+        if had_triton is False:
+            cfg_mod.HAS_TRITON = False
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
+
+
+def release_methods() -> frozenset[str]:
+    """The speculative methods this release's ``SpeculativeConfig`` names: its ``SpeculativeMethod``
+    literal (vllm/config/speculative.py), nested literals flattened."""
+    from vllm.config import speculative
+
+    def flat(t: Any) -> set[str]:
+        args = typing.get_args(t)
+        return {t} if isinstance(t, str) else set().union(*(flat(a) for a in args)) if args else set()
+    return frozenset(flat(getattr(speculative, "SpeculativeMethod", None)))
+
+
 def build(drafts: Drafts, model_config: Any, parallel: Any, model_dir: str) -> Any:
-    """The release's own ``SpeculativeConfig`` for ``drafts``; NOT_EXPRESSIBLE when it refuses."""
+    """The release's own ``SpeculativeConfig`` for ``drafts``; NOT_EXPRESSIBLE where the release has no
+    such method (its ``SpeculativeMethod`` literal) or refuses it."""
+    if drafts.method not in release_methods():
+        raise NotExpressible(f"speculative method {drafts.method}: this release has no such method (not in its "
+                             f"SpeculativeMethod: {', '.join(sorted(release_methods()))})")
     kw: dict[str, Any] = dict(method=drafts.method, num_speculative_tokens=drafts.k,
                               target_model_config=model_config, target_parallel_config=parallel)
     if drafts.method == "ngram":
@@ -108,4 +163,15 @@ DRAFT_HF_CONFIGS = {
                    draft_vocab_size=32000),
     # a separate small draft model of the target's family
     "draft_model": dict(_HEAD, architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=1),
+    # DSpark: a standalone Qwen3 block drafter (deepseek-ai/dspark_qwen3_8b_block7's shape, scaled
+    # down) reading the target's hidden states at dspark_target_layer_ids. It samples from the
+    # anchor (sample_from_anchor absent: the default), so the scheduler reserves k lookahead slots
+    # (facts.SPEC_LOOKAHEAD_EXTRA). No block_size: the drafted width is num_speculative_tokens, so
+    # 0.27's "num_speculative_tokens >= dspark_block_size" check never applies to k in 1..8.
+    "dspark": dict(_HEAD, architectures=["Qwen3DSparkModel"], model_type="qwen3", num_hidden_layers=1, head_dim=16,
+                   rms_norm_eps=1e-6, dspark_target_layer_ids=[0], markov_rank=8),
+    # DFlash: a Qwen3 in-fill drafter (qwen3_dflash's DFlashDraftModel, scaled down): one bonus
+    # query plus k mask queries, k + 1 lookahead slots; SpeculativeConfig wraps it in EAGLEConfig
+    "dflash": dict(_HEAD, architectures=["DFlashDraftModel"], model_type="qwen3", num_hidden_layers=1, head_dim=16,
+                   rms_norm_eps=1e-6, dflash_config={"target_layer_ids": [0], "mask_token_id": 0}),
 }

@@ -125,8 +125,9 @@ def parse_drafts(data: Any, where: str = "spec") -> Drafts | None:
 
 def effective_drafts(layout: Any, stream: Any) -> Drafts | None:
     """What drafts a run makes: the stream's, else the Layout's speculative method (the engine's,
-    from a derivation or a log line) with every draft accepted; UNCHECKED for a method
-    the consumer tier cannot draft for is UNCHECKED."""
+    from a derivation or a log line) with every draft accepted. A method the consumer tier does
+    not draft for (facts.SPEC_METHODS: suffix, medusa, ...) is UNCHECKED; one a release lacks is
+    that release's NOT_EXPRESSIBLE (``drafters.build``)."""
     if stream.spec is not None:
         return stream.spec
     spec = getattr(layout, "speculative", None)

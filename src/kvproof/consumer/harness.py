@@ -30,7 +30,7 @@ from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 
 from kvproof.bridge import compat  # noqa: E402
 from kvproof.bridge.build import Builder  # noqa: E402
-from kvproof.consumer import frontend, scheduler, wiring  # noqa: E402
+from kvproof.consumer import drafters, frontend, scheduler, wiring  # noqa: E402
 from kvproof.consumer.configs import EngineConfigs  # noqa: E402
 from kvproof.consumer.driver import Driver  # noqa: E402
 from kvproof.consumer.failures import raised  # noqa: E402
@@ -95,13 +95,17 @@ class Harness:
     def _run(self, st: RunState, layout: Layout, stream: Stream, max_steps: int | None) -> None:
         try:
             stream, why = refusal(layout, stream, self.draft_ids_cls is not None,
-                                  frontend.takes_frontend_hashes())
+                                  frontend.takes_frontend_hashes(), release=vllm.__version__)
         except Unchecked as err:
             st.res.unchecked = str(err)
             return
         if why is not None:
             st.res.not_expressible = why
             return
+        with drafters.model_runner(stream.spec):
+            self._drive(st, layout, stream, max_steps)
+
+    def _drive(self, st: RunState, layout: Layout, stream: Stream, max_steps: int | None) -> None:
         built = scheduler.build(self.configs, st, layout, stream)
         if built is None:
             return
@@ -124,6 +128,9 @@ class Harness:
             st.res.steps = max(st.res.steps, st.rec.step)
             st.res.drafts_proposed, st.res.drafts_accepted = runner.proposed, runner.accepted
             st.res.drafts_verified = runner.verified
+            if isinstance(runner, SpeculativeRunner):
+                st.res.drafts_scheduled_max = runner.drafts_scheduled_max
+                st.res.slot_slack_min, st.res.slot_slack_max = runner.slot_slack or (None, None)
             if driver is not None and driver.frontend is not None:
                 st.res.frontend = asdict(driver.frontend.tally)
             try:

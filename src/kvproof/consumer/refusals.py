@@ -14,14 +14,17 @@ from dataclasses import replace
 from kvproof.consumer.drafts import effective_drafts
 from kvproof.consumer.stream import Stream
 from kvproof.layout import Layout
+from kvproof import facts
 
 
 def refusal(layout: Layout, stream: Stream, takes_drafts: bool,
-            takes_frontend_hashes: bool = True) -> tuple[Stream, str | None]:
+            takes_frontend_hashes: bool = True, release: str | None = None) -> tuple[Stream, str | None]:
     """(the stream with the drafter the run uses, why the engine would not build it or None).
 
     ``takes_drafts``: the release's scheduler takes draft token ids (``DraftTokenIds``);
-    ``takes_frontend_hashes``: its engine takes a frontend's prompt block hashes."""
+    ``takes_frontend_hashes``: its engine takes a frontend's prompt block hashes; ``release``: the
+    vLLM version (the engine's EAGLE group rule, ``facts.eagle_block_drop``; any EAGLE-family
+    method when None)."""
     if stream.hasher != "engine" and not takes_frontend_hashes:
         return stream, ("a frontend's prompt block hashes: this release's EngineCoreRequest carries none "
                         "(block_hashes and PrefixHashConfig appear in 0.34)")
@@ -36,10 +39,15 @@ def refusal(layout: Layout, stream: Stream, takes_drafts: bool,
     # the Layout's speculative method (a derivation's) drafts when the stream names none; one
     # kvproof does not draft for raises Unchecked (the caller's UNCHECKED, never a refusal)
     stream = replace(stream, spec=effective_drafts(layout, stream))
-    if any(g.eagle for g in layout.groups) and not (stream.spec is not None and stream.spec.eagle):
-        # kv_cache_utils.py annotates is_eagle_group only under use_eagle_block_drop()
-        return stream, ("a group flagged eagle without an EAGLE-family drafter: the engine sets "
-                        "is_eagle_group only when it drafts with eagle, eagle3 or mtp")
+    flags = stream.spec is not None and (stream.spec.eagle if release is None
+                                         else facts.eagle_block_drop(stream.spec.method, release))
+    if any(g.eagle for g in layout.groups) and not flags:
+        # kv_cache_utils.py (0.33+ kv_cache_planning.py) annotates is_eagle_group only under
+        # use_eagle_block_drop(): never for DSpark and DFlash from 0.33
+        drafter = "" if stream.spec is None else f" ({stream.spec.method} on {release or 'this release'})"
+        return stream, (f"a group flagged eagle without a drafter the engine drops a block for{drafter}: it sets "
+                        f"is_eagle_group only under use_eagle_block_drop() ({', '.join(facts.EAGLE_METHODS)}; "
+                        f"{', '.join(facts.PARALLEL_DRAFT_METHODS)} only up to 0.32)")
     if stream.spec is not None and not takes_drafts:
         return stream, "this release's scheduler takes no draft token ids (no DraftTokenIds)"
     if stream.spec is not None and stream.spec.eagle and len(layout.groups) > 1 \

@@ -63,6 +63,15 @@ class ConsumerResult:
     # single_type_kv_cache_manager.py), and the hash lookahead of 0.33+ (num_hash_lookahead_tokens)
     eagle_drop: bool = False
     hash_lookahead: int = 0
+    # the KV slots the scheduler reserves past each request's scheduled tokens for its drafter
+    # (Scheduler.num_lookahead_tokens, facts.spec_lookahead_slots), the most drafts it scheduled
+    # for one request in one step, and, where group 0 is full attention, the least and most
+    # slots group 0 held past a drafting request's computed tokens right after schedule()
+    # (what allocate_slots reserved: from lookahead_slots to lookahead_slots + block - 1)
+    lookahead_slots: int = 0
+    drafts_scheduled_max: int = 0
+    slot_slack_min: int | None = None
+    slot_slack_max: int | None = None
     # a frontend hashed the prompts (Stream.hasher): kvproof.consumer.frontend.FrontendTally, as a dict
     frontend: dict[str, Any] | None = None
 

@@ -25,6 +25,30 @@ class SpeculativeRunner(FakeModelRunner):
         super().__init__(mro_cls, kvco_cls)
         self.drafts = drafts
         self.draft_ids_cls = draft_ids_cls
+        self.drafts_scheduled_max = 0
+        self.slot_slack: tuple[int, int] | None = None  # (least, most) slots held past the computed tokens
+
+    def output(self, scheduler: Any, out: Any, sending: set[str], recving: set[str], worker_meta: Any = None) -> Any:
+        self.measure(scheduler, out)
+        return super().output(scheduler, out, sending, recving, worker_meta)
+
+    def measure(self, scheduler: Any, out: Any) -> None:
+        """The drafts ``schedule()`` scheduled per request and, where group 0 is full attention (its
+        blocks never freed while the request runs), the slots it holds past the request's computed
+        tokens (``schedule()`` already counted the scheduled drafts): what ``allocate_slots``
+        reserved with the scheduler's ``num_lookahead_tokens``."""
+        spec = getattr(out, "scheduled_spec_decode_tokens", None) or {}
+        group0 = scheduler.kv_cache_config.kv_cache_groups[0].kv_cache_spec
+        full = type(group0).__name__ == "FullAttentionSpec"
+        for rid, drafts in spec.items():
+            self.drafts_scheduled_max = max(self.drafts_scheduled_max, len(drafts))
+            req = scheduler.requests.get(rid)
+            if not full or req is None or not drafts:
+                continue
+            held = len(scheduler.kv_cache_manager.get_block_ids(rid)[0]) * group0.block_size
+            slack = held - req.num_computed_tokens
+            self.slot_slack = (slack, slack) if self.slot_slack is None else \
+                (min(self.slot_slack[0], slack), max(self.slot_slack[1], slack))
 
     def sample(self, n: int, drafts: list[int]) -> list[int]:
         """Greedy verification of ``drafts`` placed at positions ``n, n+1, ...``."""

@@ -265,7 +265,8 @@ def random_stream(rng: random.Random, scale: int = 1000, spec_share: float = 0.0
 def random_drafts(rng: random.Random, only: str | None = None) -> Drafts:
     """Speculative settings: a method, k up to 4 (often 1-2), an acceptance pattern; MTP with k > 1
     drafts from one module, two, or one per draft token (0.33's multi-module hash lookahead)."""
-    method, k, accept = rng.choice(facts.SPEC_METHODS), rng.choice([1, 1, 2, 2, 3, 4]), rng.choice(facts.SPEC_ACCEPT)
+    method, k = rng.choice(facts.GENERATED_SPEC_METHODS), rng.choice([1, 1, 2, 2, 3, 4])
+    accept = rng.choice(facts.SPEC_ACCEPT)
     method = only or method  # drawn all the same: ``only`` changes the method alone
     p, seed = rng.choice([0.3, 0.5, 0.8]), rng.randrange(1 << 16)
     d = Drafts(method, k, accept, p, seed) if accept == "seeded" else Drafts(method, k, accept)

@@ -30,6 +30,7 @@ def wire(st: RunState, layout: Layout, scheduler: Any, hash_fn: Any, builder: Bu
     st.res.alignment = alignment(mgr.coordinator, st.res.scheduler_block_size)
     st.res.eagle_drop = eagle_drop(mgr.coordinator)
     st.res.hash_lookahead = int(getattr(scheduler, "num_hash_lookahead_tokens", 0) or 0)
+    st.res.lookahead_slots = int(getattr(scheduler, "num_lookahead_tokens", 0) or 0)
     index = HashIndex(st.res.hash_block_size, hash_block(hash_fn), lookahead=st.res.hash_lookahead)
     kcc = scheduler.kv_cache_config
     oracles = Oracles(st.res, st.rec, index, builder.group_block_sizes(kcc, layout.dcp),
