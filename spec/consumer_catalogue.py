@@ -226,6 +226,7 @@ VllmConfig.num_hash_lookahead_tokens | L: 0 without caching or with a connector,
 VllmConfig._resolve_num_hash_lookahead_tokens | L's rule (0.34: a connector may opt in)
 VllmConfig.num_lookahead_tokens | lookahead slots (0.28)
 VllmConfig.num_prefill_lookahead_tokens | prefill lookahead (0.31)
+VllmConfig.use_v2_model_runner | the model runner: DSpark on V2 only (facts.V2_RUNNER_SPEC_METHODS; 0.34 removed V1)
 """),
     *_table("speculative", "vllm/config/speculative.py", """
 SpeculativeConfig.use_eagle | EAGLE-family drafter
@@ -235,6 +236,17 @@ SpeculativeConfig.use_multi_module_mtp | k modules hash k tokens ahead
 SpeculativeConfig.num_mtp_modules | MTP module count (0.34)
 SpeculativeConfig.max_num_new_slots_for_drafting | lookahead slots for drafts
 SpeculativeConfig.uses_draft_kv_cache | drafter KV groups (0.30)
+SpeculativeConfig.use_dflash | DFlash: k + 1 lookahead slots (facts.SPEC_LOOKAHEAD_EXTRA)
+SpeculativeConfig.use_dspark | DSpark: k lookahead slots from the anchor (facts.SPEC_LOOKAHEAD_EXTRA)
+"""),
+    *_table("speculative", "vllm/v1/worker/gpu/spec_decode/speculator_config.py", """
+SpeculatorConfig.num_lookahead_tokens | lookahead slots per method (0.34)
+"""),
+    *_table("speculative", "vllm/v1/worker/gpu/spec_decode/dspark/config.py", """
+DSparkSpeculatorConfig.num_lookahead_tokens | DSpark's lookahead slots: k from the anchor, else DFlash's (0.34)
+"""),
+    *_table("speculative", "vllm/v1/worker/gpu/spec_decode/dflash/config.py", """
+DFlashSpeculatorConfig.num_lookahead_tokens | DFlash's lookahead slots: k + 1 (0.34)
 """),
 )
 

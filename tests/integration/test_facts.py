@@ -89,7 +89,16 @@ for name, module, cls in registered:
     if f is not None:
         from vllm.config import KVTransferConfig
         lookahead[name] = bool(f(KVTransferConfig(kv_connector=name, kv_role="kv_both")))
+from vllm.config import speculative as spec_mod
+
+
+def _flat(t):
+    args = typing.get_args(t)
+    return {t} if isinstance(t, str) else set().union(*(_flat(a) for a in args)) if args else set()
+
+
 print(json.dumps({
+    "spec_methods": sorted(_flat(getattr(spec_mod, "SpeculativeMethod", None))),
     "marks": {k: _has(w) for k, w in marks.items()},
     "lookahead": lookahead,
     "vllm": vllm.__version__,
@@ -155,3 +164,73 @@ def test_consumer_marks(real):
     for name, (since, where) in facts.CONSUMER_MARKS.items():
         expected = facts.release_key(got["vllm"]) >= facts.release_key(since + ".0")
         assert got["marks"][name] is expected, (name, where, got["vllm"])
+
+
+def test_speculative_methods(real):
+    """Which speculative methods the release names (facts.SPEC_METHODS_SINCE), read from its
+    SpeculativeMethod literal: a method it lacks is NOT_EXPRESSIBLE there (consumer.drafters.build)."""
+    rev, got = real
+    for m in facts.SPEC_METHODS:
+        assert (m in got["spec_methods"]) is facts.release_has_spec_method(got["vllm"], m), (m, got["vllm"])
+
+
+# The model runner each parallel drafter gets, built by the consumer tier's own configs (no scheduler).
+RUNNER_PROBE = r'''
+import contextlib, json, os
+from dataclasses import replace
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+from kvproof.settings import use_release_cache_root
+use_release_cache_root()
+import torch  # noqa: F401
+import vllm
+from kvproof import facts
+from kvproof.bridge.build import Builder
+from kvproof.consumer import drafters
+from kvproof.consumer.configs import EngineConfigs
+from kvproof.consumer.drafts import Drafts
+from kvproof.consumer.stream import default_stream
+from kvproof.layout import Layout
+
+layout = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
+                           "cache": {"block_size": 16, "enable_prefix_caching": True}})
+configs = EngineConfigs(Builder())
+out = {"vllm": vllm.__version__}
+for m in facts.PARALLEL_DRAFT_METHODS:
+    stream = replace(default_stream(layout), spec=Drafts(m, 3))
+    for override in (False, True):
+        with drafters.model_runner(stream.spec) if override else contextlib.nullcontext():
+            try:
+                cfg = configs.vllm_config(layout, stream, 64)
+                r = {"v2": bool(getattr(cfg, "use_v2_model_runner", True))}  # 0.34 removed V1
+            except Exception as err:
+                r = {"error": " ".join(str(err).split())[:400]}
+        out[f"{m}:{'kvproof' if override else 'as-is'}"] = r
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def runners(request):
+    env = require_env(request.param)
+    proc = subprocess.run([str(env.python), "-c", RUNNER_PROBE], capture_output=True, text=True, env=worker_env(),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_dspark_runs_only_on_model_runner_v2(runners):
+    """facts.V2_RUNNER_SPEC_METHODS, read back: built as this machine would build it, a DSpark config
+    either gets Model Runner V2 or is refused for V1 ("Model Runner V1 does not support: dspark ...")
+    or for the V2 runner's Triton (the machine's limit); never V1. With kvproof's stand-in for the
+    GPU engine (consumer.drafters.model_runner) it builds, on V2. DFlash builds as it is."""
+    got = runners
+    for m in facts.PARALLEL_DRAFT_METHODS:
+        as_is, ours = got[f"{m}:as-is"], got[f"{m}:kvproof"]
+        if m in facts.V2_RUNNER_SPEC_METHODS:
+            refused = ("Model Runner V1 does not support", "Model Runner V2 requires Triton")
+            assert as_is.get("v2") is True or any(why in as_is.get("error", "") for why in refused), \
+                (got["vllm"], m, as_is)
+            assert ours == {"v2": True}, (got["vllm"], m, ours)
+        else:
+            assert "error" not in as_is and ours == as_is, (got["vllm"], m, as_is, ours)
