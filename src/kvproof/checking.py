@@ -12,6 +12,7 @@ so ``check --config``, ``derive``, ``explain`` and the derivation tables share i
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
@@ -239,10 +240,12 @@ def run(named: Sequence[tuple[str, Layout]], envs: Sequence[Env], manager: bool 
     rows: list[Row] = []
     info: dict[str, dict] = {}
     for window in _windows(envs):
-        with Workers.start(window, live=workers) as pool:
-            for env in window:
+        # the window's workers answer side by side (one process each); rows stay in release order
+        with Workers.start(window, live=workers) as pool, ThreadPoolExecutor(len(window)) as calls:
+            answers = calls.map(lambda env: run_tiers(named, tiers, env.name, pool.by_env[env.name]), window)
+            for env, got in zip(window, answers):
                 info[env.name] = pool.info(env.name)
-                rows.extend(run_tiers(named, tiers, env.name, pool.by_env[env.name]))
+                rows.extend(got)
     return rows, info
 
 

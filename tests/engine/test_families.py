@@ -29,11 +29,24 @@ SEED_SMALL_GROUP = Recipe(family="nemotron_h", pattern="M*M-", aux_layers=(0, 1)
 COORDINATOR_MSG = "Each KV cache group's real block_size must be divisible by hash_block_size"
 
 
-@pytest.mark.parametrize("recipe", [Recipe(family="nemotron_h"), Recipe(family="granite_moe_hybrid", pattern="M*M"),
-                                    Recipe(family="qwen3_next", pattern="MMM*", head_dim=64)],
-                         ids=["nemotron_h", "granite_moe_hybrid", "qwen3_next"])
-def test_family_boots_and_generates_on_028(recipe):
-    b = engine.boot(require_env("0.28.0"), recipe)
+FAMILIES = {"nemotron_h": Recipe(family="nemotron_h"), "granite_moe_hybrid": Recipe(family="granite_moe_hybrid", pattern="M*M"),
+            "qwen3_next": Recipe(family="qwen3_next", pattern="MMM*", head_dim=64)}
+# what differs between two boots of one recipe: time and memory (a forked child's peak RSS leaves
+# out the pages it shares with the process it was forked from)
+VARYING = ("boot_seconds", "generate_seconds", "import_seconds", "peak_rss_mb", "log_tail")
+
+
+@pytest.fixture(scope="module")
+def boots_028():
+    """The three families on 0.28.0, each in its own process forked after one import (``boot_each``,
+    the replay's path), the first of them twice (booted once)."""
+    recipes = list(FAMILIES.values()) + [FAMILIES["nemotron_h"]]
+    return dict(zip(list(FAMILIES) + ["again"], engine.boot_each(require_env("0.28.0"), recipes)))
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_family_boots_and_generates_on_028(boots_028, family):
+    recipe, b = FAMILIES[family], boots_028[family]
     ev = classify.engine_verdict(b)
     assert b.ok, f"{ev.verdict}: {ev.detail} {b.log_tail[-3:]}"
     assert ev.verdict in (Verdict.OK, Verdict.WARN), ev.detail
@@ -41,6 +54,15 @@ def test_family_boots_and_generates_on_028(recipe):
     assert {g["kind"] for g in b.groups} >= {"mamba", "full_attention"}
     assert len(b.token_ids) == 2 and all(len(t) == recipe.max_tokens for t in b.token_ids)
     assert b.peak_rss_mb and b.peak_rss_mb < 4096
+
+
+def test_a_forked_boot_answers_as_a_fresh_process_does(boots_028):
+    """``boot_each`` (a child forked after the import) and ``boot`` (a fresh interpreter) give the same
+    record: layout, coordinator, tokens, verdict; a recipe met twice is the one boot's record."""
+    fresh = engine.boot(require_env("0.28.0"), FAMILIES["nemotron_h"]).to_dict()
+    forked = boots_028["nemotron_h"].to_dict()
+    assert {k: v for k, v in forked.items() if k not in VARYING} == {k: v for k, v in fresh.items() if k not in VARYING}
+    assert forked["token_ids"] and boots_028["again"].to_dict() == forked
 
 
 def test_seed_class_small_group_fails_on_027_and_boots_on_028_and_032():

@@ -2,7 +2,7 @@
 
 Reads one JSON request on stdin::
 
-    {"recipes": [Recipe.to_dict(), ...], "workdir": "/tmp/...", "probe": false}
+    {"recipes": [Recipe.to_dict(), ...], "workdir": "/tmp/...", "probe": false, "fork": false}
 
 and for each recipe writes the tiny model's config.json, boots ``vllm.LLM``
 with dummy weights (in this process: VLLM_ENABLE_V1_MULTIPROCESSING=0), reads
@@ -15,6 +15,9 @@ The live layout is read by wrapping the engine core's
 derived (groups, cache block size after KV init, Mamba mode), and its result
 is what the scheduler and coordinator get, so the layout is known even when
 the coordinator then refuses it.
+
+With ``"fork": true`` each recipe boots in a child forked after the import
+(``boot_forked``): one process per boot, as a fresh interpreter gives, for one import.
 """
 
 from __future__ import annotations
@@ -278,6 +281,40 @@ def boot(recipe: Recipe, workdir: Path, probe: bool, capture: Capture) -> BootRe
     return res
 
 
+def _emit(result: BootResult) -> None:
+    _real_stdout.write(MARK + json.dumps(result.to_dict()) + "\n")
+    _real_stdout.flush()
+
+
+def boot_forked(recipe: Recipe, workdir: Path, probe: bool, capture: Capture) -> BootResult:
+    """``boot`` in a child forked from this process after vLLM's import: a process of its own
+    (nothing of another boot's engine survives into it, a crash ends only it), without paying the
+    import again. vLLM forks its own workers after the same import (its CPU default)."""
+    read, write = os.pipe()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: boot, hand the result to the parent, leave without cleanup handlers
+        os.close(read)
+        code = 0
+        try:
+            with os.fdopen(write, "w") as out:
+                out.write(json.dumps(boot(recipe, workdir, probe, capture).to_dict()))
+        except BaseException:  # noqa: BLE001 - the parent reports the missing result
+            code = 1
+        sys.stderr.flush()
+        os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as got:
+        text = got.read()
+    _, status = os.waitpid(pid, 0)
+    if text:
+        return BootResult.from_dict(json.loads(text))
+    how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"code {os.WEXITSTATUS(status)}")
+    return BootResult(ok=False, release=vllm.__version__, recipe=recipe.to_dict(), stage="crash",
+                      error_type="crash", error_message=f"boot process exited with {how}",
+                      import_seconds=round(IMPORT_SECONDS, 2), cpu=CPU)
+
+
 def main() -> None:
     request = json.loads(sys.stdin.read())
     workdir = Path(request["workdir"])
@@ -286,10 +323,9 @@ def main() -> None:
     _real_stdout.write(MARK + json.dumps({"ready": True, "vllm": vllm.__version__, "cpu": CPU,
                                           "import_seconds": round(IMPORT_SECONDS, 2)}) + "\n")
     _real_stdout.flush()
+    run = boot_forked if request.get("fork") else boot
     for raw in request["recipes"]:
-        result = boot(Recipe.from_dict(raw), workdir, bool(request.get("probe")), capture)
-        _real_stdout.write(MARK + json.dumps(result.to_dict()) + "\n")
-        _real_stdout.flush()
+        _emit(run(Recipe.from_dict(raw), workdir, bool(request.get("probe")), capture))
 
 
 if __name__ == "__main__":

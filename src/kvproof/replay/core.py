@@ -287,18 +287,24 @@ def engine_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env], fu
                 echo: Callable[[str], None] | None = None, synthesise: bool = True,
                 timeout: float = engine.DEFAULT_TIMEOUT) -> list[checking.Row]:
     """Per layout and release a real boot of its recipe, judged (``classify.engine_verdict``); a
-    layout without a recipe gets rows without a judgement (SKIP) saying why."""
+    layout without a recipe gets rows without a judgement (SKIP) saying why. A release's boots
+    share one import of vLLM, each in a process of its own (``engine.boot_each``)."""
+    found = [(name, lay, *find_recipe(lay, function_rows, echo, synthesise)) for name, lay in named]
+    boots: dict[str, list] = {}
+    for release, env in env_map.items():
+        recipes = [recipe for _, _, recipe, _ in found if recipe is not None]
+        if echo:
+            for recipe in recipes:
+                echo(f"kvproof: booting {recipe.family} on vLLM {release}")
+        boots[release] = iter(engine.boot_each(env, recipes, timeout=timeout) if recipes else [])
     rows: list[checking.Row] = []
-    for name, lay in named:
-        recipe, how = find_recipe(lay, function_rows, echo, synthesise)
+    for name, lay, recipe, how in found:
         for release, env in env_map.items():
             if recipe is None:
                 rows.append(checking.Row(name, lay, env.name, None, None, release=release, asked=Tier.ENGINE,
                                          engine=EngineRun(how), skip="no engine reproducer: " + how.get("reason", "")))
                 continue
-            if echo:
-                echo(f"kvproof: booting {recipe.family} on vLLM {release}")
-            b = engine.boot(env, recipe, timeout=timeout)
+            b = next(boots[release])
             ev = classify.engine_verdict(b)
             rows.append(checking.Row(name, lay, env.name, None, ev.judgement, release=release, asked=ev.tier,
                                      engine=EngineRun(how, recipe, b)))

@@ -4,7 +4,8 @@ Stdlib only. ``boot(env, recipe)`` runs ``python -m kvproof.replay.boot`` with
 the environment's interpreter under a wall-clock limit and returns the
 ``BootResult`` (a timeout or a crash becomes a failed result with the stderr
 tail, never an exception). ``boot_many`` boots several recipes in ONE process
-(import paid once): the synthesiser's cheap probe path.
+(import paid once): the synthesiser's cheap probe path; ``boot_each`` boots each
+in a process of its own forked after that one import (the replay's path).
 
 One ``VLLM_CACHE_ROOT`` per release keeps compiled artefacts of different
 releases apart. The machine has 2 cores: never run two boots at once (a lock
@@ -62,8 +63,9 @@ def _failed(recipe: Recipe, release: str, stage: str, message: str, tail: list[s
 
 
 def boot_many(env: Env, recipes: Sequence[Recipe], probe: bool = False,
-              timeout: float = DEFAULT_TIMEOUT, per_boot: float = 120.0) -> list[BootResult]:
-    """Boot ``recipes`` one after another in one process; results in order.
+              timeout: float = DEFAULT_TIMEOUT, per_boot: float = 120.0, fork: bool = False) -> list[BootResult]:
+    """Boot ``recipes`` one after another in one process; results in order. With ``fork`` each
+    boots in a child forked after the import (a process per boot, one import: ``boot_each``).
 
     ``timeout`` bounds the import; each boot adds ``per_boot`` to the budget.
     A process that dies or times out yields failed results for what is left.
@@ -75,7 +77,8 @@ def boot_many(env: Env, recipes: Sequence[Recipe], probe: bool = False,
     if refusal:
         return [_failed(r, release, "python-only", refusal, [], 0.0) for r in recipes]
     work = Path(tempfile.mkdtemp(prefix="kvproof-boot-"))
-    request = json.dumps({"recipes": [r.to_dict() for r in recipes], "workdir": str(work), "probe": probe})
+    request = json.dumps({"recipes": [r.to_dict() for r in recipes], "workdir": str(work), "probe": probe,
+                          "fork": fork})
     results: list[BootResult] = []
     stderr_tail: list[str] = []
     cpu = ""
@@ -141,3 +144,12 @@ def _kill(proc: subprocess.Popen) -> None:
 def boot(env: Env, recipe: Recipe, timeout: float = DEFAULT_TIMEOUT) -> BootResult:
     """One recipe in one fresh process: the engine tier's real replay."""
     return boot_many(env, [recipe], probe=False, timeout=timeout, per_boot=0.0)[0]
+
+
+def boot_each(env: Env, recipes: Sequence[Recipe], timeout: float = DEFAULT_TIMEOUT) -> list[BootResult]:
+    """Each recipe as ``boot`` replays it, in a process of its own (forked after one import of
+    vLLM: the import is most of a tiny model's boot), each with ``timeout``; a recipe met twice
+    boots once (a boot is a function of the release and the recipe)."""
+    unique = list({r.key(): r for r in recipes}.values())
+    got = dict(zip((r.key() for r in unique), boot_many(env, unique, timeout=timeout, per_boot=timeout, fork=True)))
+    return [got[r.key()] for r in recipes]
