@@ -86,14 +86,19 @@ def _regressions(entries: list[Entry], release: str) -> list[Remeasured]:
         old, new = run_each(items, [envs.find(before), envs.find(release)])
         for e, item, a, b in zip(mine, items, old, new):
             rep = diff([item], {before: [a], release: [b]}, 0)
-            lost = sum(r.before - r.after for r in rep.regressions)
-            detail = (f"{len(rep.regressions)} admission(s) hit {lost} tokens less than on {before}" if rep.regressions
-                      else f"every admission hits at least as much as on {before}")
+            # the entry's own cause (what lost the hit, issue 44); another cause is another class
+            cause = e.key.check.partition("[")[2].removesuffix("]")
+            regs = [r for r in rep.regressions if r.cause == cause]
+            lost = sum(r.before - r.after for r in regs)
+            detail = (f"{len(regs)} admission(s) hit {lost} tokens less than on {before}" if regs
+                      else f"every admission hits at least as much as on {before}" if not rep.regressions
+                      else f"no admission in its class; other causes: "
+                           + ", ".join(sorted({r.cause for r in rep.regressions})))
             j = judge_consumer(b, item[0])
             other = j.verdict in SHOWN  # the input also shows a class of its own there (a FAIL, ...)
             if other:
                 detail += f"; the input shows another class there: {str(j.line())[:160]}"
-            out.append(Remeasured(e, release, str(j.verdict), bool(rep.regressions), detail,
+            out.append(Remeasured(e, release, str(j.verdict), bool(regs), detail,
                                   None if other else str(j.verdict)))
     for e in entries:
         if _before(e) is None:

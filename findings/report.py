@@ -157,7 +157,7 @@ def draft(entry: Entry, runs: list[Run], lines: list[dict], fixes: list | None =
     else:
         out += [f"`{key.frame or key.check}`"]
     fix = _fix_text(entry)
-    out += ["", "### Suggested fix", "", rep.get("fix") or SUGGESTED_FIX.get(key.frame) or SUGGESTED_FIX.get(key.check)
+    out += ["", "### Suggested fix", "", rep.get("fix") or SUGGESTED_FIX.get(key.raising_frame) or SUGGESTED_FIX.get(key.check)
             or "(none written yet)", ""]
     if fix:
         out += ["```diff", fix.rstrip(), "```", ""]

@@ -42,7 +42,7 @@ def script(entry: Entry) -> str:
     cache.setdefault("enable_prefix_caching", True)
     key = entry.key
     if key.tier == "manager":
-        expect = {"exc_type": key.exc_type, "frame": key.frame}
+        expect = {"exc_type": key.exc_type, "frame": key.raising_frame}
         subs = {"MAX_MODEL_LEN": str(lay.get("max_model_len") or 2048)}
         template = "manager.py.in"
     elif key.tier == "consumer":
@@ -54,7 +54,7 @@ def script(entry: Entry) -> str:
         if key.check == "oracle:kv_event":
             expect = {"check": "kv_event"}
         elif key.exc_type:
-            expect = {"exc_type": key.exc_type, "frame": key.frame}
+            expect = {"exc_type": key.exc_type, "frame": key.raising_frame}
         else:
             raise UsageError(f"no standalone reproducer for consumer check {key.check!r} yet")
         subs = {"STREAM": _literal(_stream_literal(entry.stream))}

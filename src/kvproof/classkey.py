@@ -62,6 +62,11 @@ class ClassKey:
         """12 hex characters, stable across runs, releases and machines."""
         return hashlib.sha256(str(self).encode()).hexdigest()[:12]
 
+    @property
+    def raising_frame(self) -> str:
+        """The frame that raised, without a bare assert's caller (``CALLED_FROM``)."""
+        return self.frame.split(CALLED_FROM, 1)[0]
+
     def to_dict(self) -> dict:
         return {"tier": self.tier, "check": self.check, "exc_type": self.exc_type, "frame": self.frame}
 

@@ -38,7 +38,7 @@ BUGS = {
 
 def _entry(name):
     tier, where = BUGS[name]
-    hits = [e for e in LEDGER.entries() if e.key.tier == tier and where in (e.key.frame, e.key.check)
+    hits = [e for e in LEDGER.entries() if e.key.tier == tier and where in (e.key.raising_frame, e.key.check)
             and e.status in (Status.BUG, Status.FIXED)]
     assert len(hits) == 1, f"{name}: {len(hits)} ledger entries match {tier} {where}"
     return hits[0]

@@ -1,6 +1,6 @@
 """Every hit-regression class in the ledger is measured, not written: its input, run again on the
-release before and its first bad release (the differential's own diff), regresses in exactly
-the entry's class, and the verdicts the entry records are the ones the judge gives now.
+release before and its first bad release (the differential's own diff), regresses in the
+entry's class (and in no class the ledger lacks), and the verdicts the entry records are the ones the judge gives now.
 
 One worker call per release for all the entries between the same two releases; entries whose
 releases ``make test`` does not build (the RELEASES subset) are left to ``kvproof findings
@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from kvproof import envs, facts
+from kvproof.classkey import ClassKey
 from kvproof.consumer.client import run_each
 from kvproof.consumer.stream import Stream, default_stream
 from kvproof.differential import diff, first_bad_release
@@ -23,7 +24,8 @@ from conftest import RELEASES, require_env
 
 pytestmark = [pytest.mark.replay, pytest.mark.consumer]
 
-REGRESSIONS = [e for e in Ledger.load().entries() if first_bad_release(e.key.check)]
+LEDGER = Ledger.load()
+REGRESSIONS = [e for e in LEDGER.entries() if first_bad_release(e.key.check)]
 
 
 def _pair(e) -> tuple[str, str]:
@@ -59,6 +61,9 @@ def test_each_regression_entry_regresses_in_its_class_on_real_vllm(pair):
     runs = dict(zip(pair, run_each(items, [envs.find(r) for r in pair])))
     for k, (e, item) in enumerate(zip(entries, items)):
         rep = diff([item], {r: [runs[r][k]] for r in pair}, margin=0)
-        assert sorted(rep.classes()) == [str(e.key)], (e.id, sorted(rep.classes()), rep.not_compared)
+        # the entry's class, and any other class of the same input is an entry of its own (one input
+        # may lose hits in two group kinds: 0.29.0's retention default under EAGLE-3, issue 44)
+        got = sorted(rep.classes())
+        assert str(e.key) in got and all(ClassKey.parse(k) in LEDGER for k in got), (e.id, got, rep.not_compared)
         verdicts = {r: str(judge_consumer(runs[r][k], item[0]).verdict) for r in pair}
         assert verdicts == {r: e.releases[r] for r in pair}, (e.id, verdicts)
