@@ -249,6 +249,10 @@ class Refusal:
     (not a block-size bug): the judge's UNSUPPORTED, shown with its message, never a failure."""
     message: str  # a substring of the assertion's message
     where: str  # the vLLM code that asserts
+    # The releases (major.minor) whose code makes it, read back from every installed release by
+    # tests/integration/test_facts.py: first, last (None: still in the newest managed release).
+    since: str
+    until: str | None = None
     # By design only for these layouts (None: always). Elsewhere the same assertion is a failure.
     applies: Callable[[Layout], bool] | None = None
     # The contract whose violation the assertion is, and the connector that asserts: lets the
@@ -257,19 +261,28 @@ class Refusal:
     connector: str | None = None
     exc_type: str = "AssertionError"  # a few refusals raise ValueError with the reason
 
+    def in_release(self, release: str | None) -> bool:
+        """Whether ``release``'s code makes this refusal (an unnamed or unparsed one: assumed to, as
+        before ranges were kept; a source overlay may carry no release number)."""
+        if not release or not re.match(r"\d+\.\d+", release):
+            return True
+        return facts.release_in_range(release, self.since, self.until)
+
     def _by_design_for(self, layout: Layout | None) -> bool:
         return self.applies is None or (layout is not None and self.applies(layout))
 
-    def matches(self, layout: Layout | None, err: StageError | None) -> bool:
+    def matches(self, layout: Layout | None, err: StageError | None, release: str | None = None) -> bool:
         if err is None or err.type != self.exc_type or self.message not in err.message:
             return False
-        return self._by_design_for(layout)
+        return self.in_release(release) and self._by_design_for(layout)
 
-    def covers(self, layout: Layout, contract_id: str) -> bool:
-        """A layout violating ``contract_id`` meets this refusal, by design, before anything else."""
+    def covers(self, layout: Layout, contract_id: str, revision: str | None = None) -> bool:
+        """A layout violating ``contract_id`` meets this refusal, by design, before anything else
+        (under ``revision``: in one of its releases)."""
+        releases = facts.REVISION_FACTS[revision].releases if revision else (None,)
         return (self.contract is not None and contract_id.split("[")[0] == self.contract
                 and (self.connector is None or layout.kv_connector == self.connector)
-                and self._by_design_for(layout))
+                and any(self.in_release(r) for r in releases) and self._by_design_for(layout))
 
 
 def _prefix_caching_off(layout: Layout) -> bool:
@@ -278,39 +291,41 @@ def _prefix_caching_off(layout: Layout) -> bool:
 
 # No earlier engine validation refuses these configurations (vllm/config/ has no such check up
 # to 0.33), so the refusal is the assertion itself.
+_COORDINATOR = "v1/core/kv_cache_coordinator.py:__init__"
+_SINGLE_TYPE = "v1/core/single_type_kv_cache_manager.py"
 UNSUPPORTED_BY_DESIGN: tuple[Refusal, ...] = (
-    Refusal("DCP with hybrid KV cache layouts only supports", "v1/core/kv_cache_coordinator.py:__init__"),
-    Refusal("PCP not support hybrid attn", "v1/core/kv_cache_coordinator.py:__init__"),
-    Refusal("requires at least two attention groups", "v1/core/kv_cache_coordinator.py:__init__"),
-    Refusal("requires at least one cacheable group", "v1/core/kv_cache_coordinator.py:__init__"),
-    # KVCacheCoordinator.__init__ (0.28+): multi-module MTP's prefill lookahead must fit in the
-    # tail the EAGLE drop excludes, one scheduler block; the coordinator refuses a smaller block
-    # with the reason (a ValueError naming both numbers), found by the consumer differential.
-    Refusal("Multi-module MTP with prefix caching requires scheduler_block_size",
-            "v1/core/kv_cache_coordinator.py:__init__", exc_type="ValueError"),
-    # ChunkedLocalAttentionManager.find_longest_cache_hit (0.27-0.32): reached only with the
-    # hybrid KV cache manager on for a chunked-local model, which vllm/config/vllm.py turns off
-    # unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (and always with EAGLE).
-    Refusal("not compatible with chunked local attention", "v1/core/single_type_kv_cache_manager.py"),
-    # Same function (0.27-0.33) under an EAGLE-family drafter: the engine turns the hybrid manager
-    # off for chunked local attention with EAGLE, and no model is chunked-local alone (Llama 4 has
-    # global layers), so only a direct caller reaches it; the message names the limitation.
-    Refusal("not supported for eagle + chunked local attention", "v1/core/single_type_kv_cache_manager.py"),
-    # Same function, the two asserts before it (0.27-0.32): chunked-local prefix lookups
-    # refuse context parallelism; no engine validation refuses the configuration earlier.
-    Refusal("DCP not support chunked local attn now", "v1/core/single_type_kv_cache_manager.py"),
-    Refusal("PCP not support chunked local attn now", "v1/core/single_type_kv_cache_manager.py"),
-    # SlidingWindowManager.find_longest_cache_hit (0.32): the same documented limitation for
+    Refusal("DCP with hybrid KV cache layouts only supports", _COORDINATOR, "0.27"),
+    Refusal("PCP not support hybrid attn", _COORDINATOR, "0.27", "0.30"),
+    Refusal("requires at least two attention groups", _COORDINATOR, "0.27", "0.28"),
+    Refusal("requires at least one cacheable group", _COORDINATOR, "0.29"),
+    # KVCacheCoordinator.__init__: multi-module MTP's prefill lookahead must fit in the tail the
+    # EAGLE drop excludes, one scheduler block; the coordinator refuses a smaller block with the
+    # reason (a ValueError naming both numbers), found by the consumer differential.
+    Refusal("Multi-module MTP with prefix caching requires scheduler_block_size", _COORDINATOR, "0.28",
+            exc_type="ValueError"),
+    # ChunkedLocalAttentionManager.find_longest_cache_hit: reached only with the hybrid KV cache
+    # manager on for a chunked-local model, which vllm/config/vllm.py turns off unless
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (and always with EAGLE).
+    Refusal("not compatible with chunked local attention", _SINGLE_TYPE, "0.27"),
+    # Same function under an EAGLE-family drafter: the engine turns the hybrid manager off for
+    # chunked local attention with EAGLE, and no model is chunked-local alone (Llama 4 has global
+    # layers), so only a direct caller reaches it; the message names the limitation.
+    Refusal("not supported for eagle + chunked local attention", _SINGLE_TYPE, "0.27"),
+    # Same function, the two asserts before it: chunked-local prefix lookups refuse context
+    # parallelism; no engine validation refuses the configuration earlier.
+    Refusal("DCP not support chunked local attn now", _SINGLE_TYPE, "0.27"),
+    Refusal("PCP not support chunked local attn now", _SINGLE_TYPE, "0.27"),
+    # SlidingWindowManager.find_longest_cache_hit: the same documented limitation for
     # sliding-window groups under context parallelism, found by the consumer campaign.
-    Refusal("DCP not support sliding window attn now", "v1/core/single_type_kv_cache_manager.py"),
-    Refusal("PCP not support sliding window attn now", "v1/core/single_type_kv_cache_manager.py"),
-    # build_offloading_config (0.27-0.33): OffloadingConnector on a hybrid model whose Mamba groups
-    # are not in "align" mode hashes at the LCM (the resolver's fallback) and asserts, naming the
-    # remedy. By design while prefix caching is off (the remedy applies; found by the consumer
-    # campaign on 0.32.0, mamba_cache_mode=none). With prefix caching on, the same assertion is
-    # a failure: the 0.27 seed layout reaches it with tokens_per_hash=98464.
+    Refusal("DCP not support sliding window attn now", _SINGLE_TYPE, "0.27"),
+    Refusal("PCP not support sliding window attn now", _SINGLE_TYPE, "0.27"),
+    # build_offloading_config: OffloadingConnector on a hybrid model whose Mamba groups are not in
+    # "align" mode hashes at the LCM (the resolver's fallback) and asserts, naming the remedy. By
+    # design while prefix caching is off (the remedy applies; found by the consumer campaign on
+    # 0.32.0, mamba_cache_mode=none). With prefix caching on, the same assertion is a failure: the
+    # 0.27 seed layout reaches it with tokens_per_hash=98464.
     Refusal("need --enable-prefix-caching to align block sizes",
-            "distributed/kv_transfer/kv_connector/v1/offloading/config.py:build_offloading_config",
+            "distributed/kv_transfer/kv_connector/v1/offloading/config.py:build_offloading_config", "0.27",
             applies=_prefix_caching_off, contract="connector.block_multiple_of_hash",
             connector=facts.OFFLOADING_CONNECTOR),
 )
@@ -338,15 +353,15 @@ def refuses_by_message(err: StageError | None) -> bool:
     return where.startswith(REFUSING_CODE) and any(f in function for f in _REFUSING_FUNCTIONS)
 
 
-def refused_by_design(layout: Layout | None, err: StageError | None) -> bool:
-    """``err`` is a refusal of ``layout`` that vLLM makes by design (:data:`UNSUPPORTED_BY_DESIGN`,
-    or a constructor's "not supported" message: :func:`refuses_by_message`)."""
-    return any(r.matches(layout, err) for r in UNSUPPORTED_BY_DESIGN) or refuses_by_message(err)
+def refused_by_design(layout: Layout | None, err: StageError | None, release: str | None = None) -> bool:
+    """``err`` is a refusal of ``layout`` that vLLM ``release`` makes by design (:data:`UNSUPPORTED_BY_DESIGN`
+    within its release range, or a constructor's "not supported" message: :func:`refuses_by_message`)."""
+    return any(r.matches(layout, err, release) for r in UNSUPPORTED_BY_DESIGN) or refuses_by_message(err)
 
 
-def violation_by_design(layout: Layout, contract_id: str) -> Refusal | None:
+def violation_by_design(layout: Layout, contract_id: str, revision: str | None = None) -> Refusal | None:
     """The refusal by design a layout violating ``contract_id`` meets, if any (no vLLM run needed)."""
-    return next((r for r in UNSUPPORTED_BY_DESIGN if r.covers(layout, contract_id)), None)
+    return next((r for r in UNSUPPORTED_BY_DESIGN if r.covers(layout, contract_id, revision)), None)
 
 
 def check(layout: Layout, out: Outcome) -> list[Violation]:

@@ -453,7 +453,7 @@ def find_config(revision: str, property_key: str, witness_layout: Layout | None 
     from kvproof.spec.query import concrete_holds
     prop = BY_KEY[property_key]
     hits = [r for r in tables_for(revision)
-            if r.layout is not None and (violation_by_design(r.layout, property_key) is not None) == by_design
+            if r.layout is not None and (violation_by_design(r.layout, property_key, revision) is not None) == by_design
             and concrete_holds(r.layout, revision, prop, "free", **bounds)]
     if not hits:
         return None

@@ -39,6 +39,12 @@ def release_key(release: str) -> tuple[int, ...]:
     return tuple(int(p) if p.isdigit() else 1 << 30 for p in release.split("+")[0].split("."))
 
 
+def release_in_range(release: str, since: str, until: str | None = None) -> bool:
+    """Whether ``release`` (``0.30.0+cpu``) lies in the major.minor range [since, until] (None: open)."""
+    minor = release_key(release)[:2]
+    return release_key(since)[:2] <= minor and (until is None or minor <= release_key(until)[:2])
+
+
 # --- KV cache spec kinds (vllm/v1/kv_cache_interface.py) -----------------------
 # AttentionSpec subclasses: FullAttentionSpec, SlidingWindowSpec,
 # ChunkedLocalAttentionSpec, MLAAttentionSpec, HiddenStateCacheSpec (an MLA
@@ -154,8 +160,8 @@ SPEC_CLASS_KINDS = (
 
 # --- user-facing setting values (vllm/config/model.py, vllm/config/cache.py) --
 MODEL_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")  # ModelDType, 0.27-0.32
-# CacheConfig.prefix_match_unit (int > 0) exists in every modelled revision.
-PREFIX_MATCH_UNIT_REVISIONS = ("0.27", "0.28", "0.29", "0.31", "0.32")
+# CacheConfig.prefix_match_unit (int > 0) exists in every modelled revision:
+# RevisionFacts.prefix_match_unit (PREFIX_MATCH_UNIT_REVISIONS is its view, below the records).
 
 # --- consumer tier (kvproof.consumer): the real scheduler's consumers ----------
 # Connectors the consumer tier drives through their real scheduler side on CPU
@@ -367,14 +373,38 @@ FULL_ATTENTION_SPEC_KINDS = ("full_attention", "mla", "hidden_state")
 # (RevisionFacts.hybrid_needs)
 
 
+# --- the resolver's branches (vllm/v1/core/kv_cache_utils.py resolve_kv_cache_block_sizes) ---
+# Each named with the release that introduced it; kvproof.spec.model.resolve encodes each one and a
+# revision's record (RevisionFacts.branches) says which its resolver has.
+SINGLE_GROUP = "single_group"  # <=0.26: one group -> cache block size * dcp
+DCP_ATTENTION = "dcp_attention@0.27"  # several groups: attention groups scaled by dcp
+LCM = "lcm"  # scheduler = LCM of effective sizes
+HASHING_INACTIVE = "hashing_inactive"  # no prefix caching and no connector -> hash = scheduler
+MAMBA_FALLBACK_BLOCK_SIZE = "mamba_fallback_block_size@0.27"  # mamba bs != cache bs -> hash = scheduler
+MAMBA_FALLBACK_MODE = "mamba_fallback_mode@0.28"  # mamba mode != align -> hash = scheduler
+GCD_ALL = "gcd_all_groups"  # hash = pmu or GCD over every group; ValueError if pmu does not divide
+GCD_PREFIX_CACHEABLE = "gcd_prefix_cacheable@0.29"  # ... over prefix-cacheable groups (all if none)
+TOKENS_PER_STATE = "tokens_per_state_alignment@0.29"  # ValueError if a cache-hit boundary breaks a state
+PARTIAL_MAMBA_EFFECTIVE = "partial_mamba_hits_effective@0.29"  # partial hits judged on dcp-resolved sizes
+DCP_SHARDED = "dcp_sharded@0.31"  # dcp scaling follows spec.dcp_sharded (single group too)
+PARTIAL_HASH_HITS_FN = "partial_hash_hits_enabled@0.32"  # partial hits judged on raw spec sizes
+SINGLE_GROUP_PMU_REJECT = "single_group_pmu_reject@0.32"  # one group: pmu != block size -> ValueError
+BASE_BRANCHES = frozenset({SINGLE_GROUP, LCM, HASHING_INACTIVE})  # every revision has these
+RESOLVER_BRANCHES = (SINGLE_GROUP, DCP_ATTENTION, LCM, HASHING_INACTIVE, MAMBA_FALLBACK_BLOCK_SIZE,
+                     MAMBA_FALLBACK_MODE, GCD_ALL, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE, PARTIAL_MAMBA_EFFECTIVE,
+                     DCP_SHARDED, PARTIAL_HASH_HITS_FN, SINGLE_GROUP_PMU_REJECT)  # every one the model encodes
+
+
 # --- one record per modelled revision ---------------------------------------------
-# A revision is one distinct resolver (src/kvproof/revisions.py adds the model's branch set);
-# everything kvproof knows of it from vLLM's code is this one record, read as the
-# sections above say. The per-fact dicts below are views of these records, never edited.
+# A revision is one distinct resolver; everything kvproof knows of it from vLLM's code is this one
+# record, read as the sections above say. A new revision is one new entry in REVISION_FACTS
+# (docs/recipes.md); the per-fact dicts below and kvproof.revisions.REVISIONS are views of these
+# records, never edited.
 @dataclass(frozen=True)
 class RevisionFacts:
     releases: tuple[str, ...]  # the major.minor releases that run this exact resolver
     fingerprints: tuple[str, ...]  # its source fingerprints (kvproof.spec.fingerprint)
+    branches: frozenset[str]  # the resolver branches it has (BASE_BRANCHES included)
     fields: frozenset[str]
     mamba_modes: tuple[str, ...]
     engine_block_size_over: str  # "all" | "prefix_cacheable"
@@ -383,26 +413,39 @@ class RevisionFacts:
     hybrid_divisibility_over: str  # "all" | "prefix_cacheable"
     hybrid_dcp_accepts: str  # "full_or_mamba" | "full_or_replicated"
     hybrid_needs: str  # "two_specs" | "one_cacheable"
+    prefix_match_unit: bool = True  # CacheConfig.prefix_match_unit is a setting (every modelled revision)
 
 
 _F029 = frozenset({F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE})
 _F031 = _F029 | {F_DCP_SHARDED}
+_B029 = BASE_BRANCHES | {DCP_ATTENTION, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
+                         PARTIAL_MAMBA_EFFECTIVE}
+_B031 = BASE_BRANCHES | {DCP_SHARDED, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE}
 _OLD = dict(registered_connectors=_REGISTERED_027, hybrid_connectors=_HMA_027, hybrid_dcp_accepts="full_or_mamba")
 _NEW = dict(engine_block_size_over="prefix_cacheable", registered_connectors=_REGISTERED_031,
             hybrid_connectors=_HMA_031, hybrid_divisibility_over="prefix_cacheable",
             hybrid_dcp_accepts="full_or_replicated", hybrid_needs="one_cacheable", fields=_F031)
 REVISION_FACTS: dict[str, RevisionFacts] = {
-    "0.27": RevisionFacts(("0.27",), ("469eaaf1263a0d92",), frozenset(), ALL_MAMBA_MODES, "all",
+    "0.27": RevisionFacts(("0.27",), ("469eaaf1263a0d92",),
+                          BASE_BRANCHES | {DCP_ATTENTION, MAMBA_FALLBACK_BLOCK_SIZE, GCD_ALL},
+                          frozenset(), ALL_MAMBA_MODES, "all",
                           hybrid_divisibility_over="all", hybrid_needs="two_specs", **_OLD),
-    "0.28": RevisionFacts(("0.28",), ("24f1bd7c475d6cd5",), frozenset(), ALL_MAMBA_MODES, "all",
+    "0.28": RevisionFacts(("0.28",), ("24f1bd7c475d6cd5",),
+                          BASE_BRANCHES | {DCP_ATTENTION, MAMBA_FALLBACK_MODE, GCD_ALL},
+                          frozenset(), ALL_MAMBA_MODES, "all",
                           hybrid_divisibility_over="all", hybrid_needs="two_specs", **_OLD),
-    # 0.30.0's resolver is 0.29's plus two logger.info lines: another fingerprint, same code paths
-    "0.29": RevisionFacts(("0.29", "0.30"), ("ae5040d2a1caf648", "17081d0e13756feb"), _F029, ALL_MAMBA_MODES,
-                          "all", hybrid_divisibility_over="prefix_cacheable", hybrid_needs="one_cacheable", **_OLD),
-    "0.31": RevisionFacts(("0.31",), ("dd0eab07589364b3",), mamba_modes=ALL_MAMBA_MODES, **_NEW),
+    # 0.30.0's resolver is 0.29's plus two logger.info lines (group sizes, lcm): another
+    # fingerprint, same branches
+    "0.29": RevisionFacts(("0.29", "0.30"), ("ae5040d2a1caf648", "17081d0e13756feb"), _B029, _F029,
+                          ALL_MAMBA_MODES, "all", hybrid_divisibility_over="prefix_cacheable",
+                          hybrid_needs="one_cacheable", **_OLD),
+    "0.31": RevisionFacts(("0.31",), ("dd0eab07589364b3",), _B031 | {PARTIAL_MAMBA_EFFECTIVE},
+                          mamba_modes=ALL_MAMBA_MODES, **_NEW),
     # 0.33.0 and 0.34.0 (python-only) carry 0.32's resolver byte for byte (read from the installed
     # vllm 0.33.0 and 0.34.0); their consumers differ (spec/consumer_fingerprint.py)
-    "0.32": RevisionFacts(("0.32", "0.33", "0.34"), ("eb4605d560801788",), mamba_modes=("align", "none"), **_NEW),
+    "0.32": RevisionFacts(("0.32", "0.33", "0.34"), ("eb4605d560801788",),
+                          _B031 | {PARTIAL_HASH_HITS_FN, SINGLE_GROUP_PMU_REJECT},
+                          mamba_modes=("align", "none"), **_NEW),
 }
 MAMBA_MODES = {k: r.mamba_modes for k, r in REVISION_FACTS.items()}
 FIELDS = {k: r.fields for k, r in REVISION_FACTS.items()}
@@ -412,6 +455,7 @@ HYBRID_CONNECTORS = {k: r.hybrid_connectors for k, r in REVISION_FACTS.items()}
 HYBRID_DIVISIBILITY_OVER = {k: r.hybrid_divisibility_over for k, r in REVISION_FACTS.items()}
 HYBRID_DCP_ACCEPTS = {k: r.hybrid_dcp_accepts for k, r in REVISION_FACTS.items()}
 HYBRID_NEEDS = {k: r.hybrid_needs for k, r in REVISION_FACTS.items()}
+PREFIX_MATCH_UNIT_REVISIONS = tuple(k for k, r in REVISION_FACTS.items() if r.prefix_match_unit)
 
 
 def spec_kind(spec: object) -> str:

@@ -206,7 +206,7 @@ def judge(layout: Layout, out: Outcome, tier: Tier | None = None) -> Judgement:
         if not explained:
             explained = (Violation(contracts.BY_ID["manager.constructs"], merr.line()),)
         latent = tuple(v for v in predicted if v.contract.tier > Tier.MANAGER)
-        if contracts.refused_by_design(layout, merr):
+        if contracts.refused_by_design(layout, merr, out.vllm_version):
             return Judgement(Verdict.UNSUPPORTED, late or Tier.MANAGER, merr, explained, latent, warns, True,
                              "vLLM does not support this configuration, by design")
         return Judgement(Verdict.FAIL, late or Tier.MANAGER, merr, explained, latent, warns)
@@ -222,6 +222,10 @@ def judge(layout: Layout, out: Outcome, tier: Tier | None = None) -> Judgement:
 # --- consumer tier ---------------------------------------------------------------
 
 _HARD_ORACLES = ("exception", "prefix_hit", "hash_chain", "connector", "kv_event", "spec_hit")
+# Oracle ids that never fail a run by themselves: a harness limit (stalled: ERROR, below) and a
+# measurement (efficiency). Every id an oracle records is hard or soft (tests/unit/test_recipes.py):
+# an id in neither list would silently never fail a run.
+_SOFT_ORACLES = ("stalled", "efficiency")
 
 
 def _ideal_recomputed(r) -> int | None:
@@ -391,7 +395,8 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
         else:  # a misbehaviour the consumer-tier contracts predicted
             explained = tuple(v for v in predicted if v.contract.tier == Tier.CONSUMER)
         latent = tuple(v for v in predicted if v not in explained)
-        if first.oracle == "exception" and contracts.refused_by_design(layout, err):
+        release = getattr(r, "vllm_version", None)
+        if first.oracle == "exception" and contracts.refused_by_design(layout, err, release):
             return Judgement(Verdict.UNSUPPORTED, T, err, explained, latent, warns, True,
                              "vLLM does not support this configuration, by design: " + note)
         return Judgement(Verdict.FAIL, T, err, explained, latent, warns, False, note)

@@ -1,8 +1,9 @@
 """Which resolver each vLLM release has: the revision table.
 
 A *revision* is one distinct ``resolve_kv_cache_block_sizes`` (with its helper
-functions). Each row names the branch set of :mod:`kvproof.spec.model` the
-release runs, the Layout fields its spec classes can express, the Mamba cache
+functions). Each row is a view of the revision's one record in
+``kvproof.facts.REVISION_FACTS`` (never edited here): the branch set of
+:mod:`kvproof.spec.model` the release runs, the Layout fields its spec classes can express, the Mamba cache
 modes its ``CacheConfig`` accepts, how the engine core derives
 ``cache_config.block_size`` before the resolver runs, and the source
 fingerprints (:mod:`kvproof.spec.fingerprint`) of the releases known to carry
@@ -31,27 +32,15 @@ from typing import TYPE_CHECKING
 
 from kvproof import facts
 from kvproof.facts import F_DCP_SHARDED, F_PREFIX_CACHEABLE, F_TOKENS_PER_STATE, default_dcp_sharded
+# The resolver's branches live in each revision's record (kvproof.facts); re-exported because the
+# model (spec/model.py, spec/fold.py, ...) names them as ``R.<BRANCH>``.
+from kvproof.facts import (  # noqa: F401
+    DCP_ATTENTION, DCP_SHARDED, GCD_ALL, GCD_PREFIX_CACHEABLE, HASHING_INACTIVE, LCM, MAMBA_FALLBACK_BLOCK_SIZE,
+    MAMBA_FALLBACK_MODE, PARTIAL_HASH_HITS_FN, PARTIAL_MAMBA_EFFECTIVE, SINGLE_GROUP, SINGLE_GROUP_PMU_REJECT,
+    TOKENS_PER_STATE)
 
 if TYPE_CHECKING:
     from kvproof.layout import Layout
-
-# --- branches of the resolver, each named with the release that introduced it
-# (see kvproof.spec.model.resolve for where each one sits).
-SINGLE_GROUP = "single_group"  # <=0.26: one group -> cache block size * dcp
-DCP_ATTENTION = "dcp_attention@0.27"  # several groups: attention groups scaled by dcp
-LCM = "lcm"  # scheduler = LCM of effective sizes
-HASHING_INACTIVE = "hashing_inactive"  # no prefix caching and no connector -> hash = scheduler
-MAMBA_FALLBACK_BLOCK_SIZE = "mamba_fallback_block_size@0.27"  # mamba bs != cache bs -> hash = scheduler
-MAMBA_FALLBACK_MODE = "mamba_fallback_mode@0.28"  # mamba mode != align -> hash = scheduler
-GCD_ALL = "gcd_all_groups"  # hash = pmu or GCD over every group; ValueError if pmu does not divide
-GCD_PREFIX_CACHEABLE = "gcd_prefix_cacheable@0.29"  # ... over prefix-cacheable groups (all if none)
-TOKENS_PER_STATE = "tokens_per_state_alignment@0.29"  # ValueError if a cache-hit boundary breaks a state
-PARTIAL_MAMBA_EFFECTIVE = "partial_mamba_hits_effective@0.29"  # partial hits judged on dcp-resolved sizes
-DCP_SHARDED = "dcp_sharded@0.31"  # dcp scaling follows spec.dcp_sharded (single group too)
-PARTIAL_HASH_HITS_FN = "partial_hash_hits_enabled@0.32"  # partial hits judged on raw spec sizes
-SINGLE_GROUP_PMU_REJECT = "single_group_pmu_reject@0.32"  # one group: pmu != block size -> ValueError
-
-
 
 @dataclass(frozen=True)
 class Revision:
@@ -67,27 +56,14 @@ class Revision:
         return branch in self.branches
 
 
-_BASE = frozenset({SINGLE_GROUP, LCM, HASHING_INACTIVE})
-
-def _revision(name: str, branches: frozenset[str]) -> Revision:
-    """A table row: the model's branch set beside the revision's one record of vLLM facts
-    (releases, fingerprints, fields, modes, engine rule: kvproof.facts.REVISION_FACTS)."""
-    rec = facts.REVISION_FACTS[name]
-    return Revision(name, rec.releases, rec.fingerprints, _BASE | branches, rec.fields, rec.mamba_modes,
+def _revision(name: str, rec: facts.RevisionFacts) -> Revision:
+    """The model's view of one record of kvproof.facts.REVISION_FACTS."""
+    return Revision(name, rec.releases, rec.fingerprints, rec.branches, rec.fields, rec.mamba_modes,
                     rec.engine_block_size_over)
 
 
-REVISIONS: dict[str, Revision] = {r.name: r for r in (
-    _revision("0.27", frozenset({DCP_ATTENTION, MAMBA_FALLBACK_BLOCK_SIZE, GCD_ALL})),
-    _revision("0.28", frozenset({DCP_ATTENTION, MAMBA_FALLBACK_MODE, GCD_ALL})),
-    # 0.30.0's resolver is 0.29's plus two logger.info lines (group sizes, lcm): same branches
-    _revision("0.29", frozenset({DCP_ATTENTION, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
-                                 PARTIAL_MAMBA_EFFECTIVE})),
-    _revision("0.31", frozenset({DCP_SHARDED, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
-                                 PARTIAL_MAMBA_EFFECTIVE})),
-    _revision("0.32", frozenset({DCP_SHARDED, MAMBA_FALLBACK_MODE, GCD_PREFIX_CACHEABLE, TOKENS_PER_STATE,
-                                 PARTIAL_HASH_HITS_FN, SINGLE_GROUP_PMU_REJECT})),
-)}
+# Derived, never edited: a new revision is a new record in facts.REVISION_FACTS (docs/recipes.md).
+REVISIONS: dict[str, Revision] = {name: _revision(name, rec) for name, rec in facts.REVISION_FACTS.items()}
 
 DEFAULT_REVISIONS = tuple(REVISIONS)
 # 0.33.0 (python-only environment, kvproof.envs) carries 0.32's resolver byte for byte: its

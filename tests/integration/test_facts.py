@@ -8,13 +8,14 @@ inside each environment.
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 
 import pytest
 
 from kvproof.bridge.client import worker_env
-from kvproof import facts
+from kvproof import envs, facts
 from kvproof.revisions import revision_for
 from conftest import RELEASES, require_env
 
@@ -172,6 +173,34 @@ def test_speculative_methods(real):
     rev, got = real
     for m in facts.SPEC_METHODS:
         assert (m in got["spec_methods"]) is facts.release_has_spec_method(got["vllm"], m), (m, got["vllm"])
+
+
+def _string_texts(path) -> set[str]:
+    """Every string literal of a source file, with ``+`` and implicit concatenation joined and an
+    f-string's fields read as ``{}`` (how vLLM writes its assertion messages)."""
+    def text(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr):
+            return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left, right = text(node.left), text(node.right)
+            return None if left is None or right is None else left + right
+        return None
+    return {t for node in ast.walk(ast.parse(path.read_text())) if (t := text(node))}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_refusal_release_ranges(release):
+    """Each refusal by design (contracts.UNSUPPORTED_BY_DESIGN) is in the release's source exactly
+    within its release range (Refusal.since/.until), read statically from the installed package."""
+    from kvproof.contracts import UNSUPPORTED_BY_DESIGN
+    env = require_env(release)
+    sp = envs.site_packages(env.root)
+    for r in UNSUPPORTED_BY_DESIGN:
+        path = sp / "vllm" / (r.where.split(":")[0])
+        present = path.exists() and any(r.message in t for t in _string_texts(path))
+        assert present is r.in_release(release), (release, r.message, r.since, r.until)
 
 
 # The model runner each parallel drafter gets, built by the consumer tier's own configs (no scheduler).

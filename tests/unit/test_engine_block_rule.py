@@ -56,8 +56,9 @@ def test_the_revisions_read_the_one_record():
     assert set(REVISIONS) == set(facts.REVISION_FACTS)
     for name, rev in REVISIONS.items():
         rec = facts.REVISION_FACTS[name]
-        assert (rev.releases, rev.fingerprints, rev.fields, rev.mamba_modes, rev.engine_block_size) == \
-            (rec.releases, rec.fingerprints, rec.fields, rec.mamba_modes, rec.engine_block_size_over)
+        assert (rev.releases, rev.fingerprints, rev.branches, rev.fields, rev.mamba_modes, rev.engine_block_size) == \
+            (rec.releases, rec.fingerprints, rec.branches, rec.fields, rec.mamba_modes, rec.engine_block_size_over)
+        assert (name in facts.PREFIX_MATCH_UNIT_REVISIONS) is rec.prefix_match_unit
         assert facts.HYBRID_NEEDS[name] == rec.hybrid_needs and facts.MAMBA_MODES[name] == rec.mamba_modes
     minors = [m for rec in facts.REVISION_FACTS.values() for m in rec.releases]
     assert len(minors) == len(set(minors))
