@@ -17,6 +17,11 @@ from kvproof.errors import EnvError
 from kvproof.settings import settings
 from kvproof import facts
 
+# A closed worker's process serves the test process's next worker of the same release and
+# variables (kvproof.bridge.client.POOL; tests/integration/test_worker_pool.py): most tests start
+# a worker, and vLLM's import is most of a short test. KVPROOF_WORKER_POOL=0 turns it off.
+os.environ.setdefault("KVPROOF_WORKER_POOL", "1")
+
 # The releases tests run on, from the one release list (src/kvproof/facts.py): KVPROOF_RELEASES
 # (the Makefile's RELEASES; default the ci subset: oldest, the seed pair, newest CPU, newest).
 RELEASES: tuple[str, ...] = tuple(envs.resolve(list(settings().releases)))

@@ -35,6 +35,8 @@ KVPROOF_FUZZ_MEMO           harness: 0 turns the fast path's manager memo off
 KVPROOF_FUZZ_ARGV0          harness: program name libFuzzer prints
 KVPROOF_CFLITE_LOCAL        tests: run the ClusterFuzzLite build script locally
 KVPROOF_TRITON_STAND_IN     a 0.34+ environment's Triton stand-in: gate (default), everywhere or off
+KVPROOF_WORKER_POOL         1: a process keeps a closed worker's live process for its next worker of
+                            the same environment and variables (tests; kvproof.bridge.client)
                             (src/kvproof/stand_in_triton.py)
 KVPROOF                     docs/ci/check_vllm_pr.sh: the kvproof command (kvproof)
 KVPROOF_BASE                docs/ci/check_vllm_pr.sh: the release the PR is overlaid on (kvproof's
@@ -92,6 +94,7 @@ class Settings:
     require_envs: bool
     engine_all: bool
     releases: tuple[str, ...]
+    worker_pool: bool = False
 
     @classmethod
     def from_environ(cls) -> "Settings":
@@ -107,6 +110,7 @@ class Settings:
             require_envs=_flag("KVPROOF_REQUIRE_ENVS"),
             engine_all=_flag("KVPROOF_ENGINE_ALL"),
             releases=tuple((os.environ.get("KVPROOF_RELEASES") or "ci").replace(",", " ").split()),
+            worker_pool=_flag("KVPROOF_WORKER_POOL"),
         )
 
 

@@ -7,6 +7,7 @@ imports vLLM, so one CLI can drive several releases side by side.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import json
@@ -92,6 +93,71 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+# Variables that change under a running test process without changing what a worker computes.
+_POOL_IGNORES = ("PYTEST_CURRENT_TEST",)
+POOL_IDLE = 4  # idle processes a pool keeps (~0.7 GB each), the least recently closed go first
+
+
+class _Pool:
+    """Live worker processes a closed Worker left behind (``KVPROOF_WORKER_POOL=1``), keyed by the
+    interpreter, the server module and every variable the process started with: the next Worker
+    of the same key takes one instead of importing vLLM again. A worker serves request after
+    request by design (a fuzz campaign sends thousands), so a reused process answers as a new one
+    does (tests/integration/test_worker_pool.py). Closed for good at exit."""
+
+    def __init__(self) -> None:
+        self.idle: list[tuple[tuple, subprocess.Popen, list[str]]] = []
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def key(python: Path, module: str, env: dict[str, str]) -> tuple:
+        return (str(python), module, tuple(sorted((k, v) for k, v in env.items() if k not in _POOL_IGNORES)))
+
+    def take(self, key: tuple) -> tuple[subprocess.Popen, list[str]] | None:
+        with self.lock:
+            self.idle = [entry for entry in self.idle if entry[1].poll() is None]  # the dead go
+            for i, (k, proc, stderr) in enumerate(self.idle):
+                if k == key:
+                    del self.idle[i]
+                    return proc, stderr
+        return None
+
+    def give(self, key: tuple, proc: subprocess.Popen, stderr: list[str]) -> None:
+        with self.lock:
+            self.idle.append((key, proc, stderr))
+            evicted, self.idle = self.idle[:-POOL_IDLE], self.idle[-POOL_IDLE:]
+        for _, old, _ in evicted:
+            _stop(old)
+
+    def close(self) -> None:
+        with self.lock:
+            idle, self.idle = self.idle, []
+        for _, proc, _ in idle:
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End a worker process: EOF on its stdin, then a kill if it lingers."""
+    if proc.poll() is None:
+        assert proc.stdin
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _drain(stream, lines: list[str]) -> None:
+    """Keep a worker's last 50 stderr lines (the cause a BridgeError quotes)."""
+    for line in stream:
+        lines.append(line.rstrip())
+        del lines[:-50]
+
+
+POOL = _Pool()
+atexit.register(POOL.close)
+
+
 class Worker:
     """A live worker: ``with Worker(env) as w: outcomes = w.run(layouts)``."""
 
@@ -103,6 +169,7 @@ class Worker:
         self.proc: subprocess.Popen | None = None
         self.info: dict = {}
         self._stderr: list[str] = []
+        self._key: tuple | None = None  # the pool's key, when the pool is on
 
     def __enter__(self) -> "Worker":
         self.start()
@@ -116,22 +183,23 @@ class Worker:
         return self.handshake()
 
     def spawn(self) -> None:
-        """Start the process (vLLM import begins); pair with ``handshake``."""
+        """Start the process (vLLM import begins), or take a pooled one; pair with ``handshake``."""
+        env = worker_env()
+        self._key = _Pool.key(self.env.python, self.MODULE, env) if settings().worker_pool else None
+        pooled = POOL.take(self._key) if self._key else None
+        if pooled is not None:
+            self.proc, self._stderr = pooled
+            return
         self.proc = subprocess.Popen(
             [str(self.env.python), "-m", self.MODULE],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=worker_env(), bufsize=1)
-        threading.Thread(target=self._drain, daemon=True).start()
+            text=True, env=env, bufsize=1)
+        # the drain thread keeps the process's stream and list, whichever Worker holds it later
+        threading.Thread(target=_drain, args=(self.proc.stderr, self._stderr), daemon=True).start()
 
     def handshake(self) -> dict:
         self.info = self._call({"op": "info"})
         return self.info
-
-    def _drain(self) -> None:
-        assert self.proc and self.proc.stderr
-        for line in self.proc.stderr:
-            self._stderr.append(line.rstrip())
-            del self._stderr[:-50]
 
     def call(self, request: dict) -> dict:
         """One request, one reply (``kvproof.worker``'s protocol); a worker error raises BridgeError."""
@@ -183,12 +251,10 @@ class Worker:
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            assert self.proc.stdin
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+            if self._key is not None:
+                POOL.give(self._key, self.proc, self._stderr)
+            else:
+                _stop(self.proc)
         self.proc = None
 
 
