@@ -87,7 +87,7 @@ def failure_class(layout: Layout, outcome: Outcome) -> FailureClass:
         return FailureClass(Verdict.NOT_EXPRESSIBLE, ())
     if j.latent:
         return FailureClass(Verdict.FAIL, tuple(sorted({v.contract.id for v in j.latent})))
-    if j.observed is not None or contracts.refused_by_design(layout, outcome.manager_error):
+    if j.observed is not None or contracts.refused_by_design(layout, outcome.manager_error, outcome.vllm_version):
         return FailureClass(Verdict.REJECTED, ())
     return FailureClass(Verdict.WARN if j.warnings else Verdict.OK, tuple(sorted({w.contract.id for w in j.warnings})))
 
