@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kvproof import envs
 from kvproof.bridge.client import Worker
-from kvproof.cliutil import Parser
+from kvproof.cliutil import Parser, add_vllm
 from kvproof.fsio import atomic_write
 from kvproof.layout import Layout
 
@@ -68,7 +68,7 @@ def main() -> None:
     ap = Parser(prog="bench_bridge.py")
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--naive", type=int, default=3)
-    ap.add_argument("--vllm", action="append")
+    add_vllm(ap, help="release (repeatable; default: every supported release installed)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "bridge.md"))
     args = ap.parse_args()
     releases = args.vllm or [r for r in envs.SUPPORTED if any(e["name"].endswith(r) for e in envs.installed())]

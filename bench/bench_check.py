@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from kvproof import envs
-from kvproof.cliutil import Parser, guarded
+from kvproof.cliutil import Parser, add_vllm, guarded
 from kvproof.fsio import atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = Parser(prog="bench_check.py")
     ap.add_argument("--base", default=BASE, help=f"the commit to compare with (default {BASE})")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--vllm", default=",".join(envs.resolve(["ci"])[-3:]),
-                    help="comma-separated releases (default: the last three of the ci subset)")
+    add_vllm(ap, many=False, default=",".join(envs.resolve(["ci"])[-3:]), metavar="RELEASES",
+             help="comma-separated releases (default: the last three of the ci subset)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     print(run(args.base, args.reps, args.vllm.split(","), args.out))

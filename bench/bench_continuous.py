@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from kvproof import envs  # noqa: E402
-from kvproof.cliutil import Parser, guarded  # noqa: E402
+from kvproof.cliutil import Parser, add_vllm, guarded  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
 
 GOAL = 0.5
@@ -50,8 +50,8 @@ def campaign(release: str, extra: list[str], workdir: Path) -> dict:
 
 def _main(argv: list[str] | None) -> int:
     ap = Parser(prog="bench_continuous.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--vllm", default=envs.DEFAULT_RELEASE,
-                    help=f"release (default: the newest CPU release of src/kvproof/facts.py, {envs.DEFAULT_RELEASE})")
+    add_vllm(ap, many=False, default=envs.DEFAULT_RELEASE,
+             help=f"release (default: the newest CPU release of src/kvproof/facts.py, {envs.DEFAULT_RELEASE})")
     ap.add_argument("--seconds", type=int, default=600, help="the continuous run's length")
     ap.add_argument("--box", type=int, default=60, help="each time-boxed run's length")
     ap.add_argument("--jobs", type=int, default=1, help="continuous workers (the time-boxed mode is one process)")

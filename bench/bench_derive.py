@@ -26,7 +26,7 @@ import time
 
 from kvproof import envs, registry
 from kvproof.bridge.client import Worker
-from kvproof.cliutil import Parser, guarded
+from kvproof.cliutil import Parser, add_vllm, guarded
 from kvproof.config import Config, models_dir, reference_models
 from kvproof.derivation import reference_flags
 from kvproof.fsio import atomic_write
@@ -36,8 +36,8 @@ OUT = "bench/results/derive.md"
 
 def _main(argv) -> int:
     ap = Parser(prog="bench_derive.py")
-    ap.add_argument("--vllm", default=envs.DEFAULT_RELEASE,
-                    help=f"release (default: the newest CPU release of src/kvproof/facts.py, {envs.DEFAULT_RELEASE})")
+    add_vllm(ap, many=False, default=envs.DEFAULT_RELEASE,
+             help=f"release (default: the newest CPU release of src/kvproof/facts.py, {envs.DEFAULT_RELEASE})")
     ap.add_argument("--out", default=OUT)
     args = ap.parse_args(argv)
     load, t0 = os.getloadavg()[0], time.monotonic()

@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from kvproof import envs  # noqa: E402
-from kvproof.cliutil import Parser, guarded  # noqa: E402
+from kvproof.cliutil import Parser, add_vllm, guarded  # noqa: E402
 from kvproof.compare import new_classes, print_report  # noqa: E402
 from kvproof.differential import Regression, Report, diff, why_not_compared  # noqa: E402
 from kvproof.consumer.client import run_each, run_many  # noqa: E402
@@ -441,8 +441,7 @@ def _main(argv: Sequence[str] | None) -> int:
     ap.add_argument("--workdir", metavar="DIR", help="the consumers campaign folder (with --campaign-seconds: "
                                                      "where the campaign is made, and kept)")
     ap.add_argument("--max", type=int, default=300, metavar="N", help="corpus files decoded and compared")
-    ap.add_argument("--vllm", action="append", default=[], metavar="RELEASE",
-                    help="releases to chain (a subset name like 'all' or 'ci' works; default: all)")
+    add_vllm(ap, default=[], help="releases to chain (a subset name like 'all' or 'ci' works; default: all)")
     ap.add_argument("--margin", type=int, default=0, metavar="TOKENS", help="tokens a request may lose")
     ap.add_argument("--premise", choices=("engine", "free"), default="engine",
                     help="the campaign's premise (its stats do not record it; default engine)")

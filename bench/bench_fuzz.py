@@ -51,7 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.append(str(ROOT / "src"))  # after PYTHONPATH: inside an env the import root (with kvproof.fuzz) wins
 
-from kvproof.cliutil import Parser  # noqa: E402
+from kvproof.cliutil import Parser, add_vllm  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
 
 SEEDS_DIR = ROOT / "fuzz" / "seeds"
@@ -343,7 +343,7 @@ def render(args, tp: list[dict], cov: list[dict], ttf: list[dict], when: str, wa
 def main(argv=None) -> int:
     p = Parser(prog="bench_fuzz.py")
     # defaults from the one release list (src/kvproof/facts.py), read after parsing: the in-env modes import no envs
-    p.add_argument("--vllm", help="release for throughput and coverage (default: the newest CPU release)")
+    add_vllm(p, many=False, help="release for throughput and coverage (default: the newest CPU release)")
     p.add_argument("--bug-vllm", help="release with the seed bug, for time to find (default: the seed pair's first)")
     p.add_argument("--runs", type=int, default=20000, help="inputs per throughput campaign")
     p.add_argument("--rounds", type=int, default=2)

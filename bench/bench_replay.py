@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from kvproof import envs, inputs  # noqa: E402
 from kvproof.bridge.client import Worker  # noqa: E402
-from kvproof.cliutil import Parser  # noqa: E402
+from kvproof.cliutil import Parser, add_vllm  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
 from kvproof.replay import classify, core, engine, synth  # noqa: E402
 from kvproof.replay.families import SEED_HIDDEN_STATES, Recipe  # noqa: E402
@@ -52,7 +52,7 @@ def bench_bridge(env: envs.Env, layouts: list, repeat: int = 200) -> dict:
 
 def main() -> int:
     ap = Parser(prog="bench_replay.py")
-    ap.add_argument("--vllm", action="append")
+    add_vllm(ap, help="release (repeatable; default: every managed release installed)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "replay.md"))
     ap.add_argument("--no-engine", action="store_true", help="function and manager tiers only (no boots)")
     args = ap.parse_args()

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvproof.cliutil import Parser, guarded
+from kvproof.cliutil import Parser, add_vllm, guarded
 from kvproof.fsio import atomic_write
 
 HERE = Path(__file__).resolve().parent
@@ -36,7 +36,7 @@ def _main(argv) -> int:
     ap.add_argument("--probes", type=int, default=400)
     ap.add_argument("--consumers", action="store_true", help="the behavioural consumer mutants only")
     ap.add_argument("--campaign-seconds", type=int, default=30)
-    ap.add_argument("--vllm", default=None, help="base release (default: kvproof selftest's)")
+    add_vllm(ap, many=False, help="base release (default: kvproof selftest's)")
     ap.add_argument("--out", default=None, help="default results/selftest.md (selftest_consumers.md with --consumers)")
     args = ap.parse_args(argv)
     if args.out is None:

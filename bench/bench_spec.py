@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from kvproof import envs  # noqa: E402
-from kvproof.cliutil import Parser, guarded  # noqa: E402
+from kvproof.cliutil import Parser, add_vllm, guarded  # noqa: E402
 from kvproof.consumer.client import run_many  # noqa: E402
 from kvproof.consumer.stream import Req, Stream  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
@@ -59,7 +59,7 @@ def stream(n: int) -> Stream:
 
 def _main(argv: list[str] | None) -> int:
     ap = Parser(prog="bench_spec.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--vllm", action="append", default=[])
+    add_vllm(ap, default=[], help="release (repeatable; a subset name works; default: ci)")
     ap.add_argument("--blocks", default="64,544")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "spec_field_formula.md"))
     args = ap.parse_args(argv)

@@ -35,11 +35,14 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from kvproof.cliutil import Parser, guarded
+from kvproof.cliutil import Parser, add_tier, add_vllm, guarded
 from kvproof.errors import UsageError
 from kvproof.findings.ledger import Entry, Ledger, Status
+from kvproof.findings.measure import TIERS
+from kvproof.verdicts import Tier
 
 PROG = "kvproof findings"
+MEASURED_TIERS = tuple(Tier[name.upper()] for name in TIERS)  # the tiers a finding is measured at
 
 
 def _witness_config(text: str | None) -> dict | None:
@@ -73,26 +76,23 @@ def _parser() -> Parser:
                           "(repeatable; default: the two newest affected releases installed)")
     rep.add_argument("--no-fix", action="store_true", help="do not check the fix")
     rep.add_argument("--out", help="folder for <id>/ (default: out/findings)")
-    rep.add_argument("--vllm", action="append", metavar="RELEASE",
-                     help="run the script on this release (repeatable; default: every managed release "
-                          "installed here)")
+    add_vllm(rep, help="run the script on this release (repeatable; default: every managed release installed here)")
     rem = sub.add_parser("remeasure", help="measure known classes on a release again (a new release)")
     rem.add_argument("ids", nargs="*", help="ledger ids (or --all)")
     rem.add_argument("--all", action="store_true")
-    rem.add_argument("--vllm", required=True, metavar="RELEASE", help="the release to measure on")
+    add_vllm(rem, many=False, required=True, help="the release to measure on")
     rem.add_argument("--write", action="store_true", help="record each verdict in its entry's releases")
     wit = sub.add_parser("witness", help="the reference models that reach a class on real vLLM")
     wit.add_argument("id", nargs="?", help="a ledger id (or --all: every bug and latent entry)")
     wit.add_argument("--all", action="store_true")
-    wit.add_argument("--vllm", metavar="RELEASE",
-                     help="release to search on (default: the newest installed release the entry fails on)")
+    add_vllm(wit, many=False, help="release to search on (default: the newest installed release the entry fails on)")
     wit.add_argument("--model", action="append", help="search only this reference model (repeatable)")
     wit.add_argument("--write", action="store_true", help="record the witness in the ledger entry")
     for name in ("add", "key"):
         p = sub.add_parser(name, help="measure a layout on real releases" + (" and record its class" if name == "add" else ""))
         p.add_argument("layout", help="a Layout JSON file (a consumer finding carries its stream in meta.stream)")
-        p.add_argument("--tier", choices=("function", "manager", "consumer"), default="manager")
-        p.add_argument("--vllm", action="append", metavar="RELEASE", help="release (repeatable; default: installed)")
+        add_tier(p, MEASURED_TIERS, many=False, default=Tier.MANAGER)
+        add_vllm(p, help="release (repeatable; default: installed)")
         p.add_argument("--regression", action="store_true",
                        help="the class is the input's hit regression along the releases (kvproof compare's, "
                             "consumer tier), not one release's FAIL")
@@ -144,7 +144,7 @@ def _measure(args):
     if args.regression:
         from kvproof.findings.measure import regression
         return layout, stream, regression(layout, _releases(args), stream)
-    return layout, stream, measure(layout, _releases(args), args.tier, stream)
+    return layout, stream, measure(layout, _releases(args), str(args.tier), stream)
 
 
 def _fix_releases(args, entry) -> list[str]:

@@ -72,7 +72,7 @@ from kvproof.fuzz import differential
 from kvproof.fuzz.libfuzzer import INTERRUPTED, LibFuzzerProcess, count_files
 
 from kvproof import envs
-from kvproof.cliutil import Parser, guarded
+from kvproof.cliutil import Parser, add_vllm, guarded
 from kvproof.errors import UsageError
 from kvproof.fsio import atomic_write
 from kvproof.settings import settings
@@ -425,7 +425,7 @@ class Campaign(LibFuzzerProcess):
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = Parser(prog="kvproof fuzz", description=__doc__.split("\n\n")[0])
-    p.add_argument("--vllm", default=envs.DEFAULT_RELEASE, help="release whose environment runs the harness")
+    add_vllm(p, many=False, default=envs.DEFAULT_RELEASE, help="release whose environment runs the harness")
     p.add_argument("--python", help="fuzz the vLLM of this interpreter instead (must have atheris)")
     p.add_argument("--target", choices=TARGETS, default="contracts")
     p.add_argument("--seconds", type=int, default=None, help="time box (default 60; continuous: until killed)")

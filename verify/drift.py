@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from kvproof.cliutil import Parser, guarded, print_error
+from kvproof.cliutil import Parser, add_vllm, guarded, print_error
 from kvproof.spec import fingerprint
 from kvproof import revisions as R
 
@@ -363,7 +363,8 @@ PROG = "python -m kvproof.verify.drift"
 
 def _main(argv: Sequence[str] | None) -> int:
     ap = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
-    ap.add_argument("--vllm", help="environment name (release or overlay); without it: the drift rows of all")
+    add_vllm(ap, many=False, metavar="ENV",
+             help="environment name (release or overlay); without it: the drift rows of all")
     ap.add_argument("--count", type=int, default=300, help="fuzzed layouts (default 300)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--show", type=int, default=3, help="disagreements to shrink and print (default 3)")

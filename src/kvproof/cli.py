@@ -19,7 +19,7 @@ import sys
 from typing import Sequence
 
 from kvproof import checking, contracts, envs, explain, inputs
-from kvproof.cliutil import Parser, guarded
+from kvproof.cliutil import Parser, add_tier, add_vllm, guarded
 from kvproof.config import Config, reference_models
 from kvproof.derivation import harness_note
 from kvproof.errors import KvproofError, UsageError
@@ -42,8 +42,7 @@ DELEGATED = {
 
 
 def _add_release_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--vllm", action="append", metavar="RELEASE",
-                   help=f"vLLM release to run (repeatable; default {envs.DEFAULT_RELEASE})")
+    add_vllm(p, help=f"vLLM release to run (repeatable; default {envs.DEFAULT_RELEASE})")
     p.add_argument("--python", action="append", metavar="PATH",
                    help="an interpreter with your own vLLM installed (repeatable)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -111,10 +110,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--flags", default="", metavar="'VLLM SERVE FLAGS'",
                    help="vllm serve flags for --config models, parsed by each release's own EngineArgs, "
                         "e.g. '--enable-prefix-caching --mamba-cache-mode align'. " + SERVE_FLAGS_HELP)
-    c.add_argument("--tiers", metavar="LIST",
-                   help="comma-separated tiers to run: function, manager, consumer (default: all three; "
-                        "the engine tier boots a model per layout: kvproof replay FILE --tier engine)")
-    c.add_argument("--no-consumer", action="store_true", help="skip the consumer tier (--tiers function,manager)")
+    add_tier(c, checking.CHECK_TIERS, refused={Tier.ENGINE: ENGINE_ELSEWHERE},
+             help="default all three; the engine tier boots a model per layout: kvproof replay FILE --tier engine")
+    c.add_argument("--no-consumer", action="store_true", help="skip the consumer tier (--tier function,manager)")
     _add_release_args(c)
     e = sub.add_parser("explain", help="turn a 'block_sizes=[...], hash_block_size=N' log line into a check")
     e.add_argument("line")
@@ -124,8 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--enumerate", action="store_true",
                    help="derive every Config of the bounded knob space and write the release's table "
                         "(spec/derived/RELEASE.json, what `verify` searches for witness Configs)")
-    d.add_argument("--vllm", action="append", metavar="RELEASE",
-                   help=f"vLLM release to derive with (repeatable; default {envs.DEFAULT_RELEASE})")
+    add_vllm(d, help=f"vLLM release to derive with (repeatable; default {envs.DEFAULT_RELEASE})")
     d.add_argument("--models", action="store_true",
                    help="with --enumerate: derive the reference models (spec/models) under common flag sets "
                         "into spec/derived/models/RELEASE.json instead")
@@ -171,26 +168,18 @@ def _envs(args: argparse.Namespace) -> list[envs.Env]:
     return out + [envs.from_python(p) for p in args.python or []]
 
 
+ENGINE_ELSEWHERE = "the engine tier boots a model per layout; run it with `kvproof replay FILE --tier engine`"
+
+
 def _tiers(args: argparse.Namespace) -> tuple[Tier, ...]:
-    """The tiers ``check`` runs: ``--tiers`` (default every tier of checking.CHECK_TIERS) less
+    """The tiers ``check`` runs: ``--tier`` (default every tier of checking.CHECK_TIERS) less
     what ``--no-manager`` / ``--no-consumer`` drop."""
-    names = {str(t): t for t in checking.CHECK_TIERS}
-    if args.tiers is None:
-        chosen = list(checking.CHECK_TIERS)
-    else:
-        chosen = []
-        for word in (w.strip() for w in args.tiers.split(",")):
-            if word == str(Tier.ENGINE):
-                raise UsageError("check: the engine tier boots a model per layout; run it with "
-                                 "`kvproof replay FILE --tier engine`")
-            if word not in names:
-                raise UsageError(f"check: --tiers: {word!r} is not a tier (say {', '.join(names)})")
-            chosen.append(names[word])
+    chosen = checking.CHECK_TIERS if args.tier is None else args.tier
     drop = {Tier.MANAGER} if args.no_manager else set()
     drop |= {Tier.CONSUMER} if args.no_consumer else set()
     tiers = tuple(t for t in checking.CHECK_TIERS if t in chosen and t not in drop)
     if not tiers:
-        raise UsageError("check: no tier left to run (--tiers, --no-manager, --no-consumer)")
+        raise UsageError("check: no tier left to run (--tier, --no-manager, --no-consumer)")
     return tiers
 
 

@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from kvproof import envs
-from kvproof.cliutil import Parser, guarded
+from kvproof.cliutil import Parser, add_vllm, guarded
 from kvproof.consumer.client import run_many
 from kvproof.consumer.stream import stream_for
 from kvproof.consumer.result import ConsumerResult
@@ -98,8 +98,7 @@ def _parse(argv: Sequence[str] | None) -> Any:
     ap.add_argument("inputs", nargs="*", metavar="FILE", help="layout / ledger / finding JSON files or folders")
     ap.add_argument("--from", dest="old", metavar="RELEASE")
     ap.add_argument("--to", dest="new", metavar="RELEASE")
-    ap.add_argument("--vllm", action="append", default=[], metavar="RELEASE",
-                    help="releases to chain (oldest first; a subset name like 'ci' works)")
+    add_vllm(ap, default=[], help="releases to chain (oldest first; a subset name like 'ci' works)")
     ap.add_argument("--generated", type=int, default=0, metavar="N", help="N generated inputs (reference layouts)")
     ap.add_argument("--spec-share", type=float, default=0.5, help="share of generated streams with drafts")
     ap.add_argument("--spec-method", choices=facts.SPEC_METHODS, help="generated streams draft with this method only")

@@ -41,7 +41,7 @@ def test_every_input_kind_gets_every_tier_unless_dropped(given, extra, tiers):
 
 @pytest.mark.parametrize("extra, needle", [
     (["--tiers", "engine"], "kvproof replay FILE --tier engine"),
-    (["--tiers", "function,consumers"], "'consumers' is not a tier (say function, manager, consumer)"),
+    (["--tiers", "function,consumers"], "'consumers' is not a tier (say function, manager, consumer or all)"),
     (["--tiers", "consumer", "--no-consumer"], "no tier left to run"),
 ])
 def test_bad_tier_choices_are_one_line_exit_2(capsys, extra, needle):

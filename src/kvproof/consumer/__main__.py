@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Sequence
 
-from kvproof.cliutil import Parser, guarded
+from kvproof.cliutil import Parser, add_vllm, guarded
 
 PROG = "kvproof consumer"
 
@@ -29,7 +29,7 @@ def _body(argv: Sequence[str] | None) -> int:
     p.add_argument("layout", help="Layout JSON file")
     p.add_argument("--stream", help="request stream JSON file (default: the Layout's meta.stream, else a "
                                     "shared-prefix stream)")
-    p.add_argument("--vllm", required=True, help="release, e.g. 0.28.0")
+    add_vllm(p, many=False, required=True, help="release, e.g. 0.28.0")
     p.add_argument("--json", action="store_true", help="print the ConsumerResult as JSON")
     args = p.parse_args(argv)
     layout = Layout.from_json(read_text(args.layout), where=args.layout)

@@ -1,9 +1,9 @@
 """``kvproof bisect FILE... [--tier ...] [--vllm V ...]``: the version matrix of counterexamples.
 
 Replays each FILE on every managed release (oldest first) at the chosen tiers
-(default all: function, manager and real engine boots) and names the first
+(default all: function, manager, consumer and real engine boots) and names the first
 release where it stops failing: the first release whose verdict at the
-deciding tier (engine if replayed, else manager, else function) is OK, WARN,
+deciding tier (the strongest replayed: engine, consumer, manager, function) is OK, WARN,
 LATENT or REJECTED after one that was FAIL (ERROR and unreplayed rows say
 nothing). A LATENT there is named: real vLLM stopped failing, but the
 contracts still flag the layout. Exit 0 when every replay agrees with the expectations
@@ -20,10 +20,10 @@ from typing import Sequence
 
 from kvproof import inputs
 from kvproof.checking import Row
-from kvproof.cliutil import Parser, guarded
+from kvproof.cliutil import Parser, add_tier, add_vllm, guarded
 from kvproof.errors import UsageError
 from kvproof.replay import core
-from kvproof.replay.cli import releases_of, tiers_of
+from kvproof.replay.cli import releases_of
 from kvproof.verdicts import Tier, Verdict
 
 PROG = "kvproof bisect"
@@ -136,8 +136,8 @@ def finding_matrix(args) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     ap = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="*", metavar="FILE")
-    ap.add_argument("--tier", choices=("function", "manager", "engine", "all"), default="all")
-    ap.add_argument("--vllm", action="append", metavar="RELEASE")
+    add_tier(ap, core.REPLAY_TIERS, default=core.REPLAY_TIERS)
+    add_vllm(ap, help="release to bisect over (repeatable; default: every managed release installed)")
     ap.add_argument("--matrix", action="store_true",
                     help="every known finding (the ledger, plus FILEs) x every managed release installed: "
                          "verdicts, first bad and first good release (`make matrix`)")
@@ -149,7 +149,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if not args.files:
         raise UsageError("bisect: give FILEs (or --matrix for every known finding)")
     named = inputs.load_layouts(args.files)
-    tiers = tiers_of(args.tier)
+    tiers = args.tier
     echo = (lambda s: print(s, file=sys.stderr)) if args.json else print
     rows = core.replay(named, releases_of(args), tiers, echo=echo, synthesise=not args.no_synth)
     deciding = max(core.as_tier(t) for t in tiers)  # the strongest tier replayed

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from kvproof import inputs
-from kvproof.cliutil import Parser, guarded
+from kvproof.cliutil import Parser, add_tier, add_vllm, guarded
 from kvproof.errors import UsageError
 from kvproof.replay import core
 
@@ -24,21 +24,16 @@ def parser(prog: str = PROG) -> Parser:
     ap = Parser(prog=prog, description="Replay counterexamples through the real resolver, the real "
                                         "KVCacheManager and real engine boots of tiny hybrid models.")
     ap.add_argument("files", nargs="+", metavar="FILE", help="layout JSON files or folders of them (corpus/)")
-    ap.add_argument("--tier", choices=(*core.TIERS, "all"), default="all",
-                    help="consumer: the real scheduler driven by the file's meta.stream (else a default "
-                         "shared-prefix stream); all: every tier")
-    ap.add_argument("--vllm", action="append", metavar="RELEASE",
-                    help="release to replay on (repeatable; default: every managed release installed)")
+    add_tier(ap, core.REPLAY_TIERS, default=core.REPLAY_TIERS,
+             help="consumer: the real scheduler driven by the file's meta.stream (else a default "
+                  "shared-prefix stream)")
+    add_vllm(ap, help="release to replay on (repeatable; default: every managed release installed)")
     ap.add_argument("--no-synth", action="store_true",
                     help="engine tier: only recipes stored in the file or cached; never search")
     ap.add_argument("--record", action="store_true",
                     help="write the observed verdicts (and the engine recipe) into each file's meta as expectations")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     return ap
-
-
-def tiers_of(choice: str) -> list[str]:
-    return list(core.TIERS) if choice == "all" else [choice]
 
 
 def releases_of(args: argparse.Namespace) -> list[str]:
@@ -52,7 +47,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser().parse_args(argv)
     named = inputs.load_layouts(args.files)
     echo = (lambda s: print(s, file=sys.stderr)) if args.json else print
-    rows = core.replay(named, releases_of(args), tiers_of(args.tier), echo=echo, synthesise=not args.no_synth)
+    rows = core.replay(named, releases_of(args), args.tier, echo=echo, synthesise=not args.no_synth)
     if args.record:  # the rows read their expectations from the files as recorded now
         recorded = {name: core.record(name, lay, rows) for name, lay in named}
         rows = [replace(r, layout=recorded.get(r.name, r.layout)) for r in rows]

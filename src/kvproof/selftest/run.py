@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from kvproof import envs, inputs, overlay
-from kvproof.cliutil import Parser, guarded
+from kvproof.cliutil import Parser, add_vllm, guarded
 from kvproof.fsio import atomic_write
 from kvproof.locks import file_lock
 from kvproof.selftest import behaviour as B
@@ -58,7 +58,7 @@ COLUMNS = ("drift", "replay", "probe", "contracts", "consumer", "known", "campai
 
 def parse(argv: Sequence[str] | None):
     p = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--vllm", default=RELEASE, help=f"base release (anchors are written for {RELEASE})")
+    add_vllm(p, many=False, default=RELEASE, help=f"base release (anchors are written for {RELEASE})")
     p.add_argument("--consumers", action="store_true",
                    help="only the behavioural consumer mutants (hit search, coordinator, block pool, KV events, "
                         "connectors, EAGLE)")
