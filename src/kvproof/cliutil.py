@@ -111,8 +111,8 @@ def add_tier(parser: argparse.ArgumentParser, tiers: Sequence[Tier] = RUN_TIERS,
     if default is not None:
         shown = (ALL if tuple(default) == tiers else ",".join(str(t) for t in default)) if many else str(default)
         text += f" (default {shown})"
-    common = dict(dest="tier", tiers=tiers, many=many, refused=dict(refused or {}), base=default,
-                  metavar="TIER")
+    common = {"dest": "tier", "tiers": tiers, "many": many, "refused": dict(refused or {}), "base": default,
+              "metavar": "TIER"}
     action = parser.add_argument("--tier", action=_TierAction, default=default,
                                  help=text + (f"; {help}" if help else ""), **common)
     alias = parser.add_argument("--tiers", action=_TierAction, default=argparse.SUPPRESS,

@@ -19,13 +19,12 @@ import importlib
 from pathlib import Path
 
 import pytest
+from test_vllm_side import _modules
 
 from kvproof import cli, cliutil
 from kvproof.cliutil import SHARED, Parser, add_tier, add_vllm
 from kvproof.errors import UsageError
 from kvproof.verdicts import Tier
-
-from test_vllm_side import _modules
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_FLAGS = {"--vllm": "vllm", "--tier": "tier", "--tiers": "tier"}
