@@ -16,6 +16,7 @@ never FAIL).
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -122,5 +123,12 @@ def own_frame(err: BaseException, package_dir: str) -> str | None:
 
 def kwargs_for(fn: Any, **candidates: Any) -> dict[str, Any]:
     """The ``candidates`` that ``fn`` accepts by name (a release's signature decides)."""
-    params = inspect.signature(fn).parameters
+    params = _parameters(fn)
     return {k: v for k, v in candidates.items() if k in params}
+
+
+@functools.lru_cache(maxsize=1024)
+def _parameters(fn: Any) -> frozenset[str]:
+    """A callable's parameter names, read once: a campaign asks for the same few constructors
+    thousands of times (inspect.signature was 5% of a consumer campaign's time on 0.33.0)."""
+    return frozenset(inspect.signature(fn).parameters)
