@@ -203,7 +203,14 @@ CONNECTOR_SETUP_REFUSALS = (
      "needs the extract_hidden_states speculative method, which the harness supplies; reached without it"),
     ("Could not uniquely identify the extract-hidden-states",
      "the engine's extract_hidden_states path adds exactly one hidden-state group"),
-    ("pin_memory", "needs pinned host memory (an accelerator), absent on this CPU machine"),
+)
+# Connector constructor refusals that say THIS MACHINE lacks what the connector needs (the
+# release has the setting and builds it on an accelerator): the consumer tier reports UNCHECKED
+# with what lifts it, never NOT_EXPRESSIBLE (issue 44: kvproof's limits are no fact about vLLM).
+# (substring of the real message, why, what lifts it)
+CONNECTOR_MACHINE_LIMITS = (
+    ("pin_memory", "needs pinned host memory (an accelerator), absent on this CPU machine",
+     "the GPU replay path (gpu/replay_gpu.sh) on a machine with CUDA"),
 )
 # Refusals that say the MACHINE cannot run vLLM's code, never that vLLM refuses a configuration:
 # every tier reports them as ERROR (exit 3) with the cause, never NOT_EXPRESSIBLE, REJECTED or

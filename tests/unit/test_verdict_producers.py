@@ -58,6 +58,16 @@ def test_kvproofs_own_gaps_are_unchecked():
     assert "raise Unchecked(" in drafts and "NotExpressible" not in drafts
 
 
+def test_a_connector_that_needs_an_accelerator_is_unchecked_here():
+    """A connector refusing for want of pinned memory says what this machine lacks: the consumer
+    tier's Scheduler() step sends it to UNCHECKED with what lifts it, not NOT_EXPRESSIBLE."""
+    from kvproof import facts
+    sched = (ROOT / "src/kvproof/consumer/scheduler.py").read_text()
+    assert "facts.CONNECTOR_MACHINE_LIMITS" in sched and "st.res.unchecked = " in sched
+    assert not any("pin_memory" in needle for needle, _ in facts.CONNECTOR_SETUP_REFUSALS)
+    assert any(needle == "pin_memory" for needle, _, _ in facts.CONNECTOR_MACHINE_LIMITS)
+
+
 def test_a_machine_limit_never_becomes_not_expressible():
     from kvproof import facts
     build = (ROOT / "src/kvproof/bridge/build.py").read_text()

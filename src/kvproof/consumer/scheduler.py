@@ -65,8 +65,12 @@ def build(configs: EngineConfigs, st: RunState, layout: Layout, stream: Stream) 
         scheduler = sched_mod.Scheduler(**kw)
     except Exception as err:
         refusal = next((why for needle, why in facts.CONNECTOR_SETUP_REFUSALS if needle in str(err)), None)
+        limit = next((f"{why}; {lift}" for needle, why, lift in facts.CONNECTOR_MACHINE_LIMITS
+                      if needle in str(err)), None)
         if refusal is not None:
             st.res.not_expressible = f"{layout.kv_connector}: {refusal} ({exc_line(err)})"
+        elif limit is not None:
+            st.res.unchecked = f"{layout.kv_connector}: {limit} ({exc_line(err)})"
         else:
             raised(st, err, "Scheduler(): ")
         return None
