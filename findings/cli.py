@@ -96,6 +96,9 @@ def _parser() -> Parser:
         p.add_argument("--regression", action="store_true",
                        help="the class is the input's hit regression along the releases (kvproof compare's, "
                             "consumer tier), not one release's FAIL")
+        p.add_argument("--cause", metavar="KIND",
+                       help="with --regression, where the input regresses in several classes: the one whose "
+                            "cause (the [..] of its key, e.g. mtp:full_attention) is KIND")
         if name == "add":
             p.add_argument("--status", required=True, choices=[s.value for s in Status])
             p.add_argument("--title", required=True)
@@ -143,7 +146,9 @@ def _measure(args):
     layout, stream = _load(args)
     if args.regression:
         from kvproof.findings.measure import regression
-        return layout, stream, regression(layout, _releases(args), stream)
+        return layout, stream, regression(layout, _releases(args), stream, cause=args.cause)
+    if args.cause:
+        raise UsageError("--cause picks one of an input's hit-regression classes: it goes with --regression")
     return layout, stream, measure(layout, _releases(args), str(args.tier), stream)
 
 

@@ -66,10 +66,13 @@ def measure(layout: Layout, releases: list[str], tier: str, stream=None) -> Meas
     return Measured(next(iter(distinct), None), {r: str(j.verdict) for r, j in js.items()}, js)
 
 
-def regression(layout: Layout, releases: list[str], stream=None, margin: int = 0) -> Measured:
+def regression(layout: Layout, releases: list[str], stream=None, margin: int = 0, cause: str | None = None
+               ) -> Measured:
     """The hit-regression class of one consumer input along ``releases`` (oldest first; ``kvproof
     compare``'s diff: a request admission hitting more than ``margin`` tokens less than on the
-    release before), a class no one release's judgement gives, and each release's verdict."""
+    release before), a class no one release's judgement gives, and each release's verdict.
+    ``cause``: of several classes, the one keyed ``[cause]`` (an input whose loss in one group
+    kind follows from its loss in another shows both)."""
     from kvproof import envs, facts
     from kvproof.differential import diff
     from kvproof.consumer.client import run_each
@@ -82,6 +85,11 @@ def regression(layout: Layout, releases: list[str], stream=None, margin: int = 0
     item = (layout, stream or default_stream(layout))
     runs = dict(zip(rels, run_each([item], [envs.find(r) for r in rels])))
     keys = sorted(diff([item], runs, margin).classes())
+    if cause is not None:
+        picked = [k for k in keys if k.endswith(f"[{cause}]||")]
+        if not picked:
+            raise UsageError(f"--cause {cause}: the input's classes are " + (", ".join(keys) or "none"))
+        keys = picked
     if len(keys) > 1:
         raise UsageError("the input regresses on several releases: " + ", ".join(keys) + " (record it "
                          "with the releases around one of them: --vllm OLD --vllm NEW)")

@@ -219,3 +219,14 @@ def test_no_standalone_reproducer_for_a_drafting_stream():
     assert entry.stream.get("spec")
     with pytest.raises(UsageError, match="no drafter"):
         script(entry)
+
+
+def test_cause_goes_with_regression(capsys, tmp_path):
+    """--cause picks one of an input's hit-regression classes; without --regression it is bad input:
+    one line, exit 2, nothing measured."""
+    from kvproof.findings.cli import main
+    f = tmp_path / "lay.json"
+    f.write_text('{"groups": [{"kind": "full_attention", "block_size": 16}], "cache": {"block_size": 16}}')
+    assert main(["key", str(f), "--cause", "mtp:full_attention", "--vllm", "0.32.0"]) == 2
+    err = capsys.readouterr().err
+    assert "--cause" in err and "--regression" in err and len(err.strip().splitlines()) == 1
