@@ -342,7 +342,9 @@ REFUSING_CODE = ("vllm/distributed/kv_transfer/", "vllm/v1/core/", "vllm/v1/simp
                  "vllm/v1/kv_offload/")
 _NOT_SUPPORTED = re.compile(r"\b(does not support|do not support|doesn't support|not supported|is unsupported)\b",
                             re.IGNORECASE)
-_REFUSING_FUNCTIONS = ("__init__", "check", "validate", "verify")
+# the builders: constructors and their set-up helpers (_init_lmcache_engine), the connector
+# factory (create_connector: "Connector X does not support HMA but HMA is enabled"), validators
+_REFUSING_FUNCTIONS = ("__init__", "_init_", "create_connector", "check", "validate", "verify")
 
 
 def refuses_by_message(err: StageError | None) -> bool:
