@@ -84,9 +84,10 @@ def regression(layout: Layout, releases: list[str], stream=None, margin: int = 0
         raise UsageError("--regression: name at least two releases (--vllm), oldest first or not")
     item = (layout, stream or default_stream(layout))
     runs = dict(zip(rels, run_each([item], [envs.find(r) for r in rels])))
-    keys = sorted(diff([item], runs, margin).classes())
+    classes = diff([item], runs, margin).classes()
+    keys = sorted(classes)
     if cause is not None:
-        picked = [k for k in keys if k.endswith(f"[{cause}]||")]
+        picked = sorted(k for k, regs in classes.items() if regs[0].cause == cause)
         if not picked:
             raise UsageError(f"--cause {cause}: the input's classes are " + (", ".join(keys) or "none"))
         keys = picked

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from kvproof import checking, corpus, envs
 from kvproof.envs import Env
@@ -290,9 +290,9 @@ def engine_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env], fu
     layout without a recipe gets rows without a judgement (SKIP) saying why. A release's boots
     share one import of vLLM, each in a process of its own (``engine.boot_each``)."""
     found = [(name, lay, *find_recipe(lay, function_rows, echo, synthesise)) for name, lay in named]
-    boots: dict[str, list] = {}
+    recipes = [recipe for _, _, recipe, _ in found if recipe is not None]
+    boots: dict[str, Iterator[BootResult]] = {}
     for release, env in env_map.items():
-        recipes = [recipe for _, _, recipe, _ in found if recipe is not None]
         if echo:
             for recipe in recipes:
                 echo(f"kvproof: booting {recipe.family} on vLLM {release}")
