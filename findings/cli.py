@@ -13,9 +13,10 @@
     kvproof findings remeasure ID...|--all --vllm R [--write]
                                                each class measured again on a release: still present or
                                                not (kvproof.findings.remeasure); --write records the verdicts
-    kvproof findings witness ID|--all [--vllm R] [--model M ...] [--write]
+    kvproof findings witness ID...|--all [--status S ...] [--vllm R] [--model M ...] [--write]
                                                which reference models reach the class on real vLLM
-                                               (kvproof.findings.witness); --write records the first
+                                               (kvproof.findings.witness); --write records the search
+                                               (models, flag sets, result) and the first witness
 
 Exit codes: 0 done, 1 ``add``/``key`` found nothing to record (no release shows a
 FAIL, UNSUPPORTED or ERROR), ``witness`` found no reference model reaching a class, or ``report``'s script did not behave as the ledger says on
@@ -43,6 +44,7 @@ from kvproof.verdicts import Tier
 
 PROG = "kvproof findings"
 MEASURED_TIERS = tuple(Tier[name.upper()] for name in TIERS)  # the tiers a finding is measured at
+WITNESS_STATUSES = (Status.BUG, Status.LATENT, Status.UNREACHABLE)  # the entries --all searches
 
 
 def _witness_config(text: str | None) -> dict | None:
@@ -83,11 +85,15 @@ def _parser() -> Parser:
     add_vllm(rem, many=False, required=True, help="the release to measure on")
     rem.add_argument("--write", action="store_true", help="record each verdict in its entry's releases")
     wit = sub.add_parser("witness", help="the reference models that reach a class on real vLLM")
-    wit.add_argument("id", nargs="?", help="a ledger id (or --all: every bug and latent entry)")
+    wit.add_argument("ids", nargs="*", help="ledger ids (or --all: every bug, latent and unreachable entry)")
     wit.add_argument("--all", action="store_true")
-    add_vllm(wit, many=False, help="release to search on (default: the newest installed release the entry fails on)")
+    wit.add_argument("--status", action="append", choices=[str(s) for s in WITNESS_STATUSES],
+                     help="with --all, only entries of this status (repeatable)")
+    add_vllm(wit, many=False, help="release to search on (default: the newest installed release the entry fails "
+                                   "on; a hit-regression class is searched on the release it regressed on)")
     wit.add_argument("--model", action="append", help="search only this reference model (repeatable)")
-    wit.add_argument("--write", action="store_true", help="record the witness in the ledger entry")
+    wit.add_argument("--write", action="store_true",
+                     help="record the search (found or not) and the first witness in the ledger entry")
     for name in ("add", "key"):
         p = sub.add_parser(name, help="measure a layout on real releases" + (" and record its class" if name == "add" else ""))
         p.add_argument("layout", help="a Layout JSON file (a consumer finding carries its stream in meta.stream)")
@@ -207,35 +213,58 @@ def _witness(args, ledger: Ledger) -> int:
     from kvproof import envs
     from kvproof.config import reference_models
     from kvproof.findings.runs import release_key
-    from kvproof.findings.witness import record, search
+    from kvproof.findings.witness import record, regression_release
+    from kvproof.findings.witness_search import search_many
 
-    if args.all == bool(args.id):
-        raise UsageError("findings witness: give one ledger id or --all")
+    if args.all == bool(args.ids):
+        raise UsageError("findings witness: give ledger ids or --all")
+    if args.status and not args.all:
+        raise UsageError("findings witness: --status selects among --all's entries")
     for m in args.model or ():
         if m not in reference_models():
             raise UsageError(f"--model {m}: not a reference model (spec/models/)")
-    entries = ([e for e in ledger.entries() if e.status in (Status.BUG, Status.LATENT)] if args.all
-               else [ledger.find(args.id)])
+    statuses = {Status(s) for s in args.status} if args.status else set(WITNESS_STATUSES)
+    entries = ([e for e in ledger.entries() if e.status in statuses] if args.all
+               else [ledger.find(i) for i in args.ids])
+    want = envs.resolve([args.vllm])[0] if args.vllm else None
+    for entry in [] if args.all else entries:  # a regression is a pair: the release before reg, and reg
+        reg = regression_release(entry)
+        if reg not in (None, want) and want is not None:
+            raise UsageError(f"{entry.id} is a hit regression at {reg}: it is searched from the release "
+                             f"before {reg} to {reg} (give --vllm {reg} or none)")
     have = set(_installed())
-    found_all = True
+    jobs, found_all = [], True
     for entry in entries:
+        reg = regression_release(entry)
+        if reg is not None and want not in (None, reg):
+            print(f"  {entry.id}: a hit regression at {reg}, searched there (findings witness {entry.id})")
+            continue
         bad = sorted((r for r, v in entry.releases.items() if v in ("FAIL", "ERROR", "UNSUPPORTED") and r in have),
                      key=release_key)  # by version, not by the ledger file's key order
-        release = envs.resolve([args.vllm])[0] if args.vllm else (bad[-1] if bad else None)
-        if release is None:
+        release = reg or want or (bad[-1] if bad else None)
+        if release is None or release not in have:
             print(f"  {entry.id}: no installed release shows it")
             found_all = False
             continue
-        hits = search(entry, release, tuple(args.model) if args.model else None)
+        jobs.append((entry, release))
+    for s in search_many(jobs, args.model):
+        hits, entry = s.witnesses, s.entry
         named = (entry.report or {}).get("model")
         hits.sort(key=lambda w: w.config.model != named)  # the model the report already names first
+        where = f"{s.before} -> {s.release}" if s.before else s.release
         for w in hits:
-            print(f"  {entry.id} vLLM {release}: {w.config.describe()}: {w.message}")
+            print(f"  {entry.id} vLLM {where}: {w.config.describe()}: {w.message}")
+        rec = s.record()
         if not hits:
-            print(f"  {entry.id} vLLM {release}: no reference model reaches it")
+            print(f"  {entry.id} vLLM {where}: no reference model reaches it ({len(s.models)} models, "
+                  f"{len(rec['flag_sets'])} flag sets, {rec['configs']} configs, {rec['refused']} refused; "
+                  f"{len(rec['shaped'])} with the class's kinds"
+                  + (": " + ", ".join(f"{x['model']} [{x['flag_set']}] {x['got']}" for x in rec["shaped"])
+                     if rec["shaped"] else "") + ")")
             found_all = False
-        elif args.write:
-            print(f"recorded {record(ledger, entry, hits[0])}")
+        if args.write:
+            entry = entry.with_search(rec)
+            print(f"recorded {record(ledger, entry, hits[0]) if hits else ledger.add(entry)}")
     return 0 if found_all else 1
 
 

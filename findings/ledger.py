@@ -14,7 +14,7 @@ import enum
 import functools
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kvproof.errors import UsageError
@@ -62,6 +62,10 @@ class Entry:
     was: tuple[str, ...] = ()  # former ids: the class before its key was refined (src/kvproof/classkey.py)
     workaround: str = ""  # what a user of an affected release can do today (measured, like the rest)
     report: dict = field(default_factory=dict)  # the upstream issue's human half (findings/report.py REPORT_KEYS)
+    # the witness searches run for this class (``kvproof findings witness --write``), one per release
+    # (or release pair, for a regression class): models, flag sets, shaped models, result, date; a
+    # negative search is a record too, so "no real model reaches it" names what was tried
+    searches: list[dict] = field(default_factory=list)
 
     @property
     def id(self) -> str:
@@ -100,6 +104,8 @@ class Entry:
             d["workaround"] = self.workaround
         if self.report:
             d["report"] = self.report
+        if self.searches:
+            d["searches"] = self.searches
         return d
 
     @classmethod
@@ -111,9 +117,18 @@ class Entry:
                        witness_config=d.get("witness_config"), premise_fact=d.get("premise_fact") or "",
                        layout=d.get("layout") or {}, stream=d.get("stream"),
                        was=tuple(str(x) for x in d.get("was") or ()), workaround=d.get("workaround") or "",
-                       report=dict(d.get("report") or {}))
+                       report=dict(d.get("report") or {}),
+                       searches=[dict(x) for x in d.get("searches") or ()])
         except (KeyError, TypeError, ValueError) as err:
             raise UsageError(f"ledger entry not understood ({type(err).__name__}: {err})") from None
+
+    def with_search(self, record: dict) -> "Entry":
+        """This entry with ``record`` as its search on ``record``'s releases (an earlier search there
+        replaced: a rerun updates, never piles up)."""
+        where = (record.get("release"), record.get("compared_with"))
+        kept = [s for s in self.searches if (s.get("release"), s.get("compared_with")) != where]
+        return replace(self, searches=sorted(kept + [record], key=lambda s: (_version(s.get("release", "")),
+                                                                             s.get("compared_with") or "")))
 
     def known_line(self) -> str:
         """What ``kvproof check`` says of a result in this class: id, status, title, where the

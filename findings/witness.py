@@ -9,6 +9,13 @@ tier on them in one round trip: a consumer class under its stream scaled to the
 model's blocks and windows (tokens x k; k the block ratio, then the window ratio).
 A model whose row falls in the class, with the plainest KV cache first, is the
 witness: ``kvproof findings witness ID`` prints it, ``--write`` records it.
+
+A class found with drafts whose drafter has KV cache layers of its own (MTP, EAGLE-3) is also
+searched under each model's own drafter of that method, as the derivation tables serve it
+(``derivation.model_flag_sets``): the drafter's layers may be what brings the class's kinds.
+A class found under DCP > 1 runs its candidates at the class's dcp (one CPU process derives dcp
+1 only; the groups are per rank either way). Many classes at once, and the record a search
+leaves in the ledger: ``kvproof.findings.witness_search`` (``search``, ``search_many``).
 """
 
 from __future__ import annotations
@@ -21,9 +28,16 @@ from kvproof.classkey import class_key
 
 from kvproof import facts
 from kvproof.config import Config, reference_models
-from kvproof.derivation import reference_flags
+from kvproof.derivation import model_flag_sets, reference_flags
+from kvproof.consumer.drafts import Drafts, parse_drafts
 from kvproof.consumer.stream import Req, Stream
+from kvproof.differential import REGRESSION_CHECK
 from kvproof.layout import Layout
+
+
+# a Stream's bound on max_num_batched_tokens (consumer/stream.py): a window ratio in the hundreds
+# (a 1-token window found, a 1024-token one real) must not scale the batch past it
+MAX_BATCHED_TOKENS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,48 @@ def serve_flags(layout: Layout) -> tuple[str, ...]:
     return tuple(flags)
 
 
+def class_drafts(entry, found: Layout) -> Drafts | None:
+    """The drafts the class was found with: its stream's, else its Layout's speculative method."""
+    spec = parse_drafts((entry.stream or {}).get("spec"))
+    if spec is None and found.speculative is not None:
+        spec = Drafts(found.speculative.method, found.speculative.num_speculative_tokens)
+    return spec
+
+
+def own_drafters(model: str, method: str) -> list[dict]:
+    """``model``'s own speculative configs of ``method`` as the derivation tables serve it (MTP at
+    each depth for facts.MTP_REFERENCE_MODELS, EAGLE-3 with its reference draft): none for a
+    method whose drafter has no layers (ngram) or no reference draft (draft_model)."""
+    out: list[dict] = []
+    for flags in model_flag_sets(model):
+        if "--speculative-config" not in flags:
+            continue
+        spec = json.loads(flags[flags.index("--speculative-config") + 1])
+        # MODEL_FLAG_SETS's MTP row is every model's (refused without MTP layers): only real MTP models
+        if spec.get("method") == method and (method != "mtp" or model in facts.MTP_REFERENCE_MODELS) \
+                and spec not in out:
+            out.append(spec)
+    return out
+
+
+def flag_sets(entry, found: Layout, model: str) -> list[tuple[str, ...]]:
+    """The serve flag sets ``model`` is searched under for ``entry``: the class's own (its drafts,
+    if any, ride the consumer stream), then one per own drafter of the class's method."""
+    sets = [serve_flags(found)]
+    drafts = class_drafts(entry, found)
+    plain = serve_flags(replace(found, speculative=None))
+    if drafts is not None and "--speculative-config" not in plain:
+        sets += [plain + ("--speculative-config", json.dumps(s, separators=(",", ":")))
+                 for s in own_drafters(model, drafts.method)]
+    return [reference_flags(model, f) for f in dict.fromkeys(sets)]
+
+
+def regression_release(entry) -> str | None:
+    """The release a hit-regression class regressed on (``regression:hits@R[cause]``), else None."""
+    check = entry.key.check
+    return check[len(REGRESSION_CHECK):].split("[", 1)[0] if check.startswith(REGRESSION_CHECK) else None
+
+
 def same_shape(found: Layout, real: Layout) -> bool:
     """``real`` has every kind ``found`` has, and its engine settings."""
     return ({g.kind for g in found.groups} <= {g.kind for g in real.groups}
@@ -81,14 +137,21 @@ def scale(stream: Stream, k: int, found_block: int, real_block: int) -> Stream:
                          tokens=None if r.tokens is None else tuple(r.tokens) * k) for r in stream.requests)
     blocks = None if stream.num_blocks is None else math.ceil(stream.num_blocks * k * found_block / real_block)
     return replace(stream, prefixes=tuple(p * k for p in stream.prefixes), requests=reqs, num_blocks=blocks,
-                   max_num_batched_tokens=stream.max_num_batched_tokens * k)
+                   max_num_batched_tokens=min(stream.max_num_batched_tokens * k, MAX_BATCHED_TOKENS))
 
 
 def candidates(entry, found: Layout, real: Layout, name: str) -> list[tuple[str, Layout]]:
     """``real`` as the class's tier runs it: itself, or (consumer) once per stream scale."""
+    if found.dcp > 1 and real.dcp == 1:
+        real = replace(real, dcp=found.dcp)
     if entry.key.tier != "consumer":
         return [(name, real)]
     stream = Stream.from_dict(entry.stream) if entry.stream else Stream(requests=(Req(),))
+    own = real.speculative
+    if stream.spec is not None and own is not None and own.method == stream.spec.method:
+        # the model's own drafter: its depth (and MTP modules), the class's acceptance
+        stream = replace(stream, spec=replace(stream.spec, k=min(own.num_speculative_tokens, facts.MAX_SPEC_TOKENS),
+                                              modules=own.mtp_modules if own.method == "mtp" else 1))
     fb, rb = max(g.block_size for g in found.groups), max(g.block_size for g in real.groups)
     out = []
     for k in scales(found, real):
@@ -96,31 +159,6 @@ def candidates(entry, found: Layout, real: Layout, name: str) -> list[tuple[str,
         if max((len(s.prompt(i)) for i in range(len(s.requests))), default=0) < real.max_model_len:
             out.append((f"{name} x{k}", real.with_meta(stream=s.to_dict())))
     return out
-
-
-def search(entry, release: str, models: tuple[str, ...] | None = None) -> list[Witness]:
-    """Every reference model (or ``models``) that reaches ``entry``'s class on ``release``,
-    the plainest KV cache (fewest groups, smallest blocks) first."""
-    from kvproof.findings.measure import TIERS
-
-    from kvproof import checking, envs
-
-    found = Layout.from_dict(entry.layout)
-    env = envs.find(release)
-    configs = [(m, Config(model=m, flags=reference_flags(m, serve_flags(found)))) for m in (models or reference_models())]
-    with checking.Workers.start([env]) as pool:
-        worker = pool.by_env[env.name]
-        derived = checking.derive_all(release, [c for _, c in configs], worker, chunk=checking.MODEL_CHUNK)
-        shaped = {m: d for (m, _), d in zip(configs, derived) if d.layout is not None and same_shape(found, d.layout)}
-        named = [c for m, d in shaped.items() for c in candidates(entry, found, d.layout, m)]
-        rows = checking.run_tiers(named, TIERS[entry.key.tier], env.name, worker)
-    hits = {}
-    for row in rows:
-        model = row.name.split(" ")[0]
-        if model not in hits and row.judgement.observed is not None and class_key(row.judgement, row.layout) == entry.key:
-            hits[model] = Witness(release, shaped[model].config, row.layout, row.message())
-    return sorted(hits.values(), key=lambda w: (len(w.layout.groups), sorted(g.block_size for g in w.layout.groups),
-                                                w.config.model))
 
 
 def record(ledger, entry, w: Witness):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from kvproof.findings.ledger import Ledger, Status
-from kvproof.findings.witness import search
+from kvproof.findings.witness_search import search
 
 from conftest import RELEASES, require_env
 
