@@ -262,8 +262,8 @@ def _witness(args, ledger: Ledger) -> int:
                   + (": " + ", ".join(f"{x['model']} [{x['flag_set']}] {x['got']}" for x in rec["shaped"])
                      if rec["shaped"] else "") + ")")
             found_all = False
-        if args.write:
-            entry = entry.with_search(rec)
+        if args.write:  # onto the entry as it is now: another search may have written it since we read it
+            entry = (Ledger.load(ledger.folder).get(entry.key) or entry).with_search(rec)
             print(f"recorded {record(ledger, entry, hits[0]) if hits else ledger.add(entry)}")
     return 0 if found_all else 1
 
