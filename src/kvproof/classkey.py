@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from kvproof.judge import Judgement
 from kvproof.layout import Layout
+from kvproof.oracle_ids import CHECK_PREFIX
 from kvproof.verdicts import Verdict
 
 STEM_WORDS = 6
@@ -131,7 +132,7 @@ def class_key(j: Judgement, layout: Layout | None = None) -> ClassKey:
     tier = str(j.tier)
     if err is None:
         return ClassKey(tier, (j.contract or str(j.verdict)) + _mode(layout))
-    if err.type.startswith("oracle:"):
+    if err.type.startswith(CHECK_PREFIX):
         # the oracle and who produced the wrong thing (the observation's cause is "rule|producer").
         # Not the rule, nor the group spec: one fault breaks several rules on several specs (a
         # seeded off-by-one in the block pool's BlockStored payload met "hash-vs-tokens" and

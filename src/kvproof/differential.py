@@ -24,6 +24,7 @@ from kvproof.consumer.stream import Stream
 from kvproof.errors import Unchecked
 from kvproof.judge import judge_consumer
 from kvproof.layout import Layout
+from kvproof.oracle_ids import CHECK_PREFIX
 from kvproof.verdicts import Verdict
 
 
@@ -181,7 +182,7 @@ def class_weights(items: Sequence[tuple[Layout, Stream]], results: Sequence[Cons
         j = judge_consumer(res, lay)
         if j.verdict == Verdict.FAIL:
             key = class_key(j, lay)
-            oracle = key.check.removeprefix("oracle:")
+            oracle = key.check.removeprefix(CHECK_PREFIX)
             out[str(key)] = out.get(str(key), 0) + max(1, res.counts.get(oracle, 0))
     return out
 

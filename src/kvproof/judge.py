@@ -53,8 +53,9 @@ C1b. a frontend that breaks the engine's PrefixHashConfig hashed the prompts
     with its hashes (trusted, ignored, differing) and what that caused first.
 C2. ``setup_error`` (building the configuration failed before vLLM ran): ERROR.
 C3. the resolver raised: rule 3 (REJECTED only for the user's prefix_match_unit).
-C4. any other ``exception``, or any ``prefix_hit``, ``hash_chain``, ``connector``,
-    ``kv_event`` observation: FAIL at the consumer tier. ``observed`` is what real
+C4. any other ``exception``, or any observation of an id ``kvproof.oracle_ids`` registers
+    as hard (``prefix_hit``, ``hash_chain``, ``connector``, ``kv_event``, ``spec_hit``; an
+    unregistered id raises ``UnknownOracle``): FAIL at the consumer tier. ``observed`` is what real
     vLLM raised when it raised, else the first observation (an exception keeps its
     type, message and frame; an oracle observation has type ``oracle:<id>``); an
     oracle's earlier observation of the run follows in the note; with a layout, the SAFETY contracts its resolved block
@@ -89,6 +90,7 @@ from dataclasses import dataclass, replace
 from kvproof import contracts, facts
 from kvproof.contracts import Violation
 from kvproof.layout import Layout
+from kvproof.oracle_ids import HARD_IDS, OracleId, is_hard
 from kvproof.outcome import Outcome, StageError
 from kvproof.verdicts import Tier, Verdict
 
@@ -221,11 +223,9 @@ def judge(layout: Layout, out: Outcome, tier: Tier | None = None) -> Judgement:
 
 # --- consumer tier ---------------------------------------------------------------
 
-_HARD_ORACLES = ("exception", "prefix_hit", "hash_chain", "connector", "kv_event", "spec_hit")
-# Oracle ids that never fail a run by themselves: a harness limit (stalled: ERROR, below) and a
-# measurement (efficiency). Every id an oracle records is hard or soft (tests/unit/test_recipes.py):
-# an id in neither list would silently never fail a run.
-_SOFT_ORACLES = ("stalled", "efficiency")
+# Which oracle ids fail a run is the registry's word (kvproof.oracle_ids: hard or soft, one enum);
+# an observation of an id it does not register is an error (UnknownOracle), never silently soft.
+EXCEPTION = OracleId.EXCEPTION
 
 
 def _ideal_recomputed(r) -> int | None:
@@ -307,7 +307,7 @@ def _per_request(r) -> str:
 def _stage_error(oracle: str, detail: str, cause: str = "") -> StageError:
     """An observation as a StageError: an exception keeps type/message/frame; an oracle's
     ``frame`` is its cause ("rule|where", :class:`kvproof.consumer.oracles.Observation`)."""
-    if oracle == "exception":
+    if oracle == EXCEPTION:
         body = detail.split(": ", 1)[1] if detail.startswith(("resolver: ", "Scheduler(): ")) else detail
         head, _, frame = body.rpartition(" @ ")
         if not head:
@@ -319,7 +319,7 @@ def _stage_error(oracle: str, detail: str, cause: str = "") -> StageError:
         if cause.startswith("assert ") and not msg.strip():
             cond, _, caller = cause.removeprefix("assert ").partition(" <- ")
         return StageError(typ, msg, frame, cond, caller)
-    return StageError(f"oracle:{oracle}", detail, cause)
+    return StageError(OracleId(oracle).check, detail, cause)
 
 
 def frontend_line(fe: dict) -> str:
@@ -346,7 +346,7 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
         return Judgement(Verdict.NOT_EXPRESSIBLE, T, note=r.not_expressible)
     fe = getattr(r, "frontend", None) or {}
     if fe.get("hasher") in facts.CONTRACT_BREAKING_HASHERS:
-        first = next((o for o in r.observations if o.oracle != "efficiency"), None)
+        first = next((o for o in r.observations if o.oracle != OracleId.EFFICIENCY), None)
         return Judgement(Verdict.UNSUPPORTED, T, note=(
             f"a frontend that breaks the engine's PrefixHashConfig, not an input vLLM means to accept; "
             f"{frontend_line(fe)}" + (f"; then {first.oracle}: {first.detail}" if first else "; no oracle objected")))
@@ -354,22 +354,22 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
         return Judgement(Verdict.ERROR, T, StageError("SetupError", r.setup_error),
                          note="building the configuration failed before vLLM ran")
     harness = getattr(r, "harness_error", "") or ""
-    if harness and not any(o.oracle == "exception" for o in r.observations):
+    if harness and not any(o.oracle == EXCEPTION for o in r.observations):
         return Judgement(Verdict.ERROR, T, StageError("HarnessError", harness),
                          note="kvproof's own harness broke (its start-up check or its own frames), not vLLM")
-    hard = [o for o in r.observations if o.oracle in _HARD_ORACLES]
+    hard = [o for o in r.observations if is_hard(o.oracle)]
     out = consumer_outcome(r, layout) if layout is not None else None
     warns = tuple(contracts.warnings(layout, out)) if out is not None and out.resolved else ()
     if hard:
         # what real vLLM raised leads (the engine core died there); an oracle's earlier observation
         # of the same run, often the state that made it raise, follows it in the note
-        first = next((o for o in hard if o.oracle == "exception"), hard[0])
+        first = next((o for o in hard if o.oracle == EXCEPTION), hard[0])
         err = _stage_error(first.oracle, first.detail, getattr(first, "cause", ""))
-        more = sum(r.counts.get(k, 0) for k in _HARD_ORACLES) - 1
+        more = sum(r.counts.get(k, 0) for k in HARD_IDS) - 1
         note = f"{first.oracle} at step {first.step}" + (f" (+{more} more observations)" if more > 0 else "")
         if first is not hard[0]:
             note += f"; before it, {hard[0].oracle} at step {hard[0].step}: {hard[0].detail}"
-        if first.oracle == "exception" and first.detail.startswith("resolver: "):
+        if first.oracle == EXCEPTION and first.detail.startswith("resolver: "):
             if (layout is not None and resolver_rejects_user_error(layout, err)) or \
                     (layout is None and err.type == "ValueError" and "prefix_match_unit" in err.message):
                 return Judgement(Verdict.REJECTED, T, err, note="the user's prefix_match_unit")
@@ -380,34 +380,34 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
                 if fj.verdict >= Verdict.REJECTED:
                     return replace(fj, note=fj.note or "the resolver raised: " + note)
             return Judgement(Verdict.FAIL, T, err, note="the resolver raised: " + note)
-        if first.oracle == "exception" and (harness or harness_frame(err.frame)):
+        if first.oracle == EXCEPTION and (harness or harness_frame(err.frame)):
             return Judgement(Verdict.ERROR, T, err, warnings=warns,
                              note="kvproof's own harness broke (an exception in its frames), not vLLM: "
                                   + (harness or note))
-        if first.oracle == "exception" and any(f in err.frame for f in HARNESS_FED_FRAMES):
+        if first.oracle == EXCEPTION and any(f in err.frame for f in HARNESS_FED_FRAMES):
             return Judgement(Verdict.ERROR, T, err, warnings=warns,
                              note="raised on the fake worker's transfer report (harness protocol, not "
                                   "evidence about vLLM until reproduced with a real worker): " + note)
         predicted = contracts.check(layout, out) if out is not None and out.resolved else []
-        if first.oracle == "exception":  # the contract whose enforcing file raised
+        if first.oracle == EXCEPTION:  # the contract whose enforcing file raised
             explained = tuple(v for v in predicted if v.contract.protects.split(":")[0].removeprefix("vllm/")
                               in err.frame)
         else:  # a misbehaviour the consumer-tier contracts predicted
             explained = tuple(v for v in predicted if v.contract.tier == Tier.CONSUMER)
         latent = tuple(v for v in predicted if v not in explained)
         release = getattr(r, "vllm_version", None)
-        if first.oracle == "exception" and contracts.refused_by_design(layout, err, release):
+        if first.oracle == EXCEPTION and contracts.refused_by_design(layout, err, release):
             return Judgement(Verdict.UNSUPPORTED, T, err, explained, latent, warns, True,
                              "vLLM does not support this configuration, by design: " + note)
         return Judgement(Verdict.FAIL, T, err, explained, latent, warns, False, note)
     over = above_ideal(r)
     if over:
-        return Judgement(Verdict.ERROR, T, StageError("oracle:ideal", "; ".join(over[:3])), warnings=warns,
+        return Judgement(Verdict.ERROR, T, StageError(OracleId.IDEAL.check, "; ".join(over[:3])), warnings=warns,
                          note="kvproof's ideal is below a hit no oracle faults: a bug in judge.ideal_hit, "
                               "not vLLM")
-    stalled = r.by("stalled")
+    stalled = r.by(OracleId.STALLED)
     if stalled:
-        return Judgement(Verdict.ERROR, T, StageError("oracle:stalled", stalled[0].detail), warnings=warns,
+        return Judgement(Verdict.ERROR, T, StageError(OracleId.STALLED.check, stalled[0].detail), warnings=warns,
                          note="the stream did not finish in the harness's step budget")
     e = r.efficiency
     line = consumer_efficiency_line(r)

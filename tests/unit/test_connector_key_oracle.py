@@ -1,4 +1,4 @@
-"""The connector-key oracle (``Oracles.connector_key``) on hand-built keys. No vLLM.
+"""The connector-key oracle (``ConnectorOracle.key``) on hand-built keys. No vLLM.
 
 A key a connector's CPU pool stores off its group's block boundary must be a prompt tail that
 vLLM itself registers. For an align-mode Mamba group (0.30+) that tail is the prefill checkpoint
@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvproof.consumer.connector_oracle import mamba_checkpoint_position
+from kvproof.consumer.connector_oracle import ConnectorOracle, mamba_checkpoint_position
+from kvproof.consumer.oracle import RunContext
 from kvproof.consumer.oracles import Oracles, Recorder
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.truth import HashIndex
@@ -31,8 +32,8 @@ def run(eagle_drop: bool, prompt: int = 353, lookahead: int = 0, specs=SPECS, ma
     res = ConsumerResult("x", "v", scheduler_block_size=32, hash_block_size=H,
                          connector_class="SimpleCPUOffloadConnector")
     res.alignment, res.eagle_drop = H, eagle_drop
-    o = Oracles(res, Recorder(res.observations, res.counts), HashIndex(H, hb, lookahead=lookahead), SIZES, [],
-                mamba=mamba, specs=specs)
+    ctx = RunContext(res, HashIndex(H, hb, lookahead=lookahead), SIZES, [], mamba=mamba, specs=specs)
+    o = Oracles.of(ctx, Recorder(res.observations, res.counts))
     toks = [1 + (i * 7) % 1000 for i in range(prompt + 4)]
     req = SimpleNamespace(request_id="r0", all_token_ids=toks[:prompt], num_tokens=prompt, num_prompt_tokens=prompt)
     o.admit("r0", req, toks)  # the index learns the hashes past the prompt too (decode tokens)
@@ -41,11 +42,11 @@ def run(eagle_drop: bool, prompt: int = 353, lookahead: int = 0, specs=SPECS, ma
 
 def key(o, end: int, group: int) -> bytes:
     """The CPU pool's BlockHashWithGroupId: the hash of tokens [0, end) and a 4-byte group id."""
-    return bytes(o.index.chains["r0"][end // H - 1]) + group.to_bytes(4, "big")
+    return bytes(o.ctx.index.chains["r0"][end // H - 1]) + group.to_bytes(4, "big")
 
 
 def store(o, end: int, group: int) -> bool:
-    return o.connector_key(key(o, end, group), "BlockHashToBlockMap.insert", None, True)
+    return o.find(ConnectorOracle).key(key(o, end, group), "BlockHashToBlockMap.insert", None, True)
 
 
 def test_the_checkpoint_position_is_vllms():

@@ -224,6 +224,7 @@ def test_spec_hit_oracle_fires_on_a_hit_that_keeps_the_eagle_unit():
     import hashlib
     from types import SimpleNamespace
 
+    from kvproof.consumer.oracle import RunContext
     from kvproof.consumer.oracles import Oracles, Recorder
     from kvproof.consumer.truth import HashIndex
 
@@ -233,11 +234,11 @@ def test_spec_hit_oracle_fires_on_a_hit_that_keeps_the_eagle_unit():
     def run(eagle: bool, n: int):
         res = ConsumerResult("x", "v", alignment=16, eagle_drop=eagle)
         rec = Recorder(res.observations, res.counts)
-        o = Oracles(res, rec, HashIndex(16, hb), [16], [])
+        o = Oracles.of(RunContext(res, HashIndex(16, hb), [16], []), rec)
         toks = list(range(1, 80))
-        o.truth.record("r0", toks, 79)
+        o.ctx.truth.record("r0", toks, 79)
         req = SimpleNamespace(request_id="r1", all_token_ids=toks[:72], num_tokens=72, num_prompt_tokens=72)
-        o.hit(req, n)
+        o.lookup(req, n)
         return res.counts.get("spec_hit", 0)
 
     assert run(True, 48) == 0 and run(True, 56) == 0 and run(False, 64) == 0
@@ -250,6 +251,7 @@ def test_oracles_learn_tokens_appended_within_the_step_before_judging_a_hash():
     import hashlib
     from types import SimpleNamespace
 
+    from kvproof.consumer.oracle import RunContext
     from kvproof.consumer.oracles import Oracles, Recorder
     from kvproof.consumer.truth import HashIndex
 
@@ -257,12 +259,12 @@ def test_oracles_learn_tokens_appended_within_the_step_before_judging_a_hash():
         return hashlib.sha256(repr((parent, tuple(toks), tuple(ahead))).encode()).digest()
 
     res = ConsumerResult("x", "v")
-    o = Oracles(res, Recorder(res.observations, res.counts), HashIndex(4, hb), [4], [])
+    o = Oracles.of(RunContext(res, HashIndex(4, hb), [4], []), Recorder(res.observations, res.counts))
     req = SimpleNamespace(request_id="r0", all_token_ids=[5, 6, 7, 8, 9], num_tokens=5, num_prompt_tokens=5)
     o.admit("r0", req, list(req.all_token_ids))
     req.all_token_ids += [10, 11, 12]  # two accepted drafts and a bonus token, not yet stepped()
     second = hb(hb(None, [5, 6, 7, 8]), [9, 10, 11, 12])
-    assert o.index.locate(second) is None and o.locate(second)[1] == 8
+    assert o.ctx.index.locate(second) is None and o.ctx.locate(second)[1] == 8
 
 
 def test_eagle_with_chunked_local_attention_alone_is_a_refusal_by_design():
@@ -369,6 +371,7 @@ def test_a_claim_after_a_block_aligned_local_hit_is_measured_as_the_scheduler_us
     import hashlib
     from types import SimpleNamespace
 
+    from kvproof.consumer.oracle import RunContext
     from kvproof.consumer.oracles import Oracles, Recorder
     from kvproof.consumer.truth import HashIndex
     from kvproof.judge import above_ideal
@@ -378,13 +381,13 @@ def test_a_claim_after_a_block_aligned_local_hit_is_measured_as_the_scheduler_us
 
     def measure(claim):
         res = ConsumerResult("x", "v", hash_block_size=1)
-        o = Oracles(res, Recorder(res.observations, res.counts), HashIndex(1, hb), [1], [])
+        o = Oracles.of(RunContext(res, HashIndex(1, hb), [1], []), Recorder(res.observations, res.counts))
         toks = list(range(1, 2200))
-        o.truth.record("r0", toks[:2183] + [0] * 20, 2203)
+        o.ctx.truth.record("r0", toks[:2183] + [0] * 20, 2203)
         req = SimpleNamespace(request_id="r3", all_token_ids=toks, num_tokens=2199, num_prompt_tokens=2199)
-        o.live["r3"] = req
+        o.ctx.live["r3"] = req
         o.lookup(req, 1632)
-        o.connector_claim("OffloadingConnector", req, 0, claim)
+        o.claim("OffloadingConnector", req, 0, claim)
         o.scheduled(11, ["r3"])
         [h] = res.hits
         return (h["hit"], h["external"]), above_ideal(res)

@@ -5,6 +5,7 @@ No vLLM: the oracles judge hand-built events and lookups."""
 import hashlib
 from types import SimpleNamespace
 
+from kvproof.consumer.oracle import RunContext
 from kvproof.consumer.oracles import Oracles, Recorder
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.truth import HashIndex
@@ -22,8 +23,9 @@ def hb(parent, toks, ahead=()):
 
 def oracles(connector=""):
     res = ConsumerResult("x", "v", scheduler_block_size=4, hash_block_size=4, connector_class=connector)
-    o = Oracles(res, Recorder(res.observations, res.counts), HashIndex(4, hb), [4, 4], [],
-                specs=["FullAttentionSpec", "SlidingWindowSpec"], coordinator="HybridKVCacheCoordinator")
+    ctx = RunContext(res, HashIndex(4, hb), [4, 4], [], specs=["FullAttentionSpec", "SlidingWindowSpec"],
+                     coordinator="HybridKVCacheCoordinator")
+    o = Oracles.of(ctx, Recorder(res.observations, res.counts))
     toks = list(range(1, 17))
     req = SimpleNamespace(request_id="r0", all_token_ids=toks, num_tokens=16, num_prompt_tokens=16)
     o.admit("r0", req, toks)
@@ -31,7 +33,7 @@ def oracles(connector=""):
 
 
 def stored(o, toks, blocks, group, medium=None, token_ids=None, parent=None):
-    chain = o.index.chains["r0"]
+    chain = o.ctx.index.chains["r0"]
     return BlockStored(block_hashes=[chain[b] for b in blocks], parent_block_hash=parent,
                        token_ids=token_ids if token_ids is not None else toks[blocks[0] * 4:(blocks[-1] + 1) * 4],
                        block_size=4, group_idx=group, medium=medium)
@@ -53,7 +55,7 @@ def test_two_producers_one_oracle_are_two_classes_and_rules_specs_numbers_never_
     o2, r2, _ = oracles("SimpleCPUOffloadConnector")
     o2.event(stored(o2, toks, [1], 0, parent=b"\x01" * 32))  # the block pool's event: a parent naming nothing
     o3, r3, _ = oracles("SimpleCPUOffloadConnector")  # another spec, blocks, rule: the same producer
-    o3.event(stored(o3, toks, [2, 3], 0, medium="CPU", token_ids=[7] * 4, parent=o3.index.chains["r0"][1]))
+    o3.event(stored(o3, toks, [2, 3], 0, medium="CPU", token_ids=[7] * 4, parent=o3.ctx.index.chains["r0"][1]))
     k1, k2, k3 = key_of(o1, r1), key_of(o2, r2), key_of(o3, r3)
     assert k1.check == k2.check == "oracle:kv_event" and k1.exc_type == k2.exc_type == ""
     assert k1.frame == "SimpleCPUOffloadConnector (BlockStored[CPU])" and k2.frame == "BlockPool (BlockStored[GPU])"
@@ -65,9 +67,9 @@ def test_two_producers_one_oracle_are_two_classes_and_rules_specs_numbers_never_
 
 def test_a_hit_cause_names_the_coordinator_and_the_rule():
     o, res, toks = oracles()
-    o.truth.record("r0", toks, 8)
+    o.ctx.truth.record("r0", toks, 8)
     req = SimpleNamespace(request_id="r1", all_token_ids=toks, num_tokens=16, num_prompt_tokens=16)
-    o.hit(req, 12)  # only 8 tokens were computed
+    o.lookup(req, 12)  # only 8 tokens were computed
     k = key_of(o, res)
     assert (k.check, k.exc_type, k.frame) == ("oracle:prefix_hit", "", "HybridKVCacheCoordinator")
     assert res.observations[0].cause == "beyond-common-prefix|HybridKVCacheCoordinator"

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from kvproof import contracts, facts, judge, revisions
+from kvproof.oracle_ids import OracleId, UnknownOracle
 from kvproof.outcome import StageError
+from kvproof.verdicts import Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "kvproof"
-SCANNED = (SRC, ROOT / "fuzz", ROOT / "findings")  # where oracle ids are recorded or read
 BASELINE = ROOT / "verify" / "baseline.json"
 CONSUMER_RECORD = ROOT / "spec" / "derived" / "consumer_fingerprints.json"
 BRANCHES = set(facts.RESOLVER_BRANCHES)
@@ -116,66 +117,124 @@ def test_a_refusal_outside_its_range_is_no_refusal():
 
 # --- recipe 2: add an oracle ---------------------------------------------------------------
 
-def _calls_and_compares(tree: ast.AST):
-    """(oracle ids recorded: ``<...>.rec.add("id", ...)``, ids read: ``o.oracle == "id"``, ``in (...)``, ``.by("id")``)."""
-    recorded, read = set(), set()
+def _recorded_ids(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """(ids recorded, as ``OracleId.NAME`` member names or string literals): the first argument of
+    every ``<...>.rec.add(...)`` and ``<...>.report(...)`` call."""
+    members, literals = set(), set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args \
-                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
             recv = node.func.value
             recv_name = recv.attr if isinstance(recv, ast.Attribute) else getattr(recv, "id", "")
-            if node.func.attr == "add" and recv_name == "rec":
-                recorded.add(node.args[0].value)
-            elif node.func.attr == "by" and recv_name in ("r", "res", "result"):
-                read.add(node.args[0].value)
-        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "oracle":
-            for c in node.comparators:
-                elts = c.elts if isinstance(c, (ast.Tuple, ast.List, ast.Set)) else [c]
-                read |= {e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
-    return recorded, read
+            if not ((node.func.attr == "add" and recv_name == "rec") or node.func.attr == "report"):
+                continue
+            a = node.args[0]
+            if isinstance(a, ast.Attribute) and getattr(a.value, "id", "") == "OracleId":
+                members.add(a.attr)
+            elif isinstance(a, ast.Constant) and isinstance(a.value, str):
+                literals.add(a.value)
+    return members, literals
 
 
-def oracle_ids() -> tuple[set[str], set[str]]:
-    recorded, read = set(), set()
-    for root in SCANNED:
-        for path in sorted(root.rglob("*.py")):
-            got = _calls_and_compares(ast.parse(path.read_text(), str(path)))
-            recorded |= got[0]
-            read |= got[1]
-    return recorded, read
+def oracle_problems(root: Path = SRC, classes: list[type] | None = None) -> list[str]:
+    """An id recorded that the registry does not hold, a hard id nothing records, an Oracle plug-in
+    (``classes``: every one in kvproof.consumer) with an unregistered id or that no run builds
+    (``oracles.standard`` or ``wiring``)."""
+    from kvproof.consumer import oracles
+    from kvproof.consumer.oracle import Oracle
 
-
-def documented_oracles() -> set[str]:
-    """The ids the oracle table in consumer/oracles.py's docstring lists."""
-    doc = ast.get_docstring(ast.parse((SRC / "consumer" / "oracles.py").read_text())) or ""
-    return set(re.findall(r"^([a-z_]+) {2,}\S", doc, re.M))
-
-
-def oracle_problems(recorded: set[str], read: set[str], documented: set[str]) -> list[str]:
-    hard, soft = set(judge._HARD_ORACLES), set(judge._SOFT_ORACLES)
-    out = [f"{o}: recorded but neither hard nor soft in kvproof.judge" for o in sorted(recorded - hard - soft)]
-    out += [f"{o}: read but never recorded" for o in sorted(read - recorded - soft)]
-    out += [f"{o}: hard in kvproof.judge but no oracle records it" for o in sorted(hard - recorded)]
-    out += [f"{o}: not in consumer/oracles.py's table" for o in sorted((recorded | hard | soft) - documented)]
-    out += [f"{o}: in consumer/oracles.py's table, unknown to kvproof.judge" for o in sorted(documented - hard - soft)]
-    out += [f"{o}: both hard and soft" for o in sorted(hard & soft)]
+    members, literals = set(), set()
+    for path in sorted(root.rglob("*.py")):
+        got = _recorded_ids(ast.parse(path.read_text(), str(path)))
+        members |= got[0]
+        literals |= got[1]
+    names = {o.name for o in OracleId}
+    out = [f"OracleId.{m}: recorded but not registered" for m in sorted(members - names)]
+    out += [f"{v!r}: recorded as a bare string, not an OracleId member" for v in sorted(literals)]
+    recorded = {OracleId[m] for m in members & names}
+    # ids the judge itself or another tier raises (not recorded as observations)
+    elsewhere = {OracleId.IDEAL, OracleId.PREFIX_CACHING_OUTPUT, OracleId.EFFICIENCY}
+    out += [f"{o}: hard but no oracle records it" for o in OracleId if o.hard and o not in recorded | elsewhere]
+    wiring = (root / "consumer" / "wiring.py").read_text()
+    built = {type(p) for p in oracles.standard(None, None)}  # type: ignore[arg-type]
+    for cls in _subclasses(Oracle) if classes is None else classes:
+        if not cls.ids or any(not isinstance(i, OracleId) for i in cls.ids):
+            out.append(f"{cls.__name__}: no registered ids")
+        if cls not in built and not re.search(rf"\b{cls.__name__}\(", wiring):
+            out.append(f"{cls.__name__}: no run builds it")
     return out
 
 
-def test_every_oracle_id_is_known_to_the_judge_and_documented():
-    recorded, read = oracle_ids()
-    assert {"exception", "prefix_hit", "kv_event", "stalled"} <= recorded  # the scan sees the modules
-    assert oracle_problems(recorded, read, documented_oracles()) == []
+def _subclasses(cls: type) -> list[type]:
+    """Every Oracle plug-in of kvproof.consumer (its no-vLLM modules imported first)."""
+    import importlib
+    import pkgutil
+
+    import kvproof.consumer as pkg
+    from kvproof import VLLM_SIDE
+    for m in pkgutil.iter_modules(pkg.__path__):
+        name = f"kvproof.consumer.{m.name}"
+        if name not in VLLM_SIDE and m.name not in ("__main__", "harness", "worker"):
+            importlib.import_module(name)
+    out, todo = [], list(cls.__subclasses__())
+    while todo:
+        c = todo.pop()
+        out.append(c)
+        todo.extend(c.__subclasses__())
+    return [c for c in out if c.__module__.startswith("kvproof.consumer.")]
 
 
-def test_an_oracle_the_judge_does_not_know_is_reported(monkeypatch):
-    recorded, read = oracle_ids()
-    assert oracle_problems(recorded | {"new_oracle"}, read, documented_oracles()) == [
-        "new_oracle: recorded but neither hard nor soft in kvproof.judge",
-        "new_oracle: not in consumer/oracles.py's table"]
-    monkeypatch.setattr(judge, "_HARD_ORACLES", judge._HARD_ORACLES + ("ghost",))
-    assert "ghost: hard in kvproof.judge but no oracle records it" in \
-        oracle_problems(recorded, read, documented_oracles())
+def test_every_recorded_oracle_id_is_registered_and_every_oracle_is_built():
+    assert oracle_problems() == []
+
+
+def test_an_unbuilt_or_unregistered_oracle_is_reported(tmp_path):
+    from kvproof.consumer.oracle import Oracle
+
+    (tmp_path / "consumer").mkdir()
+    (tmp_path / "consumer" / "wiring.py").write_text("")
+    (tmp_path / "consumer" / "ghost_oracle.py").write_text(
+        "def f(self):\n    self.report(OracleId.GHOST, 'x', cause='')\n    st.rec.add('stalled', 'y')\n")
+
+    class Ghost(Oracle):
+        ids = ()
+    got = oracle_problems(tmp_path, [Ghost])
+    assert "OracleId.GHOST: recorded but not registered" in got
+    assert "'stalled': recorded as a bare string, not an OracleId member" in got
+    assert "Ghost: no registered ids" in got and "Ghost: no run builds it" in got
+    assert f"{OracleId.KV_EVENT}: hard but no oracle records it" in got  # nothing under tmp_path records it
+
+
+def _judged(oracle: str):
+    from kvproof.consumer.observations import Recorder
+    from kvproof.consumer.result import ConsumerResult
+
+    res = ConsumerResult("x", "v", scheduler_block_size=16, hash_block_size=16)
+    Recorder(res.observations, res.counts).add(oracle, "KeyError: 'x' @ vllm/v1/core/f.py:1 in g", cause="r|p")
+    return judge.judge_consumer(res)
+
+
+@pytest.mark.parametrize("oracle", [o.value for o in OracleId])
+def test_every_registered_oracle_is_judged_as_the_registry_says(oracle):
+    """The judge reads hard or soft from the registry: an observation of a hard id fails the run
+    (the observed check is the id's), one of a soft id never does."""
+    j = _judged(oracle)
+    if OracleId(oracle).hard:
+        assert j.verdict == Verdict.FAIL, (oracle, j.line())
+        assert oracle == OracleId.EXCEPTION or j.observed.type == OracleId(oracle).check
+    else:
+        assert j.verdict != Verdict.FAIL, (oracle, j.line())
+
+
+def test_an_unregistered_oracle_id_is_an_error():
+    from kvproof.consumer.observations import Observation
+    from kvproof.consumer.result import ConsumerResult
+
+    with pytest.raises(UnknownOracle):
+        _judged("ghost")  # the recorder refuses it
+    res = ConsumerResult("x", "v", scheduler_block_size=16, hash_block_size=16)
+    res.observations.append(Observation("ghost", 0, "read back from a result's JSON"))
+    with pytest.raises(UnknownOracle):
+        judge.judge_consumer(res)  # the judge too, never a silent non-failure
 
 
 # --- recipe 3: add a speculative method ------------------------------------------------------

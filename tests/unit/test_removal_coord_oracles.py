@@ -4,7 +4,9 @@ prefix cache, and a hybrid coordinator's groups against the hit it returns."""
 from __future__ import annotations
 
 from kvproof.consumer.coord_oracle import Group, judge
-from kvproof.consumer.removal_oracle import Removals
+from kvproof.consumer.observations import Recorder
+from kvproof.consumer.removal_oracle import RemovalOracle
+from kvproof.consumer.result import ConsumerResult
 
 
 class Ev:
@@ -16,9 +18,33 @@ def ev(kind: str, *a, **kw):
     return type(kind, (Ev,), {})(kind, *a, **kw)
 
 
+class Removals:
+    """The oracle on a hand-held cache and queue: ``apply`` publishes one event, ``check`` ends a
+    batch with ``queued`` still in the pool's queue."""
+
+    def __init__(self, cache: set) -> None:
+        res = ConsumerResult("x", "v")
+        self.queue: list = []
+        self.oracle = RemovalOracle(None, Recorder(res.observations, res.counts), "GPU", lambda: set(cache),
+                                    lambda: list(self.queue))
+        self.seen = res.observations
+
+    def apply(self, e) -> None:
+        self.oracle.event(e)
+
+    def check(self, queued=()) -> None:
+        self.queue[:] = queued
+        self.oracle.published(())
+
+
 def removals(cache: set):
-    seen: list[tuple[str, str]] = []
-    return Removals("GPU", lambda: set(cache), lambda rule, text: seen.append((rule, text))), seen
+    rm = Removals(cache)
+    return rm, rm.seen
+
+
+def rules(seen) -> list[str]:
+    assert all(o.oracle == "kv_event" and o.cause.endswith("|BlockPool (BlockRemoved[GPU])") for o in seen)
+    return [o.cause.partition("|")[0] for o in seen]
 
 
 def test_an_eviction_without_block_removed_is_reported():
@@ -29,7 +55,7 @@ def test_an_eviction_without_block_removed_is_reported():
     assert seen == []
     cache.discard((0, b"b"))  # the pool reused the block; no BlockRemoved came
     rm.check()
-    assert [r for r, _ in seen] == ["removed-missing"]
+    assert rules(seen) == ["removed-missing"]
     rm.check()  # reported once
     assert len(seen) == 1
 
@@ -68,7 +94,7 @@ def test_block_removed_of_a_hash_never_stored_is_reported():
     rm, seen = removals(set())
     rm.apply(ev("BlockStored", [b"a"], group=0))
     rm.apply(ev("BlockRemoved", [b"a"], group=1))
-    assert [r for r, _ in seen] == ["removed-unknown"]
+    assert rules(seen) == ["removed-unknown"]
 
 
 def _groups():

@@ -9,10 +9,13 @@ through ``spies``, wrappers that report what vLLM did), ``driver`` (the step
 loop), ``runner`` and ``spec_runner`` (the fake model runner, and its
 speculative-decoding extension), ``fake_worker`` (the connector's worker
 side), ``failures`` (an exception: vLLM's or kvproof's own). The checks:
-``oracles`` (the facade each report goes through, with the state the checks
-share), ``hit_oracle``, ``chain_oracle``, ``connector_oracle``,
-``event_oracle``, ``efficiency`` (a measurement), ``observations`` (what they
-record), ``truth`` (the ground truth: computed tokens, the hash index).
+``oracle`` (the ``Oracle`` plug-in base and the ``RunContext`` its oracles
+share; their ids, hard or soft, are ``kvproof.oracle_ids``), ``oracles``
+(the run's oracles as one listener each report goes through),
+``hit_oracle``, ``shadow``, ``coord_oracle``, ``chain_oracle``,
+``connector_oracle``, ``event_oracle``, ``removal_oracle``,
+``efficiency_oracle`` (a measurement, into ``efficiency``), ``observations``
+(what they record), ``truth`` (the ground truth: computed tokens, the hash index).
 ``result`` (ConsumerResult; ``kvproof.judge.judge_consumer`` gives its
 verdict), ``worker`` (the in-env process), ``client`` (``run``/``run_many``
 from any Python). Its atheris target and the shrinker of what a campaign stores sit

@@ -15,11 +15,16 @@ except a manager that ``retains_longer_hit``. So, for the returned hit:
 - "past-hit": no full-attention group holds a block wholly past the hit.
 
 A length-based oracle cannot see either: the hit stays within the true prefix.
+The spy on the coordinator (``spies.spy_coordinator``) reads the groups and
+each manager's answers, and reports every reconciled hit here.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
+
+from kvproof.consumer.oracle import Oracle
+from kvproof.oracle_ids import OracleId
 
 
 class Group:
@@ -55,3 +60,14 @@ def judge(groups: Sequence[Group], answers: dict[int, int], blocks: Sequence[Seq
         report("unreconciled", f"group {g.group_ids[0]} ({g.name}) last accepted {got} tokens, but the "
                f"coordinator returned a hit of {hit}: that group never verified the hit it is handed")
         return
+
+
+class CoordOracle(Oracle):
+    """The reconciled hit of the run's hybrid coordinator, judged by ``judge``."""
+
+    ids = (OracleId.PREFIX_HIT,)
+
+    def reconciled(self, groups: Sequence[Group], answers: dict[int, int], blocks: Any, hit: int) -> None:
+        def report(rule: str, text: str) -> None:
+            self.report(OracleId.PREFIX_HIT, text, cause=f"coord-{rule}|{self.ctx.coordinator} (reconciled)")
+        judge(groups, answers, blocks, hit, report)

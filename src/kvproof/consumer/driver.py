@@ -21,6 +21,7 @@ from kvproof.consumer.observations import Recorder
 from kvproof.consumer.oracles import Oracles
 from kvproof.consumer.runner import FakeModelRunner
 from kvproof.consumer.stream import Stream
+from kvproof.oracle_ids import OracleId
 
 
 def finished(req: Any) -> bool:
@@ -102,7 +103,7 @@ class Driver:
             if step > last_event and not sched.requests and not sending and worker_meta is None and not recving:
                 break
             if step >= budget:
-                rec.add("stalled", f"{len(sched.requests)} requests unfinished after {step} steps "
+                rec.add(OracleId.STALLED, f"{len(sched.requests)} requests unfinished after {step} steps "
                                    f"(num_blocks={sched.kv_cache_config.num_blocks})")
                 break
             out = sched.schedule()

@@ -1,14 +1,13 @@
 """Efficiency (e), a measurement and never a verdict: tokens a perfect prefix cache could reuse vs tokens hit. No vLLM import.
 
-``scheduled`` is called through ``Oracles.scheduled`` (``o``: the run's
-:class:`kvproof.consumer.oracles.Oracles`, for the hits its lookups and
-connector claims left pending and the result it fills).
+The tally (``Efficiency``, in a result's JSON) and a request's own read limit;
+the oracle that fills them is ``efficiency_oracle``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 
 @dataclass
@@ -49,56 +48,3 @@ def read_limit(req: Any) -> int | None:
         return req.prefix_cache_hit_limit
     skip = getattr(req, "get_skip_reading_prefix_cache", None)
     return 0 if skip is not None and skip() else None
-
-
-def scheduled(o: Any, step: int, rids: Iterable[str]) -> None:
-    """The hit each request got at its first admission vs what was reusable."""
-    res = o.res
-    for rid in rids:
-        if rid in o.pending_hit:
-            local, true_len, num_tokens, free, common = o.pending_hit.pop(rid)
-            groups = o.pending_groups.pop(rid, None)
-            ext = o.ext_hit.pop(rid, 0)
-            loaded = o.ext_hit.pop(rid + "#async", 0)
-            base = o.claim_base.pop(rid, local)
-            if base < local:
-                # the connector was asked after the block-aligned part of a local hit ending
-                # mid scheduler block (scheduler.py ``partial_tail``, 0.27-0.33): a longer claim
-                # replaces that tail (truncate_computed_blocks), a shorter one is dropped
-                if ext + loaded > local - base:
-                    local = base
-                else:
-                    ext = loaded = 0
-            relooked = o.lookups_after_claim.pop(rid, 0) > 0
-            if loaded and relooked and local >= loaded:  # the loaded tokens came back as a local hit
-                local, ext = local - loaded, ext + loaded
-            elif loaded:
-                # no lookup since the claim: the scheduler resumes the request at what the load
-                # made computed (scheduler.py _update_waiting_for_remote_kv), with no local lookup
-                # to return it, with or without prefix caching
-                ext += loaded
-            req = o.live[rid]
-            cap = max(0, req.num_prompt_tokens - 1)
-            limit = read_limit(req)  # what the request itself lets the cache give (prompt logprobs)
-            if limit is not None:
-                cap = min(cap, limit)
-            # a load up to the whole prompt leaves its last token to recompute (the same
-            # function: num_computed_tokens = num_tokens - 1)
-            ext = max(0, min(ext, cap - local))
-            if rid not in o.first_seen:
-                o.first_seen.add(rid)
-                res.efficiency.admissions += 1
-                res.efficiency.prompt_tokens += req.num_prompt_tokens
-                res.efficiency.reusable_tokens += min(true_len, cap)
-                res.efficiency.hit_tokens += local
-                res.efficiency.external_tokens += ext
-                # truth: what a perfect cache reuses; lcp, tokens, free, lcp_tokens: what judge.ideal_hit
-                # bounds; groups: each group kind's manager [asked, answered] at the lookup
-                res.hits.append({"step": step, "req": int(rid[1:].split(".")[0]), "hit": local,
-                                 "external": ext, "truth": min(true_len, cap), "lcp": true_len,
-                                 "tokens": num_tokens, **({"free": free} if free else {}),
-                                 **({"limit": limit} if limit is not None else {}),
-                                 **({"lcp_tokens": common} if common is not None else {}),
-                                 **({"groups": groups} if groups else {})})
-            else:
-                res.efficiency.readmissions += 1

@@ -12,6 +12,7 @@ import os
 import kvproof
 from kvproof.bridge import compat
 from kvproof.consumer.result import RunState
+from kvproof.oracle_ids import OracleId
 from kvproof.outcome import bare_assert, vllm_frame
 
 _KVPROOF_DIR = os.path.dirname(os.path.abspath(kvproof.__file__)) + os.sep
@@ -42,5 +43,5 @@ def raised(st: RunState, err: BaseException, where: str = "") -> None:
         # <condition> <- <caller frame>``), read here, in the release's worker, from the
         # installed file: the class key reads them (kvproof.judge._stage_error)
         cond, caller = bare_assert(err)
-        st.rec.add("exception", where + exc_line(err),
+        st.rec.add(OracleId.EXCEPTION, where + exc_line(err),
                    cause=(f"assert {cond}" + (f" <- {caller}" if caller else "")) if cond else "")

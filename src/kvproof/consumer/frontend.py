@@ -20,6 +20,7 @@ from vllm.v1.core import kv_cache_utils
 from kvproof.bridge.compat import kwargs_for
 from kvproof.consumer.result import FrontendTally
 from kvproof.consumer.observations import Recorder
+from kvproof.oracle_ids import OracleId
 from kvproof import facts
 
 
@@ -92,8 +93,8 @@ class Frontend:
         if trusted is None:
             t.ignored += 1
             if hashes and self.sent is self.config:  # the engine ignored hashes made by its own config
-                self.rec.add("hash_chain", f"{rid}: the engine ignored {len(hashes)} prompt block hashes a frontend "
-                             f"computed from its PrefixHashConfig ({len(prompt)} tokens, hash block "
+                self.rec.add(OracleId.HASH_CHAIN, f"{rid}: the engine ignored {len(hashes)} prompt block hashes "
+                             f"a frontend computed from its PrefixHashConfig ({len(prompt)} tokens, hash block "
                              f"{self.config.hash_block_size}, lookahead {self.config.num_lookahead_tokens})",
                              cause="frontend-ignored|frontend_block_hashes")
             return req
@@ -105,7 +106,8 @@ class Frontend:
                 n = sum(a != b for a, b in zip(req.block_hashes, own)) + abs(len(req.block_hashes) - len(own))
                 t.first_differ = f"{rid}: {n} of {len(own)} blocks"
             if self.sent is self.config:
-                self.rec.add("hash_chain", f"{rid}: the engine trusted prompt block hashes a frontend computed from its "
-                             f"PrefixHashConfig, and {t.first_differ.split(': ', 1)[1]} differ from its own hashing",
+                self.rec.add(OracleId.HASH_CHAIN, f"{rid}: the engine trusted prompt block hashes a frontend "
+                             f"computed from its PrefixHashConfig, and {t.first_differ.split(': ', 1)[1]} "
+                             f"differ from its own hashing",
                              cause="frontend-trusted|frontend_block_hashes")
         return req

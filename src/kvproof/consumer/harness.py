@@ -116,7 +116,7 @@ class Harness:
         driver = None
         try:
             oracles = wiring.wire(st, layout, sched, hash_fn, self.builder)
-            runner.shadow = oracles.shadow
+            runner.oracles = oracles
             driver = Driver(sched, stream, block_hasher, oracles, runner, st.rec, st.res)
             if stream.hasher != "engine":
                 driver.frontend = frontend.Frontend(stream.hasher, frontend.published_config(

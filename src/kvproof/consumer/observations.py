@@ -1,9 +1,15 @@
-"""What an oracle records: an ``Observation``, and the ``Recorder`` that caps them per oracle. No vLLM import."""
+"""What an oracle records: an ``Observation``, and the ``Recorder`` that caps them per oracle. No vLLM import.
+
+Only a registered id (``kvproof.oracle_ids``) is recorded: another raises
+``UnknownOracle`` at once, not a run whose observation the judge ignores.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from kvproof.oracle_ids import oracle_id
 
 MAX_OBS_PER_ORACLE = 20
 
@@ -41,6 +47,7 @@ class Recorder:
     step: int = 0
 
     def add(self, oracle: str, detail: str, step: int | None = None, cause: str = "") -> None:
+        oracle = oracle_id(oracle).value  # stored as the plain value: results are JSON
         n = self.counts.get(oracle, 0)
         self.counts[oracle] = n + 1
         if n < MAX_OBS_PER_ORACLE:

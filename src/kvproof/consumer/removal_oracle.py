@@ -20,56 +20,68 @@ announced (on that medium and group) is a fault too.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Sequence
+
+from kvproof.consumer.oracle import Oracle
+from kvproof.oracle_ids import OracleId
 
 Key = tuple[Any, Any]  # (group_idx, external block hash)
 
 
-class Removals:
+class RemovalOracle(Oracle):
     """The announced prefix-cache entries of one medium (the block pool's), checked against the pool."""
 
-    def __init__(self, medium: str, present: Callable[[], set[Key]], report: Callable[[str, str], None]) -> None:
+    ids = (OracleId.KV_EVENT,)
+
+    def __init__(self, ctx: Any, rec: Any, medium: str, present: Callable[[], set[Key]],
+                 queued: Callable[[], Sequence[Any]]) -> None:
+        super().__init__(ctx, rec)
         self.medium = medium
         self.present = present  # () -> the (group, hash) entries the pool's cache holds now
-        self.report = report  # (rule, text) -> records a kv_event observation
+        self.queued = queued  # () -> events the pool has queued but not yet handed out
         self.announced: set[Key] = set()
         self.ever: set[Key] = set()
 
     def mine(self, ev: Any) -> bool:
         return (getattr(ev, "medium", None) or "GPU") == self.medium
 
-    def apply(self, ev: Any, judge: bool = True) -> None:
-        """Replay one event; ``judge`` False for events still queued (judged once published)."""
+    def event(self, ev: Any) -> None:
+        self.apply(ev, self.announced, judge=True)
+
+    def apply(self, ev: Any, announced: set[Key], judge: bool) -> None:
+        """Replay one event onto ``announced``; ``judge`` False for events still queued (judged once published)."""
         kind = type(ev).__name__
         if kind == "AllBlocksCleared":
-            self.announced.clear()  # carries no medium: every medium's entries go
+            announced.clear()  # carries no medium: every medium's entries go
             return
         if not self.mine(ev):
             return
         g = getattr(ev, "group_idx", None)
         if kind == "BlockStored":
             for h in ev.block_hashes or ():
-                self.announced.add((g, h))
-                self.ever.add((g, h))
+                announced.add((g, h))
+                self.ever.add((g, h))  # a queued one too (the view always shared ``ever``)
         elif kind == "BlockRemoved":
             for h in ev.block_hashes or ():
                 if judge and (g, h) not in self.ever:
-                    self.report("removed-unknown", f"BlockRemoved(group={g}) of a hash never announced "
-                                f"by a BlockStored on medium {self.medium}")
-                self.announced.discard((g, h))
+                    self.bad("removed-unknown", f"BlockRemoved(group={g}) of a hash never announced "
+                             f"by a BlockStored on medium {self.medium}")
+                announced.discard((g, h))
 
-    def check(self, queued: Iterable[Any] = ()) -> None:
+    def published(self, events: Sequence[Any]) -> None:
         """After a published batch: every announced entry, the queued events applied, is still cached."""
-        view = Removals(self.medium, self.present, self.report)
-        view.announced, view.ever = set(self.announced), self.ever
-        for ev in queued:
-            view.apply(ev, judge=False)
-        if not view.announced:
+        view = set(self.announced)
+        for ev in self.queued():  # what the pool emitted after the batch was taken
+            self.apply(ev, view, judge=False)
+        if not view:
             return
-        stale = view.announced - self.present()
+        stale = view - self.present()
         if stale:
             g = sorted(stale, key=repr)[0][0]
-            self.report("removed-missing", f"{len(stale)} (group, hash) entries announced by BlockStored "
-                        f"are no longer in the {self.medium} prefix cache and no BlockRemoved withdrew them "
-                        f"(first: group {g}); a router would keep routing to evicted KV")
+            self.bad("removed-missing", f"{len(stale)} (group, hash) entries announced by BlockStored "
+                     f"are no longer in the {self.medium} prefix cache and no BlockRemoved withdrew them "
+                     f"(first: group {g}); a router would keep routing to evicted KV")
             self.announced -= stale  # one report per silent eviction
+
+    def bad(self, rule: str, text: str) -> None:
+        self.report(OracleId.KV_EVENT, text, cause=f"{rule}|BlockPool (BlockRemoved[{self.medium}])")

@@ -24,11 +24,11 @@ class FakeModelRunner:
         self.proposed = 0  # draft tokens handed to the scheduler
         self.verified = 0  # draft tokens the scheduler scheduled and the target verified
         self.accepted = 0
-        self.shadow: Any = None  # the block shadow (``shadow.Shadow``) this runner's computation writes
+        self.oracles: Any = None  # the run's ``oracles.Oracles``: told of each batch computed (the shadow)
 
     def output(self, scheduler: Any, out: Any, sending: set[str], recving: set[str], worker_meta: Any = None) -> Any:
-        if self.shadow is not None:  # the batch's tokens land in their blocks
-            self.shadow.computed(scheduler, out)
+        if self.oracles is not None:  # the batch's tokens land in their blocks
+            self.oracles.computed(scheduler, out)
         req_ids = list(out.num_scheduled_tokens)
         spec = getattr(out, "scheduled_spec_decode_tokens", None) or {}
         sampled = []

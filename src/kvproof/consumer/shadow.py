@@ -29,7 +29,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvproof.consumer.oracle import Oracle, RunContext
+from kvproof.consumer.observations import Recorder
 from kvproof.consumer.truth import lcp
+from kvproof.oracle_ids import OracleId
 
 
 class Held:
@@ -55,11 +58,14 @@ def group_rule(spec: Any) -> tuple[str, int]:
     return "full", 0
 
 
-class Shadow:
-    """The shadow record of one run; ``o`` is the run's ``Oracles`` (recorder, sizes, causes)."""
+class Shadow(Oracle):
+    """The shadow record of one run: written by ``computed``, cleared by ``reused``, judged on ``lookup``."""
 
-    def __init__(self, o: Any, coordinator: Any, rules: list[tuple[str, int]], connector: bool) -> None:
-        self.o = o
+    ids = (OracleId.PREFIX_HIT,)
+
+    def __init__(self, ctx: RunContext, rec: Recorder, coordinator: Any, rules: list[tuple[str, int]],
+                 connector: bool) -> None:
+        super().__init__(ctx, rec)
         self.coord = coordinator
         self.rules = rules
         self.connector = connector  # blocks a connector loaded carry no record
@@ -101,7 +107,7 @@ class Shadow:
         for g, (kind, _) in enumerate(self.rules):
             if kind == "skip":
                 continue
-            size, mine = self.o.group_sizes[g], blocks[g]
+            size, mine = self.ctx.group_sizes[g], blocks[g]
             for j in range(lo // size, min(-(-hi // size), len(mine))):
                 blk = mine[j]
                 if blk.is_null:
@@ -119,7 +125,7 @@ class Shadow:
                     self.held[blk.block_id] = Held(g, s, None, req)
 
     # --- the check ------------------------------------------------------------------------
-    def hit(self, request: Any, n: int) -> None:
+    def lookup(self, request: Any, n: int) -> None:
         """A lookup answered ``n`` tokens: judged after the step that uses it is computed."""
         if n > 0:
             self.pending[request.request_id] = (request, n)
@@ -131,7 +137,7 @@ class Shadow:
         for g, (kind, span) in enumerate(self.rules):
             if kind == "skip":
                 continue
-            size, mine = self.o.group_sizes[g], blocks[g]
+            size, mine = self.ctx.group_sizes[g], blocks[g]
             # what the kernel reads for the first token after the hit (position n)
             lo = max(0, n - span + 1) if kind == "window" and span > 0 else \
                 n // span * span if kind == "chunk" and span > 0 else 0
@@ -173,8 +179,8 @@ class Shadow:
                         return
 
     def _bad(self, req: Any, n: int, g: int, j: int, blk: Any, what: str, rule: str) -> None:
-        o = self.o
+        o = self.ctx
         # a prefix_hit of its own class: the producer names the shadow (src/kvproof/classkey.py keys on it)
-        o.rec.add("prefix_hit", f"{req.request_id}: a hit of {n} tokens hands block #{j} of group {g} "
-                  f"({o.spec(g)}, block id {blk.block_id}), which {what}",
-                  cause=f"shadow-{rule}|{o.coordinator} (shadow)")
+        self.report(OracleId.PREFIX_HIT, f"{req.request_id}: a hit of {n} tokens hands block #{j} of group {g} "
+                    f"({o.spec(g)}, block id {blk.block_id}), which {what}",
+                    cause=f"shadow-{rule}|{o.coordinator} (shadow)")

@@ -4,8 +4,8 @@ No vLLM import: each spy wraps a bound method of an object the harness built
 (``KVCacheManager`` lookups and ``allocate_slots``, the hybrid coordinator's hit, the block pool's
 ``get_new_blocks``, the KV event publisher, the connector's scheduler side and
 the hash-carrying methods of its inner pieces), calls the real method unchanged and hands what it saw to
-``kvproof.consumer.oracles.Oracles``. Every wrapper takes the real method's
-arguments as they come (``*args, **kw``), so a release that adds a parameter
+the run's ``kvproof.consumer.oracles.Oracles``, which passes it on to the oracles that judge it.
+Every wrapper takes the real method's arguments as they come (``*args, **kw``), so a release that adds a parameter
 (0.33's ``get_computed_blocks(request, max_cache_hit_length)``) reaches vLLM
 as the scheduler passed it.
 """
@@ -27,7 +27,7 @@ def spy_lookups(mgr: Any, oracles: Oracles) -> None:
     """(b) the real prefix-cache lookups (plain, and the connector variant where it exists)."""
     def spy(real: Any) -> Any:
         def lookup(request: Any, *args: Any, **kw: Any) -> Any:
-            oracles.group_answers = None  # the coordinator's spy fills it for this lookup
+            oracles.answered(None)  # the coordinator's spy fills it for this lookup
             got = real(request, *args, **kw)
             oracles.lookup(request, got[1])  # (blocks, num_computed_tokens, ...) in every release seen
             return got
@@ -58,24 +58,21 @@ def spy_events(publisher: Any, oracles: Oracles) -> None:
 
     def publish(batch: Any) -> None:
         events = getattr(batch, "events", ()) or ()
-        rm = oracles.removals
         for ev in events:
             oracles.event(ev)
-            if rm is not None:
-                rm.apply(ev)
-        if rm is not None and events:
-            rm.check(oracles.queued())  # what the pool emitted after the batch was taken
+        if events:
+            oracles.published(events)
         return real_publish(batch)
     publisher.publish = publish
 
 
-def spy_reuse(pool: Any, shadow: Any) -> None:
-    """The shadow oracle: a block the pool hands out again no longer holds what it held."""
+def spy_reuse(pool: Any, oracles: Oracles) -> None:
+    """For the shadow oracle: a block the pool hands out again no longer holds what it held."""
     real_get = pool.get_new_blocks
 
     def get_new_blocks(*args: Any, **kw: Any) -> Any:
         got = real_get(*args, **kw)
-        shadow.reused(got)
+        oracles.reused(got)
         return got
     pool.get_new_blocks = get_new_blocks
 
@@ -87,7 +84,7 @@ def spy_coordinator(coord: Any, oracles: Oracles) -> None:
     (unitary, no prefix cache) has nothing to reconcile.
 
     Every coordinator's lookup also leaves, per group kind, what its manager was asked and
-    answered (``Oracles.group_answers``: kind -> [max_length asked, tokens answered] of the
+    answered (``Oracles.answered``: kind -> [max_length asked, tokens answered] of the
     group's first lookup in the call, the smallest answer where several groups share a kind),
     which the first admission's hit record carries (``hits[i]["groups"]``): a hit regression is
     keyed by the kinds whose answer shrank (kvproof.differential.lost_by)."""
@@ -108,17 +105,13 @@ def spy_coordinator(coord: Any, oracles: Oracles) -> None:
             keeps_longer=bool(getattr(mgr, "retains_longer_hit", False)), name=type(spec).__name__))
         groups[k] = grp._replace(manager_cls=_answering(cls, k, answers, firsts))
     real = coord.find_longest_cache_hit
-    name = type(coord).__name__
-
-    def report(rule: str, text: str) -> None:
-        oracles.rec.add("prefix_hit", text, cause=f"coord-{rule}|{name} (reconciled)")
 
     def find_longest_cache_hit(*args: Any, **kw: Any) -> Any:
         answers.clear()
         firsts.clear()
         got = real(*args, **kw)
-        oracles.group_answers = by_kind(kinds, firsts)
-        coord_oracle.judge(judged, answers, got[0], got[1], report)
+        oracles.answered(by_kind(kinds, firsts))
+        oracles.reconciled(judged, answers, got[0], got[1])
         return got
     coord.find_longest_cache_hit = find_longest_cache_hit
 
@@ -133,13 +126,13 @@ def spy_coordinator(coord: Any, oracles: Oracles) -> None:
             lengths = got[1] if isinstance(got, tuple) and len(got) > 1 else ()
             seen = {ids[g]: (max_cache_hit_length, int(n)) for g, n in enumerate(lengths)
                     if g in ids and isinstance(n, int)}
-            oracles.group_answers = by_kind(kinds, seen)
+            oracles.answered(by_kind(kinds, seen))
             return got
         coord.find_longest_cache_hit_per_group = find_longest_cache_hit_per_group
 
 
 def _spy_unitary(coord: Any, oracles: Oracles) -> None:
-    """A unitary coordinator's one group: what it was asked and answered (``group_answers``)."""
+    """A unitary coordinator's one group: what it was asked and answered (``Oracles.answered``)."""
     cfg = getattr(coord, "kv_cache_config", None)
     cfg_groups = getattr(cfg, "kv_cache_groups", None) or []
     if type(coord).__name__ != "UnitaryKVCacheCoordinator" or len(cfg_groups) != 1:
@@ -149,7 +142,7 @@ def _spy_unitary(coord: Any, oracles: Oracles) -> None:
 
     def find_longest_cache_hit(block_hashes: Any, max_cache_hit_length: int, *args: Any, **kw: Any) -> Any:
         got = real(block_hashes, max_cache_hit_length, *args, **kw)
-        oracles.group_answers = {kind: [max_cache_hit_length, int(got[1])]}
+        oracles.answered({kind: [max_cache_hit_length, int(got[1])]})
         return got
     coord.find_longest_cache_hit = find_longest_cache_hit
 
@@ -185,14 +178,14 @@ def _answering(cls: Any, k: int, answers: dict[int, int], firsts: dict[int, tupl
 def spy_connector(conn: Any, scheduler: Any, oracles: Oracles) -> None:
     """(c) the connector's scheduler side: its external-hit claims, and every method of its inner
     pieces (up to 4 levels of vLLM objects) named in ``HASH_METHODS``."""
-    res = oracles.res
+    res = oracles.ctx.res
     real_match = conn.get_num_new_matched_tokens
     name = type(conn).__name__
 
     def get_num_new_matched_tokens(request: Any, num_computed_tokens: int, *args: Any, **kw: Any) -> Any:
         got = real_match(request, num_computed_tokens, *args, **kw)
         res.connector_calls += 1
-        oracles.connector_claim(name, request, num_computed_tokens, got)
+        oracles.claim(name, request, num_computed_tokens, got)
         return got
     conn.get_num_new_matched_tokens = get_num_new_matched_tokens
 
@@ -226,11 +219,11 @@ def spy_connector(conn: Any, scheduler: Any, oracles: Oracles) -> None:
 
 def _hash_spy(fn: Any, label: str, oracles: Oracles) -> Any:
     store = label.rsplit(".", 1)[-1] in facts.CONNECTOR_STORE_METHODS
-    res = oracles.res
+    res = oracles.ctx.res
 
     def spy(*args: Any, **kw: Any) -> Any:
         res.connector_calls += 1
-        oracles.connector_args(label, store, args + tuple(kw.values()) if kw else args)
+        oracles.connector_call(label, store, args + tuple(kw.values()) if kw else args)
         return fn(*args, **kw)
     spy._kvproof = True  # type: ignore[attr-defined]
     return spy

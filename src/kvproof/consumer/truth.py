@@ -121,7 +121,7 @@ def iter_hashes(obj: Any, depth: int = 0) -> Iterable[Any]:
 
 
 class KeyMemo:
-    """Per-run memo of the connector-key oracle (``Oracles.connector_key``).
+    """Per-run memo of the connector-key oracle (``connector_oracle.ConnectorOracle.key``).
 
     Connectors hand every cached key of a request to their store/lookup methods again each
     step (offloading ``_build_store_jobs``), so the same checks repeat; and comparing a

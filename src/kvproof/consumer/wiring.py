@@ -15,8 +15,10 @@ from vllm.v1.core import kv_cache_utils
 
 from kvproof.bridge.build import Builder
 from kvproof.consumer import spies
+from kvproof.consumer.observations import Recorder
+from kvproof.consumer.oracle import RunContext
 from kvproof.consumer.oracles import Oracles
-from kvproof.consumer.removal_oracle import Removals
+from kvproof.consumer.removal_oracle import RemovalOracle
 from kvproof.consumer.result import RunState
 from kvproof.consumer.shadow import Shadow, group_rule
 from kvproof.consumer.truth import HashIndex
@@ -33,26 +35,29 @@ def wire(st: RunState, layout: Layout, scheduler: Any, hash_fn: Any, builder: Bu
     st.res.lookahead_slots = int(getattr(scheduler, "num_lookahead_tokens", 0) or 0)
     index = HashIndex(st.res.hash_block_size, hash_block(hash_fn), lookahead=st.res.hash_lookahead)
     kcc = scheduler.kv_cache_config
-    oracles = Oracles(st.res, st.rec, index, builder.group_block_sizes(kcc, layout.dcp),
-                      local_chunks(kcc), mamba=layout.has_mamba,
-                      specs=[type(g.kv_cache_spec).__name__ for g in kcc.kv_cache_groups],
-                      coordinator=type(mgr.coordinator).__name__)
+    ctx = RunContext(st.res, index, builder.group_block_sizes(kcc, layout.dcp), local_chunks(kcc),
+                     mamba=layout.has_mamba, specs=[type(g.kv_cache_spec).__name__ for g in kcc.kv_cache_groups],
+                     coordinator=type(mgr.coordinator).__name__)
+    if scheduler.connector is not None:
+        st.res.connector_class = type(scheduler.connector).__name__
+    # the oracles that need a vLLM object: what each block holds, and the pool's announced entries
+    extra = [Shadow(ctx, st.rec, mgr.coordinator, [group_rule(g.kv_cache_spec) for g in kcc.kv_cache_groups],
+                    connector=scheduler.connector is not None)]
+    removal = removals(mgr.block_pool, ctx, st.rec)
+    if removal is not None:
+        extra.append(removal)
+    oracles = Oracles.of(ctx, st.rec, extra)
     spies.spy_lookups(mgr, oracles)
     spies.spy_coordinator(mgr.coordinator, oracles)
     spies.spy_allocations(mgr, oracles)
     spies.spy_events(scheduler.kv_event_publisher, oracles)
     if scheduler.connector is not None:
-        st.res.connector_class = type(scheduler.connector).__name__
         spies.spy_connector(scheduler.connector, scheduler, oracles)
-    oracles.shadow = Shadow(oracles, mgr.coordinator, [group_rule(g.kv_cache_spec) for g in kcc.kv_cache_groups],
-                            connector=scheduler.connector is not None)
-    spies.spy_reuse(mgr.block_pool, oracles.shadow)
-    oracles.removals = removals(mgr.block_pool, oracles)
-    oracles.queued = lambda: list(getattr(mgr.block_pool, "kv_event_queue", None) or ())
+    spies.spy_reuse(mgr.block_pool, oracles)
     return oracles
 
 
-def removals(pool: Any, oracles: Oracles) -> Removals | None:
+def removals(pool: Any, ctx: RunContext, rec: Recorder) -> RemovalOracle | None:
     """The BlockRemoved oracle on the pool's medium; None where the pool's cache is not the
     ``BlockHashToBlockMap`` of packed (hash, group) keys read here (0.27-0.33 all are)."""
     cache = getattr(getattr(pool, "cached_block_hash_to_block", None), "_cache", None)
@@ -65,9 +70,9 @@ def removals(pool: Any, oracles: Oracles) -> Removals | None:
         return {(kv_cache_utils.get_group_id(k), kv_cache_utils.maybe_convert_block_hash(
             kv_cache_utils.get_block_hash(k))) for k in m}
 
-    def report(rule: str, text: str) -> None:
-        oracles.rec.add("kv_event", text, cause=f"{rule}|BlockPool (BlockRemoved[{medium}])")
-    return Removals(medium, present, report)
+    def queued() -> list:
+        return list(getattr(pool, "kv_event_queue", None) or ())
+    return RemovalOracle(ctx, rec, medium, present, queued)
 
 
 def hash_block(hash_fn: Any) -> Any:

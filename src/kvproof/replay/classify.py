@@ -36,6 +36,7 @@ from kvproof import contracts
 from kvproof.judge import Judgement, judge
 from kvproof.layout import DEFAULT_MAX_MODEL_LEN, Cache, Group, Layout
 from kvproof.outcome import Outcome, StageError
+from kvproof.oracle_ids import OracleId
 from kvproof.replay.families import BootResult
 from kvproof import facts
 from kvproof.verdicts import Tier, Verdict
@@ -214,7 +215,7 @@ def engine_verdict(boot: BootResult) -> EngineVerdict:
             # a wrong prefix hit (or a connector pairing a hash with the wrong tokens) observed,
             # judged as a block-size consumer misbehaving while serving (rule 4).
             ids = _ids(j.latent) or cls.ids
-            seen = StageError("oracle:prefix_caching_output", serve_line(sv))
+            seen = StageError(OracleId.PREFIX_CACHING_OUTPUT.check, serve_line(sv))
             j = judge(layout, replace(live_outcome(boot, layout), manager_error=seen), Tier.ENGINE)
             return EngineVerdict(j.verdict, cls, f"serving: {serve_line(sv)}", layout, j.tier, ids, j)
     if j.verdict == Verdict.FAIL:
