@@ -21,6 +21,10 @@ from kvproof import facts
 # variables (kvproof.bridge.client.POOL; tests/integration/test_worker_pool.py): most tests start
 # a worker, and vLLM's import is most of a short test. KVPROOF_WORKER_POOL=0 turns it off.
 os.environ.setdefault("KVPROOF_WORKER_POOL", "1")
+# Every worker of every process the tests start (the CLI's subprocesses included) forks from a
+# per-release parent that imported vLLM once (kvproof.bridge.zygotes;
+# tests/integration/test_worker_zygote.py). KVPROOF_WORKER_ZYGOTE=0 turns it off.
+os.environ.setdefault("KVPROOF_WORKER_ZYGOTE", "1")
 
 # The releases tests run on, from the one release list (src/kvproof/facts.py): KVPROOF_RELEASES
 # (the Makefile's RELEASES; default the ci subset: oldest, the seed pair, newest CPU, newest).

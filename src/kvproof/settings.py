@@ -35,9 +35,11 @@ KVPROOF_FUZZ_MEMO           harness: 0 turns the fast path's manager memo off
 KVPROOF_FUZZ_ARGV0          harness: program name libFuzzer prints
 KVPROOF_CFLITE_LOCAL        tests: run the ClusterFuzzLite build script locally
 KVPROOF_TRITON_STAND_IN     a 0.34+ environment's Triton stand-in: gate (default), everywhere or off
+                            (src/kvproof/stand_in_triton.py)
 KVPROOF_WORKER_POOL         1: a process keeps a closed worker's live process for its next worker of
                             the same environment and variables (tests; kvproof.bridge.client)
-                            (src/kvproof/stand_in_triton.py)
+KVPROOF_WORKER_ZYGOTE       1: workers fork from a detached per-release parent that imported vLLM once,
+                            shared by every kvproof process of the user (tests; kvproof.bridge.zygotes)
 KVPROOF                     docs/ci/check_vllm_pr.sh: the kvproof command (kvproof)
 KVPROOF_BASE                docs/ci/check_vllm_pr.sh: the release the PR is overlaid on (kvproof's
                             default release, `kvproof env releases default`)
@@ -95,6 +97,7 @@ class Settings:
     engine_all: bool
     releases: tuple[str, ...]
     worker_pool: bool = False
+    worker_zygote: bool = False
 
     @classmethod
     def from_environ(cls) -> "Settings":
@@ -111,6 +114,7 @@ class Settings:
             engine_all=_flag("KVPROOF_ENGINE_ALL"),
             releases=tuple((os.environ.get("KVPROOF_RELEASES") or "ci").replace(",", " ").split()),
             worker_pool=_flag("KVPROOF_WORKER_POOL"),
+            worker_zygote=_flag("KVPROOF_WORKER_ZYGOTE"),
         )
 
 

@@ -7,6 +7,7 @@ folders: the bridge and the consumer tier import nothing of it (it is started by
 
 Protocol: one JSON object per line on stdin, one reply per line on stdout.
   {"op": "info"}                                   -> {"vllm": ..., "fingerprint": ...}
+  {"op": "environ"}                                -> {"environ": {...}} (the process's variables)
   {"op": "run", "layouts": [...], "manager": true} -> {"outcomes": [...]}
   {"op": "derive", "configs": [...]}               -> {"results": [...]} (kvproof.bridge.derive)
   {"op": "consume", "items": [{"layout", "stream"}]} -> {"results": [...]} (kvproof.consumer.worker)
@@ -36,6 +37,8 @@ def handle(bridge: Any, request: dict, import_seconds: float = 0.0) -> dict:
     op = request.get("op")
     if op == "info":
         return dict(bridge.info(), import_seconds=import_seconds, python=sys.executable)
+    if op == "environ":  # what vLLM's import left in the environment (a forked worker must match)
+        return {"environ": dict(os.environ)}
     if op == "run":
         manager = request.get("manager", True)
         t0 = time.perf_counter()

@@ -190,6 +190,14 @@ class Worker:
         if pooled is not None:
             self.proc, self._stderr = pooled
             return
+        forked = None
+        if settings().worker_zygote and self.MODULE == Worker.MODULE:  # the zygote serves this protocol only
+            from kvproof.bridge.zygotes import fork_worker
+            forked = fork_worker(self.env.python, env)
+        if forked is not None:
+            self.proc = forked
+            threading.Thread(target=_drain, args=(forked.stderr, self._stderr), daemon=True).start()
+            return
         self.proc = subprocess.Popen(
             [str(self.env.python), "-m", self.MODULE],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

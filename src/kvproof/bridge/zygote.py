@@ -1,0 +1,129 @@
+"""A release's warm worker parent: it imports vLLM once and forks a worker per client.
+
+Runs INSIDE a vLLM environment, started by ``kvproof.bridge.zygotes`` (the client side)
+as ``python -m kvproof.bridge.zygote SOCKET IDLE_SECONDS`` with exactly the variables a
+worker gets. It does what ``kvproof.worker.main`` does before serving (stdout parked on
+stderr, ``Bridge()`` built after vLLM's import), then listens on a Unix socket. A client
+sends one JSON header (its pid and its variables) with three pipe ends (SCM_RIGHTS): the
+worker's stdin, stdout and stderr. The zygote forks; the child takes the pipes as fds
+0-2 and the client's variables as its environment, and serves ``kvproof.worker``'s
+protocol until EOF, exactly as a freshly started worker would after its import; the
+zygote answers the child's pid and waits for the next client. It exits after
+IDLE_SECONDS without a client, removing its socket. The client's key (zygotes.key) holds
+everything the import depended on, so a changed vLLM or kvproof source never reaches a
+zygote started before the change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+
+def _exit_with_client(pid: int, interval: float = 1.0) -> None:
+    """The child exits when its client dies (the fork has no parent that is the client)."""
+    def watch() -> None:
+        while True:
+            time.sleep(interval)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(3)
+            except PermissionError:  # pid reused by another user's process: the client is gone
+                os._exit(3)
+    threading.Thread(target=watch, name="exit-with-client", daemon=True).start()
+
+
+def _child(bridge, header: dict, fds: list[int], import_seconds: float, imported: dict) -> None:
+    """Become the worker: the client's pipes as fds 0-2, its variables with what the import set
+    in them (``imported``: name -> value, None where it removed one), the protocol until EOF."""
+    from kvproof.worker import serve
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    env = dict(header["env"])
+    for name, value in imported.items():  # computed from variables the key holds equal to the client's
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    os.environ.clear()
+    os.environ.update(env)
+    _exit_with_client(int(header["client"]))
+    protocol = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 -- fd 1 for the life of the process
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 -- fd 0 for the life of the process
+    serve(bridge, sys.stdin, protocol, import_seconds)
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _exec_environ() -> dict[str, str]:
+    """The variables this process was started with (before site's .pth files ran)."""
+    with open("/proc/self/environ", "rb") as f:
+        items = [kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv]
+    return {k.decode(errors="surrogateescape"): v.decode(errors="surrogateescape") for k, v in items}
+
+
+def main(path: str, idle: float) -> None:
+    sys.stdout = sys.stderr  # as the worker: vLLM's prints stay off any protocol channel
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    before = _exec_environ()  # what this interpreter started with (its .pth files may set more)
+    t0 = time.perf_counter()
+    from kvproof.bridge.runtime import Bridge
+    bridge = Bridge()
+    import_seconds = time.perf_counter() - t0
+    # what start-up, vLLM's import and Bridge set or removed: a fresh worker's would do the same
+    imported = {k: os.environ.get(k) for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    listener.bind(tmp)
+    listener.listen(16)
+    os.rename(tmp, path)  # the socket appears only once the import is done
+    mine = os.stat(path).st_ino
+    listener.settimeout(idle)
+    try:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                return
+            with conn:
+                conn.settimeout(30)
+                try:
+                    msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+                    header = json.loads(msg.decode())
+                except (OSError, ValueError):
+                    continue
+                if len(fds) != 3:
+                    for fd in fds:
+                        os.close(fd)
+                    continue
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    listener.close()
+                    conn.close()
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    try:
+                        _child(bridge, header, fds, import_seconds, imported)
+                    finally:
+                        os._exit(1)
+                for fd in fds:
+                    os.close(fd)
+                conn.sendall(f"{pid}\n".encode())
+    finally:
+        try:
+            if os.stat(path).st_ino == mine:  # a successor may own the path by now
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], float(sys.argv[2]))
