@@ -32,6 +32,7 @@ from kvproof.derivation import model_flag_sets, reference_flags
 from kvproof.consumer.drafts import Drafts, parse_drafts
 from kvproof.consumer.stream import Req, Stream
 from kvproof.differential import REGRESSION_CHECK
+from kvproof.errors import LayoutError
 from kvproof.layout import Layout
 
 
@@ -156,6 +157,10 @@ def candidates(entry, found: Layout, real: Layout, name: str) -> list[tuple[str,
     out = []
     for k in scales(found, real):
         s = scale(stream, k, fb, rb)
+        try:
+            Stream.from_dict(s.to_dict())  # as the worker parses it: a scale past a Stream bound is not run
+        except LayoutError:
+            continue
         if max((len(s.prompt(i)) for i in range(len(s.requests))), default=0) < real.max_model_len:
             out.append((f"{name} x{k}", real.with_meta(stream=s.to_dict())))
     return out

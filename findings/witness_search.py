@@ -118,7 +118,6 @@ def search_many(jobs: Sequence[tuple[object, str]], models: Sequence[str] | None
 
 def _run(s: Search, by_key: dict, pool) -> None:
     """``s``'s candidates at its class's tier: its rows, refusals and witnesses, filled in."""
-    from kvproof import checking, envs
     from kvproof.derivation import config_key
     from kvproof.findings.measure import TIERS
 
@@ -134,8 +133,7 @@ def _run(s: Search, by_key: dict, pool) -> None:
                 s.got[(m, i)] = []
                 config_of[(m, i)] = d.config
                 named += candidates(s.entry, found, d.layout, f"{m}#{i}")
-    env = envs.find(s.release).name
-    rows = checking.run_tiers(named, TIERS[s.entry.key.tier], env, pool.by_env[env])
+    rows = _tiers(named, TIERS[s.entry.key.tier], s.release, pool)
     judged = _pairs(s, named, rows, pool) if s.before else [(r, _class(r), r.message()) for r in rows]
     hits: dict[str, Witness] = {}
     for row, key, message in judged:
@@ -149,6 +147,20 @@ def _run(s: Search, by_key: dict, pool) -> None:
                                                        w.config.model))
 
 
+# candidates per worker call: a model's stream scaled by hundreds runs for minutes on a loaded
+# machine, and one call must answer within the worker's 600 s (measured: 0.28.0 on 313e3ccb4709's
+# Mamba hybrids, all in one call, outran it at load 13)
+RUN_CHUNK = 4
+
+
+def _tiers(named, tiers, release: str, pool) -> list:
+    """``checking.run_tiers`` on ``release``'s worker, :data:`RUN_CHUNK` candidates a call."""
+    from kvproof import checking, envs
+    env = envs.find(release).name
+    return [row for i in range(0, len(named), RUN_CHUNK)
+            for row in checking.run_tiers(named[i:i + RUN_CHUNK], tiers, env, pool.by_env[env])]
+
+
 def _class(row) -> ClassKey | None:
     return None if row.judgement is None or row.judgement.observed is None else class_key(row.judgement, row.layout)
 
@@ -156,13 +168,11 @@ def _class(row) -> ClassKey | None:
 def _pairs(s: Search, named, rows, pool) -> list:
     """A regression class's rows: each candidate run on ``s.before`` too, the two diffed; the key is
     the one regression class of the candidate that is ``s.entry``'s, else its first, else None."""
-    from kvproof import checking, envs
     from kvproof.consumer.stream import Stream
     from kvproof.differential import diff
     from kvproof.verdicts import Tier
 
-    env = envs.find(s.before).name
-    older = checking.run_tiers(named, (Tier.CONSUMER,), env, pool.by_env[env])
+    older = _tiers(named, (Tier.CONSUMER,), s.before, pool)
     out = []
     for (name, lay), a, b in zip(named, older, rows):
         classes = diff([(lay, Stream.from_dict(lay.meta["stream"]))], {s.before: [a.consumer], s.release: [b.consumer]},
