@@ -96,6 +96,7 @@ bench-smoke: envs-all
 
 bench: envs
 	$(VPY) bench/bench_bridge.py $(BENCH_BRIDGE)
+	$(VPY) bench/bench_zygote.py
 	$(VPY) bench/bench_verify.py $(BENCH_VERIFY)
 	$(VPY) bench/bench_fuzz.py $(BENCH_FUZZ)
 	$(VPY) bench/bench_replay.py $(BENCH_REPLAY)

@@ -43,6 +43,8 @@ SLOW = {
     "bench_derive.py": ["--vllm", REL],
     "bench_check.py": ["--reps", "1", "--vllm", REL],
     "bench_selftest.py": ["--mutants", "hash_is_one", "--seconds", "1", "--probes", "10", "--batch", "1"],
+    "bench_report.py": ["--vllm", REL, "--no-fix", "--runs", "warm"],
+    "bench_zygote.py": ["--vllm", REL, "--repeat", "1"],
 }
 SMOKE_ALL = os.environ.get("KVPROOF_BENCH_SMOKE") == "1"
 
