@@ -1,13 +1,15 @@
 """A ledger entry's suggested fix, applied to real vLLM and checked.
 
 ``findings/fixes/<id>.diff`` is a unified diff against the newest affected
-release's ``vllm/`` source (paths ``a/vllm/...``). :func:`overlay` applies it
+release's ``vllm/`` source (paths ``a/vllm/...``). :func:`patched` applies it
 with ``patch -p1`` to a release's installed files and lays the result over that
-release as an overlay environment (``kvproof.overlay.make``: hard links, seconds).
+release as an overlay environment (``kvproof.overlay.make``: hard links, seconds;
+:func:`check` takes it from the content-keyed cache of ``kvproof.findings.fixenv``).
 :func:`check` then runs, on the release and on the overlay, the entry's
 reproducer and the entry's own class measurement, and every other ledger entry
 of the same tier, so the evidence says: the fix removes the symptom, and the
-rest of the ledger is as it was.
+rest of the ledger is as it was. One worker per environment serves every tier
+(one vLLM import each), and the script's run on the release is the report's own.
 """
 
 from __future__ import annotations
@@ -53,15 +55,6 @@ def patched(diff: str, release: str) -> dict[str, bytes]:
         return {rel: (Path(tmp) / rel).read_bytes() for rel in files_of(diff)}
 
 
-def overlay(entry_id: str, release: str, diff: str) -> str:
-    """Lay the fix over ``release``; returns the overlay's environment name."""
-    from kvproof import overlay as ov
-
-    name = f"fix-{entry_id[:8]}-{release}"
-    ov.make(name, release, patched(diff, release), {"fix": f"findings/fixes/{entry_id}.diff"}, force=True)
-    return name
-
-
 @dataclass
 class FixRun:
     release: str
@@ -91,10 +84,12 @@ class FixRun:
                 "removes_symptom": self.removes_symptom}
 
 
-def _verdicts(named: list[tuple], names: list[str]) -> list[dict[str, str]]:
+def _verdicts(named: list[tuple], names: list) -> list[dict[str, str]]:
     """Each (label, entry)'s verdict at the entry's tier on each environment, and every corpus/
     layout's at the function and manager tiers (what a fix must leave as it was): one call of
-    kvproof's tier runner per tier, every environment's workers started together."""
+    kvproof's tier runner per tier, on one live worker per environment (started together)."""
+    from kvproof import envs
+    from kvproof.checking import Workers
     from kvproof.findings.measure import judge_all
     from kvproof.inputs import load_layouts
     from kvproof.layout import Layout
@@ -110,9 +105,11 @@ def _verdicts(named: list[tuple], names: list[str]) -> list[dict[str, str]]:
         by_tier["consumer" if e.key.tier == "consumer" else "manager"].append((label, layout(e)))
     files = sorted(settings().corpus.glob("*.json"))  # the regression layouts (not consumers/)
     by_tier["manager"] += [(f"corpus/{Path(n).name}", lay) for n, lay in load_layouts([str(f) for f in files])]
-    for tier, items in by_tier.items():
-        for side, js in zip(out, judge_all(items, names, tier)):
-            side.update({label: str(j.verdict) for label, j in js.items()})
+    found = [n if isinstance(n, envs.Env) else envs.find(n) for n in names]
+    with Workers.start(found) as pool:
+        for tier, items in by_tier.items():
+            for side, js in zip(out, judge_all(items, found, tier, workers=pool.by_env)):
+                side.update({label: str(j.verdict) for label, j in js.items()})
     return out
 
 
@@ -125,12 +122,15 @@ def _witness(entry):
 
 
 def check(entry, repro: Path, releases: list[str], ledger, test: Path | None = None,
-          keep: bool = False) -> list[FixRun]:
+          base_runs: dict | None = None) -> list[FixRun]:
     """Per release: the reproducer (and the pytest one), the entry's class and its real-model
     witness, with and without the fix; the same tier's other ledger entries and every corpus/
-    layout (function and manager tiers) must keep their verdicts."""
+    layout (function and manager tiers) must keep their verdicts. ``base_runs`` (release -> Run):
+    the same script's runs on the releases, already made (the report's), not run again."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kvproof.findings.fixenv import fixed_env
     from kvproof.findings.runs import require_ran, run_pytest, run_script
-    from kvproof.overlay import remove
 
     path = diff_path(entry.id)
     if path is None:
@@ -140,22 +140,24 @@ def check(entry, repro: Path, releases: list[str], ledger, test: Path | None = N
     witness = _witness(entry)
     runs = []
     for r in releases:
-        env = overlay(entry.id, r, diff)
-        try:
-            base, fixed = run_script(repro, [r, env], entry)
-            require_ran([base, fixed])
-            pt = [None, None]
-            if test is not None:
-                tests = run_pytest(test, [r, env])
-                require_ran(tests, "the pytest reproducer")
-                pt = [t.rc for t in tests]
-            measured = [(e.id, e) for e in [entry] + others] + ([("witness", witness)] if witness else [])
-            before, after = _verdicts(measured, [r, env])
-            compared = [k for k in before if k not in (entry.id, "witness")]
-            changed = {k: (before[k], after.get(k)) for k in compared if before[k] != after.get(k)}
-            runs.append(FixRun(r, base.rc, fixed.rc, before[entry.id], after[entry.id], pt[0], pt[1],
-                               before.get("witness"), after.get("witness"), changed, len(compared)))
-        finally:
-            if not keep:
-                remove(env)
+        env, _ = fixed_env(entry.id, r, diff, patched(diff, r))
+        known = (base_runs or {}).get(r)
+        sides = [env] if known is not None and known.ran else [r, env]
+        with ThreadPoolExecutor(2) as pool:  # the scripts and the pytests side by side
+            scripts = pool.submit(run_script, repro, sides, entry)
+            tests = pool.submit(run_pytest, test, [r, env]) if test is not None else None
+            got = scripts.result()
+            tests = tests.result() if tests is not None else None
+        base, fixed = ([known] if len(sides) == 1 else []) + got
+        require_ran([base, fixed])
+        pt = [None, None]
+        if tests is not None:
+            require_ran(tests, "the pytest reproducer")
+            pt = [t.rc for t in tests]
+        measured = [(e.id, e) for e in [entry] + others] + ([("witness", witness)] if witness else [])
+        before, after = _verdicts(measured, [r, env])
+        compared = [k for k in before if k not in (entry.id, "witness")]
+        changed = {k: (before[k], after.get(k)) for k in compared if before[k] != after.get(k)}
+        runs.append(FixRun(r, base.rc, fixed.rc, before[entry.id], after[entry.id], pt[0], pt[1],
+                           before.get("witness"), after.get("witness"), changed, len(compared)))
     return runs

@@ -30,18 +30,20 @@ class Measured:
 TIERS = {"function": (Tier.FUNCTION,), "manager": (Tier.FUNCTION, Tier.MANAGER), "consumer": (Tier.CONSUMER,)}
 
 
-def judge_all(named: list[tuple[str, Layout]], releases: list[str], tier: str) -> list[dict[str, Judgement]]:
+def judge_all(named: list[tuple[str, Layout]], releases: list, tier: str,
+              workers: dict | None = None) -> list[dict[str, Judgement]]:
     """Per release (in order): label -> judgement of each named Layout at ``tier``, through
     ``kvproof.checking.run`` (every release's workers started together). A consumer Layout
-    runs under its own stream (``meta["stream"]``), else the default one."""
+    runs under its own stream (``meta["stream"]``), else the default one. A release may be an
+    Env (a cached fix overlay); ``workers`` (env name -> live worker) are used, not closed."""
     from kvproof import checking, envs
 
     if tier not in TIERS:
         raise UsageError(f"tier {tier!r}: expected function, manager or consumer")
     if not named:
         return [{} for _ in releases]
-    found = [envs.find(r) for r in releases]
-    rows, _ = checking.run(named, found, tiers=TIERS[tier])
+    found = [r if isinstance(r, envs.Env) else envs.find(r) for r in releases]
+    rows, _ = checking.run(named, found, tiers=TIERS[tier], workers=workers)
     by_env: dict[str, dict[str, Judgement]] = {e.name: {} for e in found}
     for row in rows:
         by_env[row.env][row.name] = row.judgement

@@ -233,7 +233,8 @@ def generate(entry: Entry, out_root: Path | None = None, releases: list[str] | N
             from kvproof.findings.ledger import Ledger
 
             try:
-                fixes = check(entry, path, list(fix_on), ledger or Ledger.load(), stage / test_name if test else None)
+                fixes = check(entry, path, list(fix_on), ledger or Ledger.load(), stage / test_name if test else None,
+                              base_runs={r.release: r for r in runs})
             except ReproducerDidNotRun as err:
                 raise ReproducerDidNotRun(f"{entry.id}, checking the fix: {err}") from err
         atomic_write(stage / "evidence.json", json.dumps({"id": entry.id, "key": str(entry.key),

@@ -12,9 +12,13 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvproof.errors import EnvError, EnvironmentFailure, UsageError
 from kvproof.findings.ledger import Entry
+
+if TYPE_CHECKING:
+    from kvproof.envs import Env
 
 RUN_TIMEOUT_S = 300
 EXIT_BUG, EXIT_OK = 1, 0
@@ -111,30 +115,62 @@ def _tail(text: str) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def run_script(path: Path, releases: list[str], entry: Entry, timeout: float = RUN_TIMEOUT_S,
+def _side_by_side(fn, items: list, jobs: int | None) -> list:
+    """``fn`` over ``items``, ``jobs`` at a time (default: one per core); results in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = max(1, min(len(items), jobs or os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(fn, items))
+
+
+def _env_of(r: str | Env) -> Env:
+    """A release (or overlay) name's environment; an Env (a cached fix overlay) as it is."""
+    from kvproof import envs
+
+    return r if isinstance(r, envs.Env) else envs.find(r)
+
+
+def _name(r: str | Env) -> str:
+    return r if isinstance(r, str) else r.name
+
+
+def run_env(env: Env, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables a reproducer runs under: the caller's, plus the release's own
+    ``VLLM_CACHE_ROOT`` unless the caller set one. vLLM's model registry caches what it learnt of
+    a model under a file name without the release; with one shared root each release evicts the
+    last one's entry and the next script re-inspects the model in a subprocess that imports vLLM
+    and torch again (kvproof.settings.vllm_cache_root: ~10 s of CPU a run here). The cache holds
+    vLLM's own inspection of the same files, so the script's result is the same."""
+    from kvproof.settings import vllm_cache_root
+
+    out = {**os.environ, **(extra or {})}
+    out.setdefault("VLLM_CACHE_ROOT", str(vllm_cache_root(env.name)))
+    return out
+
+
+def run_script(path: Path, releases: list[str | Env], entry: Entry, timeout: float = RUN_TIMEOUT_S,
                jobs: int | None = None) -> list[Run]:
     """``path`` run with each release's python; the last line it printed and its exit code.
     A release without an environment is a run with exit 127 and the reason, not an exception,
     so every release's outcome is known (:func:`require_ran` then refuses the lot). The releases
-    run side by side, ``jobs`` at a time (default: one per core); the runs come back in order."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    run side by side, ``jobs`` at a time (default: one per core); the runs come back in order.
+    A release may be given as an Env (a cached fix overlay, kvproof.findings.fixenv)."""
     path = Path(path).resolve()  # absolute: the working directory is the script's folder
-    jobs = max(1, min(len(releases), jobs or os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(lambda r: _run_one(path, r, entry, timeout), releases))
+    return _side_by_side(lambda r: _run_one(path, r, entry, timeout), list(releases), jobs)
 
 
-def _run_one(path: Path, r: str, entry: Entry, timeout: float) -> Run:
-    from kvproof import envs
-
+def _run_one(path: Path, r: str | Env, entry: Entry, timeout: float) -> Run:
+    name = _name(r)
     try:
-        py = str(envs.find(r).python)
+        env = _env_of(r)
+        py = str(env.python)
     except (EnvError, UsageError) as err:
-        return Run(r, "-", EXIT_NO_ENV, str(err), expected_on(entry, r))
+        return Run(name, "-", EXIT_NO_ENV, str(err), expected_on(entry, name))
+    r = name
     try:
         proc = subprocess.run([py, str(path)], capture_output=True, text=True, timeout=timeout,
-                              cwd=str(path.parent))
+                              cwd=str(path.parent), env=run_env(env))
         rc = proc.returncode
         # the script's own word (BUG/OK/OTHER) is its last stdout line; where it did not reach
         # one, the cause is stderr's last line (python's message, a traceback's last line)
@@ -189,30 +225,31 @@ def pytest_shim() -> Path:
     return shim
 
 
-def run_pytest(path: Path, releases: list[str], timeout: float = RUN_TIMEOUT_S) -> list[Run]:
+def run_pytest(path: Path, releases: list[str | Env], timeout: float = RUN_TIMEOUT_S,
+               jobs: int | None = None) -> list[Run]:
     """``path`` run by pytest with each environment's python: exit 1 (a test failed: the bug
     shows), 0 (passed), anything else (it did not run: pytest's 2-5, 124 timed out, 127 no
-    environment). ``Run.expected`` is None: a pytest has no ledger expectation of its own."""
-    import os
-
-    from kvproof import envs
-
+    environment). ``Run.expected`` is None: a pytest has no ledger expectation of its own.
+    Side by side like :func:`run_script`, runs in order."""
     path = Path(path).resolve()
-    env = {**os.environ, "PYTHONPATH": str(pytest_shim())}
-    out = []
-    for r in releases:
-        try:
-            py = str(envs.find(r).python)
-        except (EnvError, UsageError) as err:
-            out.append(Run(r, "-", EXIT_NO_ENV, str(err), None, "pytest"))
-            continue
-        try:
-            proc = subprocess.run([py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(path)],
-                                  capture_output=True, text=True, timeout=timeout, cwd=str(path.parent), env=env)
-            rc, last = proc.returncode, _tail(proc.stdout) or _tail(proc.stderr)
-        except subprocess.TimeoutExpired:
-            rc, last = EXIT_TIMEOUT, f"timed out after {timeout:.0f} s"
-        except OSError as err:
-            rc, last = EXIT_NO_ENV, f"{py}: {err.strerror or err}"
-        out.append(Run(r, py, rc, last, None, "pytest"))
-    return out
+    shim = str(pytest_shim())
+    return _side_by_side(lambda r: _pytest_one(path, r, shim, timeout), list(releases), jobs)
+
+
+def _pytest_one(path: Path, r: str | Env, shim: str, timeout: float) -> Run:
+    name = _name(r)
+    try:
+        env = _env_of(r)
+        py = str(env.python)
+    except (EnvError, UsageError) as err:
+        return Run(name, "-", EXIT_NO_ENV, str(err), None, "pytest")
+    try:
+        proc = subprocess.run([py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(path)],
+                              capture_output=True, text=True, timeout=timeout, cwd=str(path.parent),
+                              env=run_env(env, {"PYTHONPATH": shim}))
+        rc, last = proc.returncode, _tail(proc.stdout) or _tail(proc.stderr)
+    except subprocess.TimeoutExpired:
+        rc, last = EXIT_TIMEOUT, f"timed out after {timeout:.0f} s"
+    except OSError as err:
+        rc, last = EXIT_NO_ENV, f"{py}: {err.strerror or err}"
+    return Run(name, py, rc, last, None, "pytest")

@@ -66,6 +66,10 @@ COMPILED_INTERFACE = ("vllm/_custom_ops.py", "vllm/_aiter_ops.py", "vllm/_xpu_op
 UPSTREAMS = ("origin/HEAD", "origin/main", "main", "master")
 # Generated at wheel build time, absent from a checkout: never compared.
 GENERATED = ("vllm/_version.py",)
+# What an overlay made by :func:`make` holds, as a version: bump it whenever make/lay change the
+# files of an overlay, so that a cache of overlays (kvproof.findings.fixenv) never reuses one an
+# older builder made.
+BUILDER_VERSION = 1
 
 
 def home() -> Path:
