@@ -2,7 +2,7 @@
 
 Every kvproof process that needs a release starts a worker, and the worker's vLLM import
 (8-30 s of CPU) is most of a short command. With the zygote on, the first worker of a
-release starts ``kvproof.bridge.zygote`` (one import) as a detached process, and every
+release starts ``kvproof.zygote`` (one import) as a detached process, and every
 worker after it, in this process or any other, is a fork of it: the same interpreter,
 the same imports, the client's own variables. A zygote is keyed by everything its import
 read: the interpreter, the variables (but the pytest and kvproof ones no worker reads at
@@ -165,7 +165,7 @@ def _ready(python: Path, env: dict[str, str], k: str, module: str) -> socket.soc
         return None
 
 
-def fork_worker(python: Path, env: dict[str, str], module: str = "kvproof.bridge.zygote") -> ForkedProc | None:
+def fork_worker(python: Path, env: dict[str, str], module: str = "kvproof.zygote") -> ForkedProc | None:
     """A worker forked from ``python``'s zygote for ``env``, or None (the caller starts a plain one)."""
     try:
         conn = _ready(python, env, key(python, env), module)

@@ -1,7 +1,9 @@
 """A release's warm worker parent: it imports vLLM once and forks a worker per client.
 
+Beside kvproof.worker (whose serve it runs), above the bridge and consumer folders; started by name.
+
 Runs INSIDE a vLLM environment, started by ``kvproof.bridge.zygotes`` (the client side)
-as ``python -m kvproof.bridge.zygote SOCKET IDLE_SECONDS`` with exactly the variables a
+as ``python -m kvproof.zygote SOCKET IDLE_SECONDS`` with exactly the variables a
 worker gets. It does what ``kvproof.worker.main`` does before serving (stdout parked on
 stderr, ``Bridge()`` built after vLLM's import), then listens on a Unix socket. A client
 sends one JSON header (its pid and its variables) with three pipe ends (SCM_RIGHTS): the
