@@ -74,7 +74,7 @@ def _verify(cwd: Path, env: dict, out: Path) -> dict:
     p = subprocess.run([sys.executable, "-m", "kvproof", "verify", "--quiet", "--out", str(out)], cwd=cwd, env=env,
                        capture_output=True, text=True)
     total = time.monotonic() - t0
-    m = re.search(r"wall ([\d.]+) s(?: \(solver ([\d.]+) s; (\d+) of (\d+) results from the cache\))?", p.stdout)
+    m = re.search(r"wall ([\d.]+) s(?: \(solver ([\d.]+) s(?:; (\d+) of (\d+) results from the cache)?)?", p.stdout)
     exit_line = next((ln for ln in p.stdout.splitlines() if ln.startswith("exit ")), f"exit {p.returncode}")
     return {"process": total, "wall": float(m.group(1)) if m else None,
             "solver": float(m.group(2)) if m and m.group(2) else (float(m.group(1)) if m else None),

@@ -107,12 +107,12 @@ def axioms() -> list:
     ]
 
 
-def _collect(formulas) -> tuple[list, list]:
-    """The Int terms divisibility is asked about (arguments of D) and the GCD2/LCM2 applications."""
+def _collect_one(f) -> tuple[list, list]:
+    """``_collect`` of one formula: the D terms and GCD2/LCM2 applications in first-seen order."""
     seen: set = set()
     dterms: dict = {}
     apps: dict = {}
-    todo = list(formulas)
+    todo = [f]
     while todo:
         t = todo.pop()
         if t.get_id() in seen:
@@ -129,28 +129,69 @@ def _collect(formulas) -> tuple[list, list]:
                 for a in t.children():
                     dterms.setdefault(a.get_id(), a)
             todo.extend(t.children())
+    return list(dterms.items()), list(apps.items())
+
+
+# Per-process memos keyed by Z3 AST ids. Z3 hash-conses terms, so one id is one term's exact
+# content; the memo holds a reference to every keyed term, so no id is freed and reused.
+_COLLECTED: dict[int, tuple[Any, list, list]] = {}
+
+
+def _collect(formulas, memoise: bool = True) -> tuple[list, list]:
+    """The Int terms divisibility is asked about (arguments of D) and the GCD2/LCM2 applications.
+
+    One depth-first walk over ``formulas`` from the last: each formula's own walk is memoised
+    (the obligations of a revision share most hypotheses) and the union keeps the order one
+    walk over the whole list gives (a term seen in a later formula's walk has its whole subtree
+    seen, so filtering a formula's own order by what is already seen is that walk's order)."""
+    dterms: dict = {}
+    apps: dict = {}
+    for f in reversed(list(formulas)):
+        hit = _COLLECTED.get(f.get_id()) if memoise else None
+        if hit is None:
+            hit = (f,) + _collect_one(f)
+            if memoise:
+                _COLLECTED[f.get_id()] = hit
+        for k, t in hit[1]:
+            dterms.setdefault(k, t)
+        for k, t in hit[2]:
+            apps.setdefault(k, t)
     return list(dterms.values()), list(apps.values())
 
 
-def ground_axioms(formulas, hubs=None) -> list:
+def ground_axioms(formulas, hubs=None, memoise: bool = True) -> list:
     """D1-D4 and B1-B4 instantiated on the terms of ``formulas`` (quantifier-free: Z3 decides
     the query; a missing instance can only make a proof fail, never make one up). Transitivity
     a | b | c is instantiated with b among ``hubs`` (the summary's and the decision's terms and
-    the gcd/lcm applications; every term when None)."""
-    terms, apps = _collect(formulas)
+    the gcd/lcm applications; every term when None). ``memoise``: reuse the instances (and
+    term walks) this process built for earlier obligations; the list is the same either way."""
+    terms, apps = _collect(formulas, memoise)
     if hubs is None:
         mid = terms
     else:
         ids = {h.get_id() for h in hubs} | {t.get_id() for t in apps}
         mid = [t for t in terms if t.get_id() in ids]
-    out = lemmas.divisibility_axioms(terms, [t >= 1 for t in terms], chains=[(terms, mid, terms)])
+    memo = _AXIOMS if memoise else None
+    out = lemmas.divisibility_axioms(terms, [_positive(t) for t in terms], chains=[(terms, mid, terms)], memo=memo)
     for t in apps:
         a, b = t.children()
         if t.decl().eq(lemmas.GCD2):
-            out += lemmas.gcd2_facts(t, a, b, terms)
+            out += lemmas.gcd2_facts(t, a, b, terms, memo=memo)
         else:
-            out += lemmas.lcm2_facts(t, a, b, terms)
+            out += lemmas.lcm2_facts(t, a, b, terms, memo=memo)
     return out
+
+
+_AXIOMS: dict = {}  # the instances built so far in this process (lemmas' memo: same terms, same AST)
+_POSITIVE: dict[int, tuple] = {}
+
+
+def _positive(t):
+    """``t >= 1``, built once per term and process."""
+    hit = _POSITIVE.get(t.get_id())
+    if hit is None:
+        hit = _POSITIVE[t.get_id()] = (t, t >= 1)
+    return hit[1]
 
 
 class Context:
@@ -169,6 +210,16 @@ class Context:
         self.d, self.m = z3.Int("d"), z3.Int("m")
         self.s0 = self.F.init(self.g, self.c)
         self.s1 = self.F.step(self.s, self.g, self.c)
+        self._memo: dict[tuple, Any] = {}
+
+    def _once(self, name: str, args: tuple, build: Callable[[], Any]) -> Any:
+        """``build()`` once per method and arguments (this context's own summaries and groups, keyed
+        by identity): the obligations of a revision share their hypotheses, and Z3 hash-conses
+        the terms, so a reused list is the very formula a rebuilt one would be."""
+        k = (name,) + tuple(id(a) for a in args)
+        if k not in self._memo:
+            self._memo[k] = (args, build())  # args kept: their ids stay theirs
+        return self._memo[k][1]
 
     def hubs(self) -> list:
         """The middle terms of transitivity instances: the summaries' and the decisions' terms."""
@@ -182,11 +233,14 @@ class Context:
 
     # the bounded model's view of one group (its per-group term), the reference for "every size"
     def ref(self, grp: FD.Group):
-        x1 = FD.inputs_of([grp], self.c)
-        return M.resolve(self.rev, x1, self.dcp_values).eff[0]
+        return self._once("ref", (grp,), lambda: M.resolve(self.rev, FD.inputs_of([grp], self.c),
+                                                          self.dcp_values).eff[0])
 
     def domain(self, *groups: FD.Group) -> list:
         """The model's domain for each group (and the config), plus D5 (a | a * dcp) on their sizes."""
+        return list(self._once("domain", groups, lambda: self._domain(*groups)))
+
+    def _domain(self, *groups: FD.Group) -> list:
         c, A = self.c, self.A
         out = [D(c.cache_bs, A.scale(c.cache_bs, c.dcp))]
         for grp in groups:
@@ -257,6 +311,9 @@ class Context:
         raise KeyError(inv)
 
     def invariant_hyps(self, s: FD.Summary, x: FD.Group | None) -> list:
+        return list(self._once("hyps", (s, x), lambda: self._invariant_hyps(s, x)))
+
+    def _invariant_hyps(self, s: FD.Summary, x: FD.Group | None) -> list:
         out = [self.summary_inv(s, i.id) for i in INVARIANTS if i.kind == "summary"]
         if x is not None:
             out += [self.member_inv(s, x, i.id) for i in INVARIANTS if i.kind == "member"]
@@ -284,7 +341,7 @@ class Context:
         return hyps + [hyp], goal
 
     def decided(self, s: FD.Summary):
-        return self.F.decide(s, self.c)
+        return self._once("decided", (s,), lambda: self.F.decide(s, self.c))
 
     def transfer(self, key: str) -> tuple[list, Any]:
         prop = BY_KEY[key]

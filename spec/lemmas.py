@@ -70,7 +70,8 @@ def arithmetic(term):
 
 
 def divisibility_axioms(terms: Sequence, positive: Sequence | None = None,
-                        chains: Sequence[tuple[Sequence, Sequence, Sequence]] = ()) -> list:
+                        chains: Sequence[tuple[Sequence, Sequence, Sequence]] = (),
+                        memo: dict | None = None) -> list:
     """True facts about divisibility of positive integers, instantiated on ``terms``.
 
       D1  a | a                                   (reflexive)
@@ -82,11 +83,15 @@ def divisibility_axioms(terms: Sequence, positive: Sequence | None = None,
     B, c in C (the model asks for divisor -> group size -> lcm chains only;
     fewer instances keep satisfiable queries fast, and a missing instance can
     only make a query weaker, never unsound).
+    ``memo`` (a dict the caller keeps across calls) reuses each instance built before for the
+    same terms and guards (keyed by Z3 AST ids: hash-consed, so the same content); the list
+    returned is the one a call without it returns.
     """
     terms = list(terms)
     pos = list(positive) if positive is not None else [z3.BoolVal(True)] * len(terms)
     guard = {id(t): p for t, p in zip(terms, pos)}
     atoms: dict[tuple[int, int], Any] = {}
+    keep = memo.setdefault("terms", []) if memo is not None else None  # keyed ASTs stay alive: no id reuse
 
     def d(a, b):  # one D(a, b) term per pair: building z3 terms in Python dominates large instances
         k = (id(a), id(b))
@@ -94,15 +99,29 @@ def divisibility_axioms(terms: Sequence, positive: Sequence | None = None,
             atoms[k] = D(a, b)
         return atoms[k]
 
+    def cached(xs, build):
+        if memo is None:
+            return build()
+        k = tuple(x.get_id() for x in xs)
+        got = memo.get(k)
+        if got is None:
+            keep.extend(xs)
+            got = memo[k] = build()
+        return got
+
     out = []
     for a, pa in zip(terms, pos):
-        out.append(_implies(pa, d(a, a)))
-        one = a == 1
+        out.append(cached((pa, a), lambda a=a, pa=pa: _implies(pa, d(a, a))))
+        one = []
         for b, pb in zip(terms, pos):
             if a is b:
                 continue
-            out.append(_implies(_and(pa, pb, d(a, b)), a <= b))
-            out.append(_implies(_and(pb, one), d(a, b)))
+
+            def pair(a=a, b=b, pa=pa, pb=pb, one=one):
+                if not one:
+                    one.append(a == 1)
+                return _implies(_and(pa, pb, d(a, b)), a <= b), _implies(_and(pb, one[0]), d(a, b))
+            out.extend(cached((pa, a, pb, b), pair))
     t = z3.BoolVal(True)
     for A, B, C in chains:
         for a in A:
@@ -110,11 +129,19 @@ def divisibility_axioms(terms: Sequence, positive: Sequence | None = None,
             for b in B:
                 if a is b:
                     continue
-                ab = _and(ga, guard.get(id(b), t), d(a, b))
+                gb = guard.get(id(b), t)
+                ab = []
                 for c in C:
                     if b is c or a is c:
                         continue
-                    out.append(_implies(_and(ab, guard.get(id(c), t), d(b, c)), d(a, c)))
+                    gc = guard.get(id(c), t)
+
+                    def chain(a=a, b=b, c=c, gc=gc, ga=ga, gb=gb, ab=ab):
+                        if not ab:
+                            ab.append(_and(ga, gb, d(a, b)))
+                        return _implies(_and(ab[0], gc, d(b, c)), d(a, c))
+                    # keys of 2, 4 and 7 ASTs: the three kinds of instance never share one
+                    out.append(cached((ga, a, gb, b, gc, c, t), chain))
     return out
 
 
@@ -281,27 +308,41 @@ LCM2 = z3.Function("lcm2", z3.IntSort(), z3.IntSort(), z3.IntSort())
 """``lcm(a, b)`` of two integers, uninterpreted while proving (facts: ``lcm2_facts``)."""
 
 
-def gcd2_facts(t, a, b, divisors: Sequence = ()) -> list:
-    """B1 (t = gcd(a, b), a, b >= 1): t >= 1, t | a, t | b, t <= a, t <= b;
-    B2: every common divisor d of a and b divides t (instantiated on ``divisors``)."""
-    pos = z3.And(a >= 1, b >= 1)
-    out = [z3.Implies(pos, z3.And(t >= 1, t <= a, t <= b, D(t, a), D(t, b)))]
-    for d in divisors:
-        if d is t:
-            continue
-        out.append(z3.Implies(z3.And(pos, d >= 1, D(d, a), D(d, b)), D(d, t)))
+def _memo_list(memo: dict | None, kind: str, t, xs: Sequence, build) -> list:
+    """``[build(x) for x in xs]``, each instance reused from ``memo`` (keyed by AST ids)."""
+    if memo is None:
+        return [build(x) for x in xs]
+    keep = memo.setdefault("terms", [])
+    out = []
+    for x in xs:
+        k = (kind, t.get_id(), x.get_id())
+        got = memo.get(k)
+        if got is None:
+            keep.extend((t, x))
+            got = memo[k] = build(x)
+        out.append(got)
     return out
 
 
-def lcm2_facts(t, a, b, multiples: Sequence = ()) -> list:
-    """B3 (t = lcm(a, b), a, b >= 1): t >= 1, a | t, b | t, a <= t, b <= t;
-    B4: t divides every common multiple m of a and b (instantiated on ``multiples``)."""
+def gcd2_facts(t, a, b, divisors: Sequence = (), memo: dict | None = None) -> list:
+    """B1 (t = gcd(a, b), a, b >= 1): t >= 1, t | a, t | b, t <= a, t <= b;
+    B2: every common divisor d of a and b divides t (instantiated on ``divisors``).
+    ``memo``: as in :func:`divisibility_axioms` (t fixes a and b)."""
     pos = z3.And(a >= 1, b >= 1)
-    out = [z3.Implies(pos, z3.And(t >= 1, t >= a, t >= b, D(a, t), D(b, t)))]
-    for m in multiples:
-        if m is t:
-            continue
-        out.append(z3.Implies(z3.And(pos, m >= 1, D(a, m), D(b, m)), D(t, m)))
+    out = _memo_list(memo, "gcd2", t, [t], lambda _: z3.Implies(pos, z3.And(t >= 1, t <= a, t <= b, D(t, a), D(t, b))))
+    out += _memo_list(memo, "gcd2-d", t, [d for d in divisors if d is not t],
+                      lambda d: z3.Implies(z3.And(pos, d >= 1, D(d, a), D(d, b)), D(d, t)))
+    return out
+
+
+def lcm2_facts(t, a, b, multiples: Sequence = (), memo: dict | None = None) -> list:
+    """B3 (t = lcm(a, b), a, b >= 1): t >= 1, a | t, b | t, a <= t, b <= t;
+    B4: t divides every common multiple m of a and b (instantiated on ``multiples``).
+    ``memo``: as in :func:`divisibility_axioms` (t fixes a and b)."""
+    pos = z3.And(a >= 1, b >= 1)
+    out = _memo_list(memo, "lcm2", t, [t], lambda _: z3.Implies(pos, z3.And(t >= 1, t >= a, t >= b, D(a, t), D(b, t))))
+    out += _memo_list(memo, "lcm2-m", t, [m for m in multiples if m is not t],
+                      lambda m: z3.Implies(z3.And(pos, m >= 1, D(a, m), D(b, m)), D(t, m)))
     return out
 
 

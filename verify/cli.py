@@ -5,7 +5,8 @@ walks N upwards; per N the ``engine`` premise is asked first (a witness
 there is one for ``free`` too), then ``free``. A witness found at N is
 replayed padded at N+1 before Z3 is asked again. Every query runs in a
 killable worker process with a hard deadline. Each witness is labelled
-reachable / free / unreachable (kvproof.verify.reachability) and the run is
+reachable / free / unreachable (kvproof.verify.reachability; on a worker as
+soon as its chain ends, the parent only for what a worker did not label) and the run is
 compared with the checked-in baseline of accepted findings
 (kvproof.verify.baseline).
 
@@ -187,17 +188,37 @@ def run(args: argparse.Namespace) -> dict:
         return (tid, {"revision": rev, "obligations": oids, "timeout": timeout, "max_block": args.max_block,
                       "dcp_values": list(args.dcp_values), "minimise": True})
 
+    ltasks: dict[int, tuple] = {}
+    labels_done: dict[tuple, tuple] = {}
+    # the workers' seconds per kind of task (a phase breakdown of the solver phase; cached: 0)
+    spent = {"bounded": 0.0, "induction": 0.0, "label": 0.0}
+
+    def count(kind, result):
+        if not result.get("cached"):
+            spent[kind] += float(result.get("seconds") or 0.0)
+
+    def lsubmit(rev, p):
+        """The chain's finding labelled in a worker while others solve (``label`` takes it from there)."""
+        entry = report.summarise({"rows": [r for (rv, key, _), r in rows.items() if rv == rev and key == p.key]})
+        task = label_task(entry[0], args) if entry else None
+        if task is None:
+            return []
+        tid = next_id[0]
+        next_id[0] += 1
+        ltasks[tid] = (rev, p.key, task)
+        return [(tid, {"label": task, "timeout": args.timeout})]
+
     def chain_done(c):
         rev, p = c
         if args.no_induction:
-            return []
+            return lsubmit(rev, p)
         premises = [pr for pr in ("engine", "free")
                     if not any(status((r.get(pr) or {}).get("status")) in WITNESS
                                for (rv, key, _), r in rows.items() if rv == rev and key == p.key)]
         if not premises:
-            return []
+            return lsubmit(rev, p)
         oids = [f"transfer:{p.key}"] + [f"conclusion:{p.key}:{pr}" for pr in premises]
-        return [isubmit(rev, oids, args.timeout / len(oids))]
+        return [isubmit(rev, oids, args.timeout / len(oids))] + lsubmit(rev, p)
 
     def start_chain(c, after=None):
         rev, p = c
@@ -208,8 +229,16 @@ def run(args: argparse.Namespace) -> dict:
         return [submit(rev, p, ns[0], "engine")]
 
     def on_result(tid, result):
+        if tid in ltasks:
+            rev, key, task = ltasks.pop(tid)
+            count("label", result)
+            if result.get("status") == "LABELLED":  # else (killed, failed) the parent labels it
+                labels_done[(rev, key)] = (task, result)
+            progress.tick(f"{rev} {key} label: {result.get('label', result.get('detail', ''))}")
+            return []
         if tid in itasks:
             rev = itasks.pop(tid)
+            count("induction", result)
             obligations = result.get("obligations") or []
             if not obligations:  # the worker was killed or died: every obligation it held is UNKNOWN
                 obligations = [{"id": "(task)", "status": UNKNOWN, "seconds": result.get("seconds", 0.0),
@@ -219,6 +248,7 @@ def run(args: argparse.Namespace) -> dict:
             progress.tick(f"{rev} induction: {', '.join(o['id'] + ' ' + str(o['status']) for o in obligations)}"[:140])
             return []
         rev, p, n, premise = tasks.pop(tid)
+        count("bounded", result)
         result = dict(result, status=status(result["status"]))  # strings or ProofStatus from run_query
         c = (rev, p)
         row = rows.setdefault((rev, p.key, n), {"revision": rev, "property": p.key, "contract": p.contract,
@@ -253,23 +283,37 @@ def run(args: argparse.Namespace) -> dict:
         pool.close()
         progress.end()
     wall = time.monotonic() - t0
+    args.labels_done = labels_done
     return {"rows": [rows[k] for k in sorted(rows, key=lambda k: (k[0], k[1], k[2]))], "wall_seconds": wall,
-            "solver_seconds": wall, "killed": pool.killed, "workers_started": pool.started, "induction": {} if args.no_induction else induction}
+            "solver_seconds": wall, "killed": pool.killed, "workers_started": pool.started,
+            "induction": {} if args.no_induction else induction, "worker_seconds": spent}
+
+
+def label_task(p: dict, args) -> dict | None:
+    """The labelling task of one summarised (revision, property) entry; None without a witness."""
+    w = p["witness"]
+    if p["verdict"] not in WITNESS or not w or not w.get("layout"):
+        return None
+    return {"revision": p["revision"], "property": p["property"], "layout": w["layout"],
+            "premise": w["premise"], "engine_status": str(w["engine_status"]) if w["engine_status"] is not None
+            else None, "max_block": args.max_block, "dcp_values": list(args.dcp_values)}
 
 
 def label(result: dict, args) -> list[dict]:
     """Per (revision, property) entries with reachability, reason and witness config (for witnesses)."""
     props = report.summarise(result)
     cache = getattr(args, "cache", None)
+    done = getattr(args, "labels_done", {})
     for p in props:
-        w = p["witness"]
         p["reachability"], p["reason"], p["witness_config"] = None, "", None
-        if p["verdict"] not in WITNESS or not w or not w.get("layout"):
+        task = label_task(p, args)
+        if task is None:
             continue
-        task = {"revision": p["revision"], "property": p["property"], "layout": w["layout"],
-                "premise": w["premise"], "engine_status": str(w["engine_status"]) if w["engine_status"] is not None
-                else None, "max_block": args.max_block, "dcp_values": list(args.dcp_values)}
-        hit = cache.get("label", task) if cache is not None else None
+        w = p["witness"]
+        pre = done.get((p["revision"], p["property"]))
+        hit = pre[1] if pre is not None and pre[0] == task else None  # labelled in a worker during the run
+        if hit is None and cache is not None:
+            hit = cache.get("label", task)
         try:
             if hit is not None:
                 lab, reason, cfg = reachability.Reachability[hit["label"]], hit["reason"], hit["witness"]
@@ -330,10 +374,14 @@ def _run(args) -> int:
     if not args.no_cache:
         from kvproof.verify.cache import Cache
         args.cache = Cache()
+    phases: dict[str, float] = {}
+    t = time.monotonic()
     drift = [] if args.no_drift else check_envs()
     for d in drift:
         sys.stderr.write(f"{PROG}: {d['message']}\n")
+    phases["drift"], t = time.monotonic() - t, time.monotonic()
     result = run(args)
+    phases["solver"], t = time.monotonic() - t, time.monotonic()
     result["drift"] = drift
     result["settings"] = {"revisions": args.revision_list, "max_groups": args.max_groups,
                           "min_groups": args.min_groups, "timeout": args.timeout, "max_block": args.max_block,
@@ -341,6 +389,7 @@ def _run(args) -> int:
                           "properties": [p.key for p in args.property_list]}
     result["settings"]["induction"] = not args.no_induction
     result["properties"] = label(result, args)
+    phases["labels"], t = time.monotonic() - t, time.monotonic()
     if args.cache is not None:
         args.cache.save()
         result["cache"] = {"hits": args.cache.hits, "misses": args.cache.misses, "stored": args.cache.stored,
@@ -352,6 +401,7 @@ def _run(args) -> int:
     else:
         folders = [args.out_path / "counterexamples"] + ([args.corpus_path] if args.record else [])
         result["corpus"] = write_corpus(result, folders, args)
+    phases["corpus"], t = time.monotonic() - t, time.monotonic()
     if not args.no_baseline:
         cmp = B.compare(args.baseline_data, result["properties"], result["settings"])
         cmp["path"] = str(args.baseline_path)
@@ -361,6 +411,9 @@ def _run(args) -> int:
         result["baseline"] = cmp
     code = exit_code(result)
     result["exit_code"] = code
+    phases["baseline"] = time.monotonic() - t
+    # the phases of the wall (seconds; start-up before _run is outside it, see bench/bench_verify.py)
+    result["phases"] = {k: round(v, 3) for k, v in phases.items()}
     result["wall_seconds"] = time.monotonic() - t_start  # the whole proof run: drift, solver, labels, baseline
     paths = report.write_all(result, args.out_path)
     sys.stdout.write(report.terminal(result, verbose=args.verbose))

@@ -188,6 +188,9 @@ def _wall_detail(result: dict) -> str:
     c = result.get("cache")
     if c:
         parts.append(f"{c['hits']} of {c['hits'] + c['misses']} results from the cache")
+    ph = result.get("phases")
+    if ph:  # the rest of the wall, phase by phase (kvproof.verify.cli._run)
+        parts.append(", ".join(f"{k} {v:.1f} s" for k, v in ph.items() if k != "solver"))
     return f" ({'; '.join(parts)})" if parts else ""
 
 

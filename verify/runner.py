@@ -11,6 +11,10 @@ With a :class:`kvproof.verify.cache.Cache`, a task whose result is cached
 without a worker, and a definite result a worker computes is stored with the
 worker's loaded kvproof sources as its dependencies. Workers start on the
 first task the cache does not answer.
+
+A task ``{"label": ...}`` is one finding's reachability label (``run_label``):
+the run hands it over when a chain ends with a witness, so labels are computed
+on the workers while other queries still run (and reuse the worker's encodings).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ GRACE = 3.0  # seconds on top of a query's own timeout before the kill
 
 def _serve(conn) -> None:
     from kvproof.spec.query import run_query  # import inside the child
-    from kvproof.verify.cache import loaded_sources
+    from kvproof.verify.cache import label_sources, loaded_sources
     while True:
         try:
             task = conn.recv()
@@ -37,11 +41,26 @@ def _serve(conn) -> None:
         if task is None:
             return
         tid, spec = task
+        extra: list[str] = []
         try:
-            result = run_query(spec)
+            if "label" in spec:  # a finding's reachability label (kvproof.verify.reachability)
+                result, extra = run_label(spec["label"]), label_sources()
+            else:
+                result = run_query(spec)
         except Exception as err:  # noqa: BLE001 -- a model bug: report it as UNKNOWN with the reason
             result = {"status": ProofStatus.UNKNOWN, "seconds": 0.0, "detail": f"{type(err).__name__}: {err}"}
-        conn.send((tid, result, loaded_sources()))
+        conn.send((tid, result, loaded_sources() + extra))
+
+
+def run_label(task: dict) -> dict:
+    """One label task (the dict ``kvproof.verify.cli.label`` keys its cache entry by) -> a result."""
+    from kvproof.verify import reachability
+    t0 = time.monotonic()
+    lab, reason, cfg = reachability.label(task["revision"], task["property"], task["layout"],
+                                          premise=task["premise"], engine_status=task["engine_status"],
+                                          max_block=task["max_block"], dcp_values=task["dcp_values"])
+    return {"status": "LABELLED", "label": lab.name, "reason": reason, "witness": cfg,
+            "seconds": time.monotonic() - t0}
 
 
 class _Worker:
