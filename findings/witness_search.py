@@ -131,7 +131,9 @@ def _run(s: Search, by_key: dict, pool) -> None:
                 s.refusals[why] = s.refusals.get(why, 0) + 1
             elif same_shape(found, d.layout):
                 s.got[(m, i)] = []
-                config_of[(m, i)] = d.config
+                config_of[(m, i)] = d.config if found.dcp == 1 else Config(model=m, flags=d.config.flags + (
+                    # the dcp its candidates ran at (laid on the dcp-1 derivation), and the TP it needs
+                    "--tensor-parallel-size", str(found.dcp), "--decode-context-parallel-size", str(found.dcp)))
                 named += candidates(s.entry, found, d.layout, f"{m}#{i}")
     rows = _tiers(named, TIERS[s.entry.key.tier], s.release, pool)
     judged = _pairs(s, named, rows, pool) if s.before else [(r, _class(r), r.message()) for r in rows]
