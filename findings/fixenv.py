@@ -7,8 +7,8 @@ check read. Its content key is the release environment (its name and manifest by
 environment has another), the diff's bytes and the overlay builder's version
 (``kvproof.overlay.BUILDER_VERSION``). A later report with the same key uses the overlay as it
 is (its .pyc and vLLM model-registry cache already warm: no minutes of rebuilding and removing
-hard-link trees); any other key is a miss that builds anew and removes the entry's older
-overlays of that release. A hit is used only when its manifest carries the same key and its
+hard-link trees); any other key is a miss that builds anew in its place (one overlay per
+entry and release). A hit is used only when its manifest carries the same key and its
 patched files hold exactly the bytes the diff gives now. The cache must share a filesystem with
 the release environments (hard links); the default layout (``<cache>/envs``) does. Removing
 the folder is always safe: the next report builds what it needs again.
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 from kvproof import envs
@@ -51,8 +50,10 @@ def content_key(release: str, diff: str | bytes) -> str:
     return _sha(json.dumps(parts, sort_keys=True).encode())
 
 
-def _prefix(entry_id: str, release: str) -> str:
-    return f"fix-{entry_id[:8]}-{release}-"
+def _name(entry_id: str, release: str) -> str:
+    """One overlay per entry and release, its key in its manifest: a stable name keeps its
+    VLLM_CACHE_ROOT (kvproof.settings.vllm_cache_root, by name) warm across rebuilds."""
+    return f"fix-{entry_id[:8]}-{release}"
 
 
 def _hit(root: Path, key: str, files: dict[str, bytes]) -> envs.Env | None:
@@ -78,21 +79,18 @@ def fixed_env(entry_id: str, release: str, diff: str, files: dict[str, bytes],
 
     where = Path(where or home())
     key = content_key(release, diff)
-    name = _prefix(entry_id, release) + key[:12]
+    name = _name(entry_id, release)
     got = _hit(where / name, key, files)
     if got is not None:
         return got, True
     source = {"fix": f"findings/fixes/{entry_id}.diff"}
     extra = {"cache_key": key, "builder": ov.BUILDER_VERSION}
     try:
-        # force only over a folder of ours that is not this key's overlay (a damaged one)
+        # force only over a folder of ours that is not this key's overlay (another diff, a damaged one)
         made = ov.make(name, release, files, source, where=where, force=(where / name).exists(), extra=extra)
     except UsageError:
         got = _hit(where / name, key, files)  # another report built it meanwhile
         if got is None:
             raise
         return got, True
-    for old in where.glob(_prefix(entry_id, release) + "*"):  # the entry's older fixes of this release
-        if old.name != name and old.is_dir():
-            shutil.rmtree(old, ignore_errors=True)
     return made.env, False
