@@ -1,13 +1,14 @@
 """Bench ``kvproof findings report ID`` end to end (issue 45 item 5): wall and CPU seconds.
 
     .venv/bin/python bench/bench_report.py [--id 9a8b69482973] [--before REV] [--runs cold,warm]
-                                           [--vllm R ...] [--no-fix] [--keep DIR] [--out bench/results/report.md]
+                                           [--vllm R ...] [--fix-on R ...] [--no-fix] [--keep DIR] [--out bench/results/report.md]
 
 Each run is the command as a user types it (``python -m kvproof findings report ID --out TMP``),
 in its own process; CPU is the user+sys seconds of that process and everything it waited for
 (the reproducers, the pytests, the workers, vLLM's registry subprocesses), which the machine's
 load changes far less than the wall time. ``cold``: the entry's cached fix overlays
-(kvproof.findings.fixenv) are removed first; ``warm``: the cache as the run before left it.
+(kvproof.findings.fixenv) are removed first (vLLM's registry cache of the overlay's name stays);
+``warm``: the cache as the run before left it.
 ``--before REV``: the same command on the code of commit REV (``git archive`` into a temporary
 folder, run with its own ledger and corpus), and whether each run's evidence.json (the python
 paths left out) is the same as REV's. The load average is read at every run's start and end.
@@ -95,6 +96,7 @@ def _main(argv) -> int:
     ap.add_argument("--before", metavar="REV", help="also run commit REV's code, first")
     ap.add_argument("--runs", default="cold,warm", help="of this checkout: cold, warm, in this order")
     add_vllm(ap, help="passed to the report (default: every installed release)")
+    ap.add_argument("--fix-on", action="append", metavar="RELEASE", help="passed to the report (repeatable)")
     ap.add_argument("--no-fix", action="store_true", help="passed to the report")
     ap.add_argument("--keep", help="copy each run's report folder under DIR/<run>/")
     ap.add_argument("--out", default=OUT)
@@ -102,7 +104,8 @@ def _main(argv) -> int:
     runs = [r for r in args.runs.split(",") if r]
     if set(runs) - {"cold", "warm"}:
         ap.error(f"--runs {args.runs}: cold and/or warm")
-    extra = [a for r in (args.vllm or []) for a in ("--vllm", r)] + (["--no-fix"] if args.no_fix else [])
+    extra = ([a for r in (args.vllm or []) for a in ("--vllm", r)] + [a for r in (args.fix_on or []) for a in ("--fix-on", r)]
+             + (["--no-fix"] if args.no_fix else []))
     keep = Path(args.keep) if args.keep else None
     rows = []
     if args.before:
