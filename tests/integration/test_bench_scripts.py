@@ -45,6 +45,7 @@ SLOW = {
     "bench_selftest.py": ["--mutants", "hash_is_one", "--seconds", "1", "--probes", "10", "--batch", "1"],
     "bench_report.py": ["--vllm", REL, "--no-fix", "--runs", "warm"],
     "bench_zygote.py": ["--vllm", REL, "--repeat", "1"],
+    "bench_witness.py": ["--vllm", REL, "--model", "gemma2", "a4fac601160a"],
     "bench_verify_phases.py": [],
 }
 SMOKE_ALL = os.environ.get("KVPROOF_BENCH_SMOKE") == "1"

@@ -107,3 +107,21 @@ def test_the_key_follows_what_the_import_read(tmp_path):
     assert zygotes.key(python, dict(base, KVPROOF_CACHE_HOME="/c")) != k  # the release's VLLM_CACHE_ROOT
     src.write_text("A = 22\n")  # an overlay rewritten in place
     assert zygotes.key(python, base) != k
+
+
+def test_at_the_cap_the_least_recently_used_zygote_goes(monkeypatch):
+    """A new zygote past MAX_LIVE stops the least recently used one (its forked workers are
+    processes of their own), instead of leaving every later worker of its key to a plain start."""
+    import subprocess
+    idle = subprocess.Popen(["sleep", "120"])
+    fake = zygotes.home() / "0000-test-lru.pid"
+    fake.write_text(str(idle.pid))
+    os.utime(fake, (1, 1))  # the oldest use of all
+    try:
+        monkeypatch.setattr(zygotes, "MAX_LIVE", len(zygotes._live()))
+        zygotes._make_room()
+        assert idle.wait(timeout=10) == -15
+        assert not fake.exists()
+    finally:
+        idle.kill()
+        fake.unlink(missing_ok=True)

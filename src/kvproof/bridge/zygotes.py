@@ -8,7 +8,7 @@ the same imports, the client's own variables. A zygote is keyed by everything it
 read: the interpreter, the variables (but the pytest and kvproof ones no worker reads at
 import), kvproof's sources and the vLLM package's files (path, size,
 mtime), so an overlay rewritten in place or an edited kvproof gets a new zygote. It exits
-after ``IDLE`` seconds unused. Anything that goes wrong here falls back to a plain worker.
+after ``IDLE`` seconds unused, or when a new one needs its place (at most ``MAX_LIVE``). Anything that goes wrong here falls back to a plain worker.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 
 IDLE = 240.0  # seconds a zygote waits for its next client
-MAX_LIVE = 6  # live zygotes per user (each holds one vLLM import, ~0.5-1 GB)
+MAX_LIVE = 6  # live zygotes per user (each holds one vLLM import, ~0.5-1 GB); the least recently used goes
 START_TIMEOUT = 600.0
 # What a worker's import reads of kvproof's variables: the Triton stand-in's choice (read at
 # interpreter start, src/kvproof/stand_in_triton.py) and the cache home (the release's
@@ -107,21 +107,33 @@ class ForkedProc:
             pass
 
 
-def _live() -> int:
-    """Zygotes alive now (their pid files; a dead one's file goes)."""
-    n = 0
+def _live() -> list[Path]:
+    """The pid files of the zygotes alive now, least recently used first (a dead one's file goes)."""
+    out = []
     for f in home().glob("*.pid"):
         try:
             os.kill(int(f.read_text()), 0)
-            n += 1
+            out.append((f.stat().st_mtime, f))
         except (ValueError, OSError):
             f.unlink(missing_ok=True)
-    return n
+    return [f for _, f in sorted(out)]
 
 
-def _start(python: Path, env: dict[str, str], path: Path, module: str) -> subprocess.Popen | None:
-    if _live() >= MAX_LIVE:
-        return None
+def _make_room() -> None:
+    """At the cap, stop the least recently used zygotes. Safe at any moment: the workers it forked
+    are processes of their own and keep serving their clients; its next client starts it anew."""
+    live = _live()
+    for f in live[:max(0, len(live) - MAX_LIVE + 1)]:
+        try:
+            os.kill(int(f.read_text()), 15)
+        except (ValueError, OSError):
+            pass
+        f.unlink(missing_ok=True)
+        f.with_suffix(".sock").unlink(missing_ok=True)
+
+
+def _start(python: Path, env: dict[str, str], path: Path, module: str) -> subprocess.Popen:
+    _make_room()
     with open(path.with_suffix(".log"), "ab") as log:
         proc = subprocess.Popen([str(python), "-m", module, str(path), str(IDLE)], stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=log, env=env, start_new_session=True)
@@ -139,11 +151,19 @@ def _connect(path: Path) -> socket.socket | None:
         return None
 
 
+def _used(path: Path) -> None:
+    try:
+        os.utime(path.with_suffix(".pid"))
+    except OSError:
+        pass
+
+
 def _ready(python: Path, env: dict[str, str], k: str, module: str) -> socket.socket | None:
     """A connection to the zygote of key ``k``, started (one starter per key) if none listens."""
     path = home() / f"{k}.sock"
     conn = _connect(path)
     if conn is not None:
+        _used(path)
         return conn
     with open(home() / f"{k}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # other processes wanting this key wait for this start
@@ -155,8 +175,6 @@ def _ready(python: Path, env: dict[str, str], k: str, module: str) -> socket.soc
         except FileNotFoundError:
             pass
         proc = _start(python, env, path, module)
-        if proc is None:
-            return None
         end = time.monotonic() + START_TIMEOUT
         while time.monotonic() < end and proc.poll() is None:
             if path.exists():
