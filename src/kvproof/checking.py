@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from kvproof import contracts
-from kvproof.bridge.client import Worker
+from kvproof.bridge.client import Worker, spawn_all
 from kvproof.config import Config
 from kvproof.derivation import (Derived, DeriveError, _revision, config_key, enumerate_configs, host_cpu,
                                 model_configs, table_dir, table_entry)
@@ -177,9 +177,8 @@ class Workers:
         want = [Worker(env) for env in envs if not (live and env.name in live)]
         pool.by_env.update({env.name: live[env.name] for env in envs if live and env.name in live})
         try:
-            for w in want:
-                pool.own.append(w)
-                w.spawn()
+            pool.own.extend(want)
+            spawn_all(want)
             for w in want:
                 w.handshake()
                 pool.by_env[w.env.name] = w

@@ -266,12 +266,32 @@ class Worker:
         self.proc = None
 
 
+def spawn_all(workers: Sequence[Worker]) -> None:
+    """``spawn`` every worker at once: a plain spawn returns while vLLM imports, but one from a
+    zygote not yet running waits for that zygote's import, so each gets a thread of its own
+    (one after the other, a window of three releases imported serially). The first error raises."""
+    errors: list[BaseException] = []
+
+    def one(w: Worker) -> None:
+        try:
+            w.spawn()
+        except BaseException as err:  # noqa: BLE001 -- raised below, in the caller's thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=one, args=(w,), daemon=True) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
 def start_all(envs: Sequence[Env], kind: type[Worker] = Worker) -> list[Worker]:
     """Start one worker (of ``kind``) per environment, importing vLLM in parallel."""
     workers = [kind(env) for env in envs]
     try:
-        for w in workers:
-            w.spawn()
+        spawn_all(workers)
         for w in workers:
             w.handshake()
     except BaseException:
