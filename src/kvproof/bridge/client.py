@@ -55,7 +55,7 @@ def package_root() -> Path:
     root = settings().cache_home / "import-roots" / key
     if (root / "kvproof").exists():
         return root
-    tmp = root.with_name(f".{key}.{os.getpid()}.tmp")
+    tmp = root.with_name(f".{key}.{os.getpid()}.{threading.get_ident()}.tmp")  # threads spawn at once (spawn_all)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     if inside:
