@@ -91,32 +91,45 @@ def serve(bridge: Any, lines: TextIO, out: TextIO, import_seconds: float) -> Non
         out.flush()
 
 
-def exit_with_parent(interval: float = 1.0) -> threading.Thread:
-    """Exit when the client that started this worker dies. The worker reads stdin's EOF only
+def exit_when(gone, name: str, interval: float = 1.0) -> threading.Thread:
+    """Exit (code 3) once ``gone()`` says the client is gone. The worker reads stdin's EOF only
     between requests, so a client killed by a signal would leave it deriving a whole batch
-    (minutes, a core each) for nobody; a reparented worker (its parent pid changed) exits."""
-    parent = os.getppid()
-
+    (minutes, a core each) for nobody."""
     def watch() -> None:
-        while os.getppid() == parent:
+        while not gone():
             time.sleep(interval)
         os._exit(3)
 
-    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    thread = threading.Thread(target=watch, name=name, daemon=True)
     thread.start()
     return thread
 
 
-def main() -> None:
-    exit_with_parent()
+def exit_with_parent(interval: float = 1.0) -> threading.Thread:
+    """Exit when the client that started this worker dies: a reparented worker (its parent pid
+    changed) exits."""
+    parent = os.getppid()
+    return exit_when(lambda: os.getppid() != parent, "exit-with-parent", interval)
+
+
+def start() -> tuple[TextIO, Any, float]:
+    """What a worker does before serving (kvproof.zygote does the same, once): stdout parked on
+    stderr so vLLM's prints never reach the protocol channel, then vLLM's import and the Bridge.
+    Returns the protocol channel, the Bridge and the import's seconds."""
     protocol = sys.stdout
-    sys.stdout = sys.stderr  # keep vLLM's prints off the protocol channel
+    sys.stdout = sys.stderr
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     t0 = time.perf_counter()
     from kvproof.bridge.runtime import Bridge
 
     bridge = Bridge()
-    serve(bridge, sys.stdin, protocol, time.perf_counter() - t0)
+    return protocol, bridge, time.perf_counter() - t0
+
+
+def main() -> None:
+    exit_with_parent()
+    protocol, bridge, import_seconds = start()
+    serve(bridge, sys.stdin, protocol, import_seconds)
 
 
 if __name__ == "__main__":

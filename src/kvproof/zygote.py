@@ -23,28 +23,21 @@ import os
 import signal
 import socket
 import sys
-import threading
-import time
 
 
-def _exit_with_client(pid: int, interval: float = 1.0) -> None:
-    """The child exits when its client dies (the fork has no parent that is the client)."""
-    def watch() -> None:
-        while True:
-            time.sleep(interval)
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                os._exit(3)
-            except PermissionError:  # pid reused by another user's process: the client is gone
-                os._exit(3)
-    threading.Thread(target=watch, name="exit-with-client", daemon=True).start()
+def _client_gone(pid: int) -> bool:
+    """The client's pid names no process of this user any more (PermissionError: reused by another's)."""
+    try:
+        os.kill(pid, 0)
+        return False
+    except (ProcessLookupError, PermissionError):
+        return True
 
 
 def _child(bridge, header: dict, fds: list[int], import_seconds: float, imported: dict) -> None:
     """Become the worker: the client's pipes as fds 0-2, its variables with what the import set
     in them (``imported``: name -> value, None where it removed one), the protocol until EOF."""
-    from kvproof.worker import serve
+    from kvproof.worker import exit_when, serve
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -56,7 +49,8 @@ def _child(bridge, header: dict, fds: list[int], import_seconds: float, imported
             env[name] = value
     os.environ.clear()
     os.environ.update(env)
-    _exit_with_client(int(header["client"]))
+    client = int(header["client"])
+    exit_when(lambda: _client_gone(client), "exit-with-client")  # the fork's parent is not the client
     protocol = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 -- fd 1 for the life of the process
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 -- fd 0 for the life of the process
     serve(bridge, sys.stdin, protocol, import_seconds)
@@ -72,13 +66,9 @@ def _exec_environ() -> dict[str, str]:
 
 
 def main(path: str, idle: float) -> None:
-    sys.stdout = sys.stderr  # as the worker: vLLM's prints stay off any protocol channel
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    from kvproof.worker import start
     before = _exec_environ()  # what this interpreter started with (its .pth files may set more)
-    t0 = time.perf_counter()
-    from kvproof.bridge.runtime import Bridge
-    bridge = Bridge()
-    import_seconds = time.perf_counter() - t0
+    _, bridge, import_seconds = start()  # exactly the worker's start-up (kvproof.worker.start)
     # what start-up, vLLM's import and Bridge set or removed: a fresh worker's would do the same
     imported = {k: os.environ.get(k) for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
