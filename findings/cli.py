@@ -198,13 +198,15 @@ def _report(args, ledger: Ledger) -> int:
             continue
         for r in runs:
             print(f"  {entry.id} vLLM {r.release}: exit {r.rc} ({r.expectation()}) {r.last}")
+        from kvproof.findings.fix import worsened
         fixes = json.loads((folder / "evidence.json").read_text())["fix"]
         for f in fixes:
             print(f"  {entry.id} with the fix on vLLM {f['release']}: script {f['repro']} -> {f['repro_fixed']}, "
                   f"test {f['pytest']} -> {f['pytest_fixed']}, class {f['verdict']} -> {f['verdict_fixed']}"
-                  + (f", others changed: {f['others_changed']}" if f["others_changed"] else ""))
+                  + (f", others changed: {f['others_changed']}" if f["others_changed"] else "")
+                  + (f" (for the worse: {sorted(worsened(f['others_changed']))})" if worsened(f["others_changed"]) else ""))
         print(f"wrote {folder}/issue.md, repro.py, evidence.json")
-        ok = ok and all(r.as_expected for r in runs) and all(f["removes_symptom"] and not f["others_changed"]
+        ok = ok and all(r.as_expected for r in runs) and all(f["removes_symptom"] and not worsened(f["others_changed"])
                                                             for f in fixes)
     return ReproducerDidNotRun.exit_code if did_not_run else 0 if ok else 1
 

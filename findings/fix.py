@@ -70,6 +70,11 @@ class FixRun:
     others_checked: int = 0  # the other ledger entries and corpus files compared
 
     @property
+    def others_worse(self) -> dict[str, tuple[str, str]]:
+        """The other entries the fix made worse (:func:`worsened`)."""
+        return worsened(self.others_changed)
+
+    @property
     def removes_symptom(self) -> bool:
         return (self.repro == 1 and self.repro_fixed == 0 and self.verdict_fixed not in ("FAIL", "ERROR")
                 and (self.pytest is None or (self.pytest == 1 and self.pytest_fixed == 0))
@@ -82,6 +87,19 @@ class FixRun:
                 "others_changed": {k: list(v) for k, v in self.others_changed.items()},
                 "others_checked": self.others_checked,
                 "removes_symptom": self.removes_symptom}
+
+
+def worsened(changed) -> dict[str, tuple[str, str]]:
+    """Of ``changed`` (other entry -> (verdict without the fix, with it)), the changes for the worse:
+    a verdict that rises in severity (kvproof.verdicts.Verdict's order: OK -> WARN, WARN -> FAIL) or
+    a run that errs. A fix that also removes another class's symptom (FAIL -> WARN: the same cause,
+    or a neighbouring one) changes it for the better, and the report says so without failing."""
+    from kvproof.verdicts import Verdict
+
+    def rank(v):
+        return Verdict[v] if v in Verdict.__members__ else Verdict.ERROR  # missing: the run did not answer
+
+    return {k: (a, b) for k, (a, b) in changed.items() if rank(b) == Verdict.ERROR or rank(b) > rank(a)}
 
 
 def _verdicts(named: list[tuple], names: list) -> list[dict[str, str]]:

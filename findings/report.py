@@ -40,6 +40,7 @@ from kvproof.findings.reproducers import pytest_script, script
 from kvproof.findings.runs import (RUN_TIMEOUT_S, ReproducerDidNotRun, Run, affected, installed_releases,
                                    release_key, require_ran, run_script)
 from kvproof.fsio import atomic_write
+from kvproof.oracle_ids import OracleId
 
 DEFAULT_OUT = Path("out") / "findings"
 _AT = re.compile(r"@ (?P<file>\S+):(?P<line>\d+) in (?P<fn>\S+)\s*$")
@@ -59,7 +60,7 @@ SUGGESTED_FIX = {
         "of `mamba_cache_mode=\"all\"` with `extract_hidden_states` at config validation with a "
         "message. (0.32.0 removed `mamba_cache_mode=\"all\"` from CacheConfig, so the "
         "configuration is refused there.)"),
-    "oracle:kv_event": (
+    OracleId.KV_EVENT.check: (
         "In SimpleCPUOffloadScheduler, stop trusting the connector's own copy of a request's "
         "block ids after SlidingWindowManager.remove_skipped_blocks frees out-of-window blocks: "
         "when selecting blocks to store (`_select_eager_blocks_to_store`), skip blocks whose "
@@ -167,11 +168,16 @@ def draft(entry: Entry, runs: list[Run], lines: list[dict], fixes: list | None =
                 "|---|---|---|---|---|---|"]
         out += [f"| {f.release} | {_rc(f.pytest)} | {_rc(f.pytest_fixed)} | {_rc(f.repro)} | {_rc(f.repro_fixed)} "
                 f"| {_rc(_VERDICT_RC.get(f.witness))} -> {_rc(_VERDICT_RC.get(f.witness_fixed))} |" for f in fixes]
-        same = all(not f.others_changed for f in fixes)
         n = max(f.others_checked for f in fixes)
-        out += ["", f"The fix changes nothing else that was checked ({n} other known configurations and "
-                "regression layouts keep their behaviour)." if same else "The fix changes other results: " + "; ".join(
-                    f"{k}: {a} -> {b}" for f in fixes for k, (a, b) in f.others_changed.items()), ""]
+        worse = [f"{k}: {a} -> {b} on {f.release}" for f in fixes for k, (a, b) in f.others_worse.items()]
+        better = [f"{k}: {a} -> {b} on {f.release}" for f in fixes for k, (a, b) in f.others_changed.items()
+                  if k not in f.others_worse]
+        if not worse and not better:
+            out += ["", f"The fix changes nothing else that was checked ({n} other known configurations and "
+                    "regression layouts keep their behaviour).", ""]
+        else:
+            out += [""] + ([f"The fix makes other results worse: {'; '.join(worse)}."] if worse else []) + (
+                [f"The fix also improves other known results (of {n} checked): {'; '.join(better)}."] if better else []) + [""]
     if runs:
         out += ["<details><summary>The standalone script (repro.py) on every release</summary>", "",
                 "| vLLM | exit | expected | last line |", "|---|---|---|---|"]

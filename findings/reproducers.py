@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kvproof.errors import UsageError
 from kvproof.findings.ledger import Entry
+from kvproof.oracle_ids import OracleId
 
 TEMPLATES = Path(__file__).resolve().parent / "repro"
 
@@ -51,8 +52,8 @@ def script(entry: Entry) -> str:
         if entry.stream.get("spec"):  # a report whose reproducer cannot show the bug is not written
             raise UsageError(f"ledger entry {entry.id}: its stream drafts ({entry.stream['spec'].get('method')}) and "
                              f"the standalone reproducer (findings/repro/consumer.py.in) has no drafter yet")
-        if key.check == "oracle:kv_event":
-            expect = {"check": "kv_event"}
+        if key.check == OracleId.KV_EVENT.check:
+            expect = {"check": OracleId.KV_EVENT.value}
         elif key.exc_type:
             expect = {"exc_type": key.exc_type, "frame": key.raising_frame}
         else:

@@ -57,3 +57,20 @@ def test_a_class_no_registered_model_builds_is_not_called_a_bug(capsys):
     assert main(["report", entry.id, "--out", "/nonexistent/kvproof-report"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith(f"{entry.id} is not filed upstream (latent): ")
+
+
+def test_a_fix_that_also_removes_other_symptoms_is_not_a_side_effect():
+    """9a8b69482973's fix turns three other entries FAIL -> WARN: an improvement the report names,
+    not a failure; a change for the worse (OK -> WARN, WARN -> FAIL, an erring run) is one."""
+    from kvproof.findings.fix import FixRun, worsened
+
+    assert worsened({"a": ("FAIL", "WARN"), "b": ("FAIL", "OK"), "c": ("WARN", "OK")}) == {}
+    assert worsened({"a": ("OK", "WARN"), "b": ("WARN", "FAIL"), "c": ("FAIL", "ERROR"), "d": ("OK", None)}) == {
+        "a": ("OK", "WARN"), "b": ("WARN", "FAIL"), "c": ("FAIL", "ERROR"), "d": ("OK", None)}
+    entry = REPORTED[0]
+    better = FixRun("0.34.0", 1, 0, "FAIL", "OK", others_changed={"10fb1ddbf752": ("FAIL", "WARN")}, others_checked=9)
+    text = draft(entry, [], [], fixes=[better])
+    assert "also improves other known results (of 9 checked): 10fb1ddbf752: FAIL -> WARN on 0.34.0" in text
+    assert "worse" not in text and better.removes_symptom and not better.others_worse
+    worse = FixRun("0.34.0", 1, 0, "FAIL", "OK", others_changed={"10fb1ddbf752": ("OK", "FAIL")}, others_checked=9)
+    assert "makes other results worse: 10fb1ddbf752: OK -> FAIL on 0.34.0" in draft(entry, [], [], fixes=[worse])
