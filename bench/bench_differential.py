@@ -7,23 +7,26 @@
 
 Up to ``--max`` files of a ``kvproof fuzz --target consumers`` campaign's libFuzzer
 corpus (``<workdir>/corpus``, in name order) are decoded the way the harness decodes
-them (``kvproof.fuzz.differential``: ``scan``, ``select``, ``decode_file``, with the
-release capabilities the harness recorded in its stats files and the campaign's
-premise). Every decodable input runs at the consumer tier on every release of the
-chain (``--vllm``, oldest first; default: the project's whole release list), one
-worker call per release (``kvproof.consumer.client.run_many``), and
-``kvproof.differential.diff`` compares each consecutive pair admission by admission
-(``--margin`` tokens a request may lose). The table gives, per pair, the inputs
-and admissions compared, the runs not compared by reason and the regressions;
+them (``kvproof.fuzz.differential.campaign_corpus``, with the release capabilities the
+harness recorded in its stats files and the campaign's premise). Every decodable input
+runs at the consumer tier on every release of the chain (``--vllm``, oldest first;
+default: the project's whole release list), one worker call per release
+(``kvproof.consumer.client.run_many``), and ``kvproof.differential.pairs`` compares each
+consecutive pair admission by admission (``differential.diff``; ``--margin`` tokens a
+request may lose). The table gives, per pair, the inputs and admissions compared, the
+runs not compared by reason and the regressions;
 per regression class (``consumer|regression:hits@<first bad release>[<drafter family
 or scheduler-block>]||``) the ledger's id or NEW and its worst admission (corpus
 file, request, hit before -> after of the reusable tokens, drafts, scheduler
 block before -> after), with that input's layout and stream; and the share of
 inputs whose stream carries speculative drafts, by method. Each pair's regressing inputs
-run once more on both releases (``run_each``) and each class says how many of its
-admissions regress again. The inputs the judge passes
+run once more on both releases (``differential.reproduce`` with ``run_each``) and each class
+says how many of its admissions regress again. The inputs the judge passes
 on a release and FAILs on the next (compare's ``newly_failing``) are counted per pair and
-listed by the class a campaign on the newer release would key them with.
+listed by the class a campaign on the newer release would key them with. The classes, their
+ledger entries, the counts per release and the drafts' share come from ``kvproof.differential``
+(``regression_classes``, ``failing_classes``, ``release_counts``, ``spec_share``): this script
+runs, times and writes the table.
 
 With ``--generated N`` the inputs are not a campaign's corpus but ``kvproof compare
 --generated``'s (``kvproof.compare.generated``: the reference layouts in turn, each
@@ -62,13 +65,12 @@ sys.path.insert(0, str(ROOT / "src"))
 from kvproof import envs  # noqa: E402
 from kvproof.cliutil import Parser, add_vllm, guarded  # noqa: E402
 from kvproof.compare import new_classes, print_report  # noqa: E402
-from kvproof.differential import Regression, Report, diff, why_not_compared  # noqa: E402
+from kvproof import differential  # noqa: E402
+from kvproof.differential import FailingClass, Input, Pair, RegressionClass, diff  # noqa: E402
 from kvproof.consumer.client import run_each, run_many  # noqa: E402
 from kvproof.errors import KvproofError, UsageError  # noqa: E402
-from kvproof.classkey import ClassKey, class_key  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
-from kvproof.judge import above_ideal, judge_consumer  # noqa: E402
-from kvproof.fuzz import differential  # noqa: E402
+from kvproof.fuzz.differential import campaign_corpus, describe_campaign  # noqa: E402
 from kvproof import facts  # noqa: E402
 
 PROG = "bench_differential.py"
@@ -116,38 +118,12 @@ def run_campaign(release: str, seconds: int, workdir: Path, premise: str) -> dic
             "load": (load0, os.getloadavg()[0]), "report": report}
 
 
-def describe_campaign(workdir: Path) -> dict:
-    """What the campaign folder says of itself (campaign.json, its stats): release, sessions, corpus."""
-    try:
-        data = json.loads((workdir / "campaign.json").read_text())
-    except (OSError, ValueError):
-        data = {}
-    stats = []
-    for p in sorted((workdir / "stats").glob("consumers-*.json")):
-        with contextlib.suppress(OSError, ValueError):
-            stats.append(json.loads(p.read_text()))
-    verdicts: dict[str, int] = {}
-    for d in stats:
-        for k, v in d.get("verdicts", {}).items():
-            verdicts[k] = verdicts.get(k, 0) + v
-    return {"release": data.get("release") or next((d.get("vllm") for d in stats), "?"),
-            "target": data.get("target", "consumers"), "sessions": data.get("sessions", []),
-            "execs": sum(d.get("execs", 0) for d in stats), "verdicts": verdicts}
-
-
 # --- the corpus -----------------------------------------------------------------
 def collect(workdir: Path, limit: int, premise: str) -> dict:
-    """Up to ``limit`` corpus files of the campaign, decoded the harness's way."""
-    caps = differential.campaign_caps(workdir)
-    if caps is None:
-        raise UsageError(f"--workdir {workdir}: no consumers harness stats with the release's capabilities "
-                         f"(stats/consumers-*.json); not a consumers campaign folder, or it never ran an input")
-    files = differential.scan(workdir / "corpus")
-    if not files:
-        raise UsageError(f"--workdir {workdir}: the campaign's corpus ({workdir / 'corpus'}) is empty")
+    """Up to ``limit`` corpus files of the campaign, decoded the harness's way (timed)."""
     t0 = time.monotonic()
-    picked, refused, left = differential.select(files, set(), limit, caps, premise)
-    return {"caps": caps, "files": len(files), "picked": picked, "refused": len(refused), "left": left,
+    caps, files, picked, refused, left = campaign_corpus(workdir, limit, premise)
+    return {"caps": caps, "files": files, "picked": picked, "refused": len(refused), "left": left,
             "decode_s": time.monotonic() - t0}
 
 
@@ -159,25 +135,6 @@ def generated_corpus(n: int, share: float, seed: int, method: str | None) -> dic
               for i, (lay, st) in enumerate(generated(n, share, seed, method))]
     return {"caps": None, "files": n, "picked": picked, "refused": 0, "left": 0, "decode_s": time.monotonic() - t0,
             "generated": {"n": n, "share": share, "seed": seed, "method": method}}
-
-
-def mtp_modules(picked: Sequence[tuple]) -> dict[int, int]:
-    """MTP inputs by the target's MTP modules (``Drafts.modules``)."""
-    by: dict[int, int] = {}
-    for _, _, _, st in picked:
-        if st.spec and st.spec.method == "mtp":
-            m = getattr(st.spec, "modules", 1) or 1
-            by[m] = by.get(m, 0) + 1
-    return dict(sorted(by.items()))
-
-
-def spec_share(picked: Sequence[tuple]) -> tuple[int, dict[str, int]]:
-    """Inputs whose stream carries speculative drafts, and the inputs by method ("none": no drafts)."""
-    by: dict[str, int] = {}
-    for _, _, _, st in picked:
-        m = st.spec.method if st.spec else "none"
-        by[m] = by.get(m, 0) + 1
-    return len(picked) - by.get("none", 0), dict(sorted(by.items()))
 
 
 # --- the chain --------------------------------------------------------------------
@@ -196,112 +153,22 @@ def run_chain(items: Sequence[tuple], releases: Sequence[str], found: dict[str, 
     return runs, walls
 
 
-def pair_reports(picked: Sequence[tuple], runs: dict[str, list], margin: int) -> list[dict]:
-    """Per consecutive pair: ``differential.diff`` input by input (so each regression keeps its corpus
-    file), summed into one Report; its regressions as (Regression, sha1, layout, stream)."""
-    rels = list(runs)
-    out = []
-    for prev, cur in zip(rels, rels[1:]):
-        rep = Report([prev, cur], inputs=len(picked))
-        found: list[tuple[Regression, str, Any, Any]] = []
-        failing: list[tuple[Any, str, Any, Any, str]] = []
-        for (sha, _, lay, st), a, b in zip(picked, runs[prev], runs[cur]):
-            one = diff([(lay, st)], {prev: [a], cur: [b]}, margin)
-            rep.absorb(one)
-            found += [(reg, sha, lay, st) for reg in one.regressions]
-            if one.newly_failing:  # keyed as a campaign keys the newer release's FAIL
-                failing.append((class_key(judge_consumer(b, lay), lay), sha, lay, st, one.newly_failing[0][3]))
-        out.append({"prev": prev, "cur": cur, "report": rep, "found": found, "failing": failing,
-                    "inputs_compared": len(picked) - sum(rep.not_compared.values())})
-    return out
-
-
-def release_counts(runs: dict[str, list]) -> dict[str, dict[str, int]]:
-    """Per release: runs complete, and the others by why they cannot be compared."""
-    out = {}
-    for rel, results in runs.items():
-        c: dict[str, int] = {}
-        for r in results:
-            why = why_not_compared(r) or "complete"
-            c[why] = c.get(why, 0) + 1
-            c["admissions"] = c.get("admissions", 0) + len(r.hits or [])
-            c["above ideal"] = c.get("above ideal", 0) + len(above_ideal(r))  # judge.ideal_hit: must stay 0
-        out[rel] = c
-    return out
-
-
-def _ledgered(entry: Any, release: str | None = None) -> str:
-    """The entry's id and status; a fixed class met on its fix release or later says so (the fix
-    is gone, or a second cause shares the key): never a quiet "known"."""
-    if not entry:
-        return "NEW"
-    if release and entry.regressed_on(release):
-        return f"{entry.id} (fixed in {entry.fixed_in}, met again on {release})"
-    return f"{entry.id} ({entry.status.value})"
-
-
-def failing_classes(pairs: Sequence[dict], ledger: Any) -> list[dict]:
-    """The classes of the inputs the judge passes on a release and FAILs on the next, in chain
-    order: inputs, the first one met, ledger entry."""
-    out = []
-    for p in pairs:
-        by: dict[Any, list] = {}
-        for f in p["failing"]:
-            by.setdefault(f[0], []).append(f)
-        for key, found in by.items():
-            out.append({"key": str(key), "release": p["cur"], "previous": p["prev"], "inputs": len(found),
-                        "first": found[0],
-                        "ledger": _ledgered(ledger.get(key) if ledger is not None else None, p["cur"])})
-    return out
-
-
-def classes(pairs: Sequence[dict], ledger: Any) -> list[dict]:
-    """Every regression class met, in chain order: its admissions, inputs, worst admission, ledger entry."""
-    out = []
-    for p in pairs:
-        by: dict[str, list] = {}
-        for f in p["found"]:
-            by.setdefault(f[0].class_key, []).append(f)
-        for key, found in by.items():
-            worst = max(found, key=lambda f: f[0].before - f[0].after)
-            entry = ledger.get(ClassKey.parse(key)) if ledger is not None else None
-            out.append({"key": key, "release": p["cur"], "previous": p["prev"], "admissions": len(found),
-                        "inputs": len({f[1] for f in found}), "worst": worst,
-                        "ledger": _ledgered(entry)})
-    return out
-
-
-def confirm(pairs: Sequence[dict], found_classes: Sequence[dict], found: dict[str, Any], margin: int,
+def confirm(pairs: Sequence[Pair], found_classes: Sequence[RegressionClass], found: dict[str, Any], margin: int,
             runner: Callable | None = None) -> float:
-    """Run each pair's regressing inputs once more on both releases (``run_each``: one call, the
-    two imports overlapped) and ``diff`` them again: each class gets ``reproduced``, its admissions
-    that regress again (the same input, request, admission and class). A connector whose
-    asynchronous transfers finish at another step can hit otherwise on a rerun of one release.
-    The seconds it took."""
-    runner = runner or run_each
+    """``differential.reproduce``: each pair's regressing inputs once more on both releases
+    (``run_each``: one call, the two imports overlapped). The seconds it took."""
     t0 = time.monotonic()
-    for p in pairs:
-        mine = [c for c in found_classes if (c["previous"], c["release"]) == (p["prev"], p["cur"])]
-        if not mine:
-            continue
-        sub = list({sha: (sha, lay, st) for _, sha, lay, st in p["found"]}.values())
-        older, newer = runner([(lay, st) for _, lay, st in sub], [found[p["prev"]], found[p["cur"]]])
-        again = set()
-        for (sha, lay, st), a, b in zip(sub, older, newer):
-            rep = diff([(lay, st)], {p["prev"]: [a], p["cur"]: [b]}, margin)
-            again |= {(sha, r.class_key, r.request, r.admission) for r in rep.regressions}
-        for c in mine:
-            c["reproduced"] = sum((sha, reg.class_key, reg.request, reg.admission) in again
-                                  for reg, sha, _, _ in p["found"] if reg.class_key == c["key"])
+    differential.reproduce(pairs, found_classes, found, margin, runner or run_each)
     return time.monotonic() - t0
 
 
 # --- the table ----------------------------------------------------------------------
 def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, float], counts: dict,
-           pairs: Sequence[dict], found_classes: Sequence[dict], margin: int,
-           failing: Sequence[dict] = ()) -> list[str]:
+           pairs: Sequence[Pair], found_classes: Sequence[RegressionClass], margin: int,
+           failing: Sequence[FailingClass] = ()) -> list[str]:
     picked = corpus["picked"]
-    n_spec, by_method = spec_share(picked)
+    streams = [st for *_, st in picked]
+    n_spec, by_method = differential.spec_share(streams)
     cpu, bf16 = cpu_model()
     camp = meta["campaign"]
     what = "a consumers campaign's corpus" if camp else "generated inputs"
@@ -321,7 +188,7 @@ def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, f
                      f"{gen['share']} --seed {gen['seed']}" + (f" --spec-method {gen['method']}" if gen['method'] else "")
                      + "` draws them: the reference layouts (`compare.REFERENCE_LAYOUTS`) in turn, prefix caching "
                      "on, each under a seeded stream. MTP inputs by the target's MTP modules: "
-                     + (", ".join(f"{k} module{'s' if k > 1 else ''}: {v}" for k, v in mtp_modules(picked).items())
+                     + (", ".join(f"{k} module{'s' if k > 1 else ''}: {v}" for k, v in differential.mtp_modules(streams).items())
                         or "none") + ".")
     elif meta.get("ran"):
         r = meta["ran"]
@@ -368,14 +235,14 @@ def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, f
               "| newly failing inputs | admissions hitting more (tokens) |",
               "|---|---:|---:|---|---:|---|---:|---:|"]
     for p in pairs:
-        rep = p["report"]
+        rep = p.report
         nc = ", ".join(f"{v} {k}" for k, v in sorted(rep.not_compared.items())) or "none"
-        cls = ", ".join(f"{_code(c['key'])} {c['ledger']}" for c in found_classes if c["release"] == p["cur"]
-                        and c["previous"] == p["prev"]) or "none"
-        more, tokens = rep.gains.get(p["cur"], (0, 0))
-        lines.append(f"| {p['prev']} -> {p['cur']} | {p['inputs_compared']} | {rep.requests_compared:,} | {nc} | "
+        cls = ", ".join(f"{_code(c.key)} {c.ledger}" for c in found_classes if c.release == p.release
+                        and c.previous == p.previous) or "none"
+        more, tokens = rep.gains.get(p.release, (0, 0))
+        lines.append(f"| {p.previous} -> {p.release} | {p.inputs_compared} | {rep.requests_compared:,} | {nc} | "
                      f"{len(rep.regressions)} | {cls} | {len(rep.newly_failing)} | {more:,} (+{tokens:,}) |")
-    total_adm = sum(p["report"].requests_compared for p in pairs)
+    total_adm = sum(p.report.requests_compared for p in pairs)
     lines += ["", f"Admissions compared over the chain: {total_adm:,}.", "", "## Regression classes", ""]
     if not found_classes:
         lines.append(f"None: no admission hit more than {margin} tokens less on a newer release.")
@@ -390,13 +257,13 @@ def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, f
               "| class | newly failing on | ledger | inputs | first: corpus file | layout | judge |",
               "|---|---|---|---:|---|---|---|"]
     for c in failing:
-        _, sha, lay, _, line = c["first"]
-        lines.append(f"| {_code(c['key'])} | {c['release']} (after {c['previous']}) | {c['ledger']} | {c['inputs']} | "
-                     f"`{sha[:12]}` | {_code(lay.summary())} | {_cell(line[:200])} |")
+        first = c.first
+        lines.append(f"| {_code(c.key)} | {c.release} (after {c.previous}) | {c.ledger} | {c.inputs} | "
+                     f"`{first.name[:12]}` | {_code(first.layout.summary())} | {_cell(first.line[:200])} |")
     return lines
 
 
-def _regression_table(found_classes: Sequence[dict]) -> list[str]:
+def _regression_table(found_classes: Sequence[RegressionClass]) -> list[str]:
     lines = ["Reproduced: the class's admissions that regress again when its inputs run once more on both "
              "releases (the runs are meant to be deterministic; fewer than all: the class is not a stable "
              "difference between the releases).", "",
@@ -405,17 +272,18 @@ def _regression_table(found_classes: Sequence[dict]) -> list[str]:
              "scheduler block before -> after |",
              "|---|---|---|---:|---:|---|---|---|---|---|---|"]
     for c in found_classes:
-        reg, sha = c["worst"][0], c["worst"][1]
+        reg, sha = c.worst.regression, c.worst.name
         blocks = f"{reg.blocks[0]} -> {reg.blocks[1]}" + ("" if reg.blocks[0] != reg.blocks[1] else " (same)")
-        lines.append(f"| {_code(c['key'])} | {reg.release} (after {reg.previous}) | {c['ledger']} | "
-                     f"{c['admissions']} ({c['inputs']}) | {c.get('reproduced', '?')} of {c['admissions']} | "
+        reproduced = "?" if c.reproduced is None else c.reproduced
+        lines.append(f"| {_code(c.key)} | {reg.release} (after {reg.previous}) | {c.ledger} | "
+                     f"{c.admissions} ({c.inputs}) | {reproduced} of {c.admissions} | "
                      f"`{sha[:12]}` | `{reg.input_hash}` | "
                      f"{reg.request} ({reg.admission}) | {reg.before} -> {reg.after} of {reg.truth} | "
                      f"{_cell(reg.spec or 'no drafts')} | {blocks} |")
     lines += ["", "Worst inputs (corpus file SHA-1; layout; stream):", ""]
     for c in found_classes:
-        _, sha, lay, st = c["worst"]
-        lines.append(f"- `{c['key']}`: `{sha}`; `{_cell(lay.summary())}`; {_cell(st.summary())}")
+        _, sha, lay, st = c.worst
+        lines.append(f"- `{c.key}`: `{sha}`; `{_cell(lay.summary())}`; {_cell(st.summary())}")
     return lines
 
 
@@ -488,22 +356,22 @@ def _main(argv: Sequence[str] | None) -> int:
     print(f"[{PROG}] {len(picked)} inputs from {corpus['files']} " + ("generated" if campaign is None else "corpus files")
           + f"; {' -> '.join(releases)}", flush=True)
     items = [(lay, st) for _, _, lay, st in picked]
-    runs, walls = run_chain(items, releases, found)
-    pairs = pair_reports(picked, runs, args.margin)
+    runs, walls = run_chain(items, releases, found, run_many)
+    pairs = differential.pairs([Input(sha, lay, st) for sha, _, lay, st in picked], runs, args.margin)
     from kvproof.findings.ledger import Ledger
 
     ledger = Ledger.load()
     chain = diff(items, runs, args.margin)  # the whole chain at once: the same counts, printed as compare does
-    assert chain.requests_compared == sum(p["report"].requests_compared for p in pairs)
-    assert len(chain.regressions) == sum(len(p["report"].regressions) for p in pairs)
-    assert len(chain.newly_failing) == sum(len(p["report"].newly_failing) for p in pairs)
-    found_classes = classes(pairs, ledger)
-    confirm_s = confirm(pairs, found_classes, found, args.margin)
+    assert chain.requests_compared == sum(p.report.requests_compared for p in pairs)
+    assert len(chain.regressions) == sum(len(p.report.regressions) for p in pairs)
+    assert len(chain.newly_failing) == sum(len(p.report.newly_failing) for p in pairs)
+    found_classes = [c for p in pairs for c in differential.regression_classes(p.found, ledger)]
+    confirm_s = confirm(pairs, found_classes, found, args.margin, run_each)
     meta = {"command": command, "started": started, "load": (load0, os.getloadavg()[0]),
             "wall": time.monotonic() - t0, "campaign_wall": ran["wall"] if ran else 0.0, "ran": ran, "confirm_s": confirm_s,
             "campaign": campaign, "premise": args.premise, "max": args.max}
-    lines = render(meta, corpus, releases, walls, release_counts(runs), pairs, found_classes, args.margin,
-                   failing_classes(pairs, ledger))
+    lines = render(meta, corpus, releases, walls, differential.release_counts(runs), pairs, found_classes,
+                   args.margin, differential.failing_classes([f for p in pairs for f in p.failing], ledger))
     atomic_write(Path(args.out), "\n".join(lines) + "\n")
     print_report(chain, ledger)
     new = new_classes(chain, ledger)

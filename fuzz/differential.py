@@ -21,11 +21,14 @@ like the harness's (``<workdir>/stats/differential.json``, read by
 is known, and the first input of a class the ledger lacks is stored in the
 campaign's findings folder with its stream. That file also remembers the files
 compared; it is written atomically once per epoch, so an interrupted epoch is
-simply done again. Nothing here stops the campaign. No vLLM import here.
+simply done again. Nothing here stops the campaign. A finished campaign's folder is read the
+same way for bench/bench_differential.py's chain (``describe_campaign``, ``campaign_corpus``).
+No vLLM import here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -79,6 +82,42 @@ def campaign_caps(workdir: Path) -> Any:
         if isinstance(caps, dict):
             return Caps.from_dict(caps)
     return None
+
+
+def describe_campaign(workdir: Path) -> dict:
+    """What a campaign folder says of itself (campaign.json, its consumers harness stats): release,
+    target, sessions, execs and verdicts summed over the stats files."""
+    try:
+        data = json.loads((workdir / "campaign.json").read_text())
+    except (OSError, ValueError):
+        data = {}
+    stats = []
+    for p in sorted((workdir / "stats").glob("consumers-*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            stats.append(json.loads(p.read_text()))
+    verdicts: dict[str, int] = {}
+    for d in stats:
+        for k, v in d.get("verdicts", {}).items():
+            verdicts[k] = verdicts.get(k, 0) + v
+    return {"release": data.get("release") or next((d.get("vllm") for d in stats), "?"),
+            "target": data.get("target", "consumers"), "sessions": data.get("sessions", []),
+            "execs": sum(d.get("execs", 0) for d in stats), "verdicts": verdicts}
+
+
+def campaign_corpus(workdir: Path, limit: int, premise: str, real: tuple = ()) -> tuple[Any, int, list[tuple], set[str], int]:
+    """Up to ``limit`` of a consumers campaign's corpus files (``<workdir>/corpus``, in name order),
+    decoded the harness's way with the capabilities its stats recorded: (caps, files, picked as
+    ``select`` gives them, SHA-1s refused, files left over). A folder without harness stats, or
+    with an empty corpus, is a UsageError."""
+    caps = campaign_caps(workdir)
+    if caps is None:
+        raise UsageError(f"--workdir {workdir}: no consumers harness stats with the release's capabilities "
+                         f"(stats/consumers-*.json); not a consumers campaign folder, or it never ran an input")
+    files = scan(workdir / "corpus")
+    if not files:
+        raise UsageError(f"--workdir {workdir}: the campaign's corpus ({workdir / 'corpus'}) is empty")
+    picked, refused, left = select(files, set(), limit, caps, premise, real)
+    return caps, len(files), picked, refused, left
 
 
 def decode_file(data: bytes, caps: Any, premise: str, real: tuple = ()) -> tuple[Any, Any] | None:

@@ -38,7 +38,7 @@ from kvproof.consumer.stream import Stream, random_stream
 from kvproof.errors import LayoutError, UsageError
 from kvproof.fsio import atomic_write
 from kvproof.inputs import load_files, parse_json
-from kvproof.differential import Report, diff
+from kvproof.differential import Found, Report, diff, ledgered, regression_classes
 from kvproof.layout import Layout
 from kvproof import facts
 
@@ -154,20 +154,20 @@ def print_report(rep: Report, ledger: Any = None) -> None:
     keys = rep.newly_failing_classes or [""] * len(rep.newly_failing)
     for (rel, prev, h, what), key in zip(rep.newly_failing, keys):
         entry = ledger.get(ClassKey.parse(key)) if ledger is not None and key else None
-        known = f"known {entry.id} ({entry.status})" if entry else "NEW"
+        known = f"known {ledgered(entry, rel)}" if entry else "NEW"
         print(f"  NEWLY FAILING {known} on {rel} (passed on {prev}): input {h}: {what}" + (f"; class {key}" if key and not entry else ""))
     for rel, prev, key, before, after in rep.jumps:
         print(f"  CLASS JUMPS on {rel} (vs {prev}): {key}: {before} -> {after} observations over the same inputs")
     for rel, (n, tokens) in rep.gains.items():
         print(f"  hit more on {rel}: {n} admissions, +{tokens} tokens")
-    classes = rep.classes()
+    # the per-class summary bench/bench_differential.py tables (an input named by its layout hash here)
+    classes = regression_classes([Found(r, r.input_hash) for r in rep.regressions], ledger)
     if not classes:
         print("  no regression: no request hit less on a newer release")
-    for key, regs in classes.items():
-        worst = max(regs, key=lambda r: r.before - r.after)
-        entry = ledger.get(ClassKey.parse(key)) if ledger is not None else None
-        known = f" known {entry.id} ({entry.status})" if entry else " NEW"
-        print(f"  REGRESSION{known} {key}: first bad release {worst.release} (after {worst.previous}), {len(regs)} "
+    for c in classes:
+        worst = c.worst.regression
+        known = f" known {c.ledger}" if c.known else " NEW"
+        print(f"  REGRESSION{known} {c.key}: first bad release {worst.release} (after {worst.previous}), {c.admissions} "
               f"admissions; worst: input {worst.input_hash} request {worst.request} hit {worst.before} -> "
               f"{worst.after} of {worst.truth} reusable ({worst.spec or 'no drafts'})"
               + (f"; the release built another layout: scheduler block {worst.blocks[0]} -> {worst.blocks[1]}"

@@ -197,13 +197,3 @@ def test_a_regression_that_does_not_come_back_on_a_rerun_says_so(tmp_path, monke
     rows = [ln for ln in out.read_text().splitlines() if ln.startswith("| `consumer\\|regression:hits@0.29.0[")]
     assert rows and all("| 0 of " in r for r in rows)
 
-
-def test_a_fixed_class_met_again_on_its_fix_release_or_later_says_so():
-    from kvproof.classkey import ClassKey
-    from kvproof.findings.ledger import Entry, Status
-    bench = _bench()
-    e = Entry(ClassKey("consumer", "raise:", "AssertionError", "vllm/v1/core/kv_cache_utils.py:resolve_block_hashes"),
-              Status.FIXED, "t", "w", fixed_in="0.28.0")
-    assert bench._ledgered(e, "0.27.0") == f"{e.id} (fixed)"
-    assert bench._ledgered(e, "0.30.0") == f"{e.id} (fixed in 0.28.0, met again on 0.30.0)"
-    assert bench._ledgered(None, "0.30.0") == "NEW"

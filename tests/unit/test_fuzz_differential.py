@@ -267,3 +267,28 @@ def test_campaigns_start_from_what_real_models_derive_and_old_inputs_keep_their_
             assert st.spec is None  # the stream drafts with the model's own method
     for data, layout, stream in inputs(30):
         assert decode_choices(PyFDP(data), FULL, "engine", real) == (layout, stream)
+
+
+def test_a_finished_campaigns_folder_is_read_for_the_release_chain(tmp_path):
+    """``campaign_corpus`` and ``describe_campaign`` (bench/bench_differential.py's inputs): the
+    corpus in name order, one per content, up to the limit, the rest counted; the folder's own account."""
+    made = inputs(4, seed=2)
+    work, corpus = campaign_folder(tmp_path, [d for d, _, _ in made] + [made[0][0], b""])
+    caps, files, picked, refused, left = differential.campaign_corpus(work, 3, "engine")
+    assert caps == FULL and files == 5  # the copy of the first file is one content
+    assert [(lay, st) for _, _, lay, st in picked] == [(lay, st) for _, lay, st in made[:3]]
+    assert not refused and left == 2  # the fourth file and the empty one: for later
+    (work / "stats" / "consumers-2.json").write_text(json.dumps({"vllm": "0.33.0", "execs": 5,
+                                                                 "verdicts": {"OK": 4, "WARN": 1}}))
+    (work / "stats" / "consumers-1.json").write_text(json.dumps({"vllm": "0.33.0", "caps": FULL.to_dict(),
+                                                                 "execs": 2, "verdicts": {"OK": 2}}))
+    assert differential.describe_campaign(work) == {"release": "0.33.0", "target": "consumers", "sessions": [],
+                                                    "execs": 7, "verdicts": {"OK": 6, "WARN": 1}}
+    (work / "campaign.json").write_text(json.dumps({"release": "0.32.0", "sessions": [{"execs": 7}]}))
+    assert differential.describe_campaign(work)["release"] == "0.32.0"
+    for p in corpus.iterdir():
+        p.unlink()
+    with pytest.raises(UsageError, match="corpus .* is empty"):
+        differential.campaign_corpus(work, 3, "engine")
+    with pytest.raises(UsageError, match="no consumers harness stats"):
+        differential.campaign_corpus(tmp_path / "elsewhere", 3, "engine")
