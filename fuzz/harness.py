@@ -46,6 +46,7 @@ import types
 import typing
 from pathlib import Path
 
+from kvproof import frames
 from kvproof.fsio import atomic_write
 from kvproof.cliutil import guarded
 from kvproof.errors import UsageError
@@ -169,20 +170,15 @@ def premise_label(layout, vllm: str, premise: str) -> str:
 
 def harness_cause(err: BaseException) -> str:
     """``Type at file:function`` of the innermost frame: where kvproof's own code broke."""
-    import traceback
-
-    from kvproof.classkey import frame_key
-
-    frames = traceback.extract_tb(err.__traceback__)
-    if not frames:
+    last = frames.innermost(err)
+    if last is None:
         return type(err).__name__
-    f = frames[-1]
-    path = f.filename
+    path, function = last.tb_frame.f_code.co_filename, last.tb_frame.f_code.co_name
     for marker in ("/kvproof/", "/vllm/", "/fuzz/"):
         if marker in path:
             path = path[path.rindex(marker) + 1:]
             break
-    return f"{type(err).__name__} at {frame_key(f'{path}:{f.lineno} in {f.name}')}"
+    return f"{type(err).__name__} at {frames.key_of(path, function)}"
 
 
 class Stats:

@@ -36,16 +36,15 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from kvproof import frames
 from kvproof.judge import Judgement
 from kvproof.layout import Layout
 from kvproof.oracle_ids import CHECK_PREFIX
 from kvproof.verdicts import Verdict
 
 STEM_WORDS = 6
-CALLED_FROM = " <- "  # a bare assert's frame: the raising function <- the function that called it
 _STOP = re.compile(r"[\d\[\](){}=:'\"<>@,;]")
 _WORD = re.compile(r"^[A-Za-z_][A-Za-z_.\-]*$")
-_FRAME = re.compile(r"^(?P<file>.*?):(?P<line>\d+) in (?P<fn>.+)$")
 
 
 @dataclass(frozen=True, order=True)
@@ -65,8 +64,8 @@ class ClassKey:
 
     @property
     def raising_frame(self) -> str:
-        """The frame that raised, without a bare assert's caller (``CALLED_FROM``)."""
-        return self.frame.split(CALLED_FROM, 1)[0]
+        """The frame that raised, without a bare assert's caller (``frames.CALLED_FROM``)."""
+        return self.frame.split(frames.CALLED_FROM, 1)[0]
 
     def to_dict(self) -> dict:
         return {"tier": self.tier, "check": self.check, "exc_type": self.exc_type, "frame": self.frame}
@@ -83,19 +82,6 @@ class ClassKey:
         if len(parts) != 4 or not _:
             raise ValueError(f"{text!r} is not a class key (tier|check|exc_type|frame)")
         return cls(*parts)
-
-
-def frame_key(frame: str) -> str:
-    """``vllm/v1/x.py:123 in fn`` -> ``vllm/v1/x.py:fn``: a frame without its line number
-    (line numbers move between releases; the function does not)."""
-    m = _FRAME.match(frame.strip())
-    if not m:
-        return frame.strip()
-    path = m.group("file")
-    cut = path.rfind("vllm/")
-    if cut > 0 and "kvproof/" not in path[cut:]:
-        path = path[cut:]
-    return f"{path}:{m.group('fn')}"
 
 
 def stem(message: str) -> str:
@@ -139,9 +125,9 @@ def class_key(j: Judgement, layout: Layout | None = None) -> ClassKey:
         # "token-count" on seven specs: 31 classes, one cause)
         producer = err.frame.partition("|")[2]
         return ClassKey(tier, err.type, "", producer)
-    frame = frame_key(err.frame)
+    frame = frames.key(err.frame)
     if getattr(err, "condition", "") and getattr(err, "caller", "") and not err.message.strip():
-        frame += CALLED_FROM + frame_key(err.caller)
+        frame += frames.CALLED_FROM + frames.key(err.caller)
     if j.explained and j.verdict in (Verdict.FAIL, Verdict.UNSUPPORTED):
         # a contract's class is the contract's, at its own tier, whichever tier ran into it: the
         # consumer tier meeting the coordinator's assertion at Scheduler() is the manager's class

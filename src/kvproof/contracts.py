@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome, StageError
-from kvproof import facts
+from kvproof import facts, frames
 from kvproof.revisions import revision_or_newest
 from kvproof.verdicts import Tier
 
@@ -351,8 +351,9 @@ def refuses_by_message(err: StageError | None) -> bool:
     """``err`` is a constructor's "not supported" refusal (see :data:`REFUSING_CODE`)."""
     if err is None or err.type not in REFUSING_TYPES or not _NOT_SUPPORTED.search(err.message or ""):
         return False
-    where, _, function = (err.frame or "").partition(" in ")
-    return where.startswith(REFUSING_CODE) and any(f in function for f in _REFUSING_FUNCTIONS)
+    frame = err.frame or ""
+    function = frames.function_of(frame)
+    return frames.path_of(frame).startswith(REFUSING_CODE) and any(f in function for f in _REFUSING_FUNCTIONS)
 
 
 def refused_by_design(layout: Layout | None, err: StageError | None, release: str | None = None) -> bool:

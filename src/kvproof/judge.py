@@ -87,7 +87,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvproof import contracts, facts
+from kvproof import contracts, facts, frames
 from kvproof.contracts import Violation
 from kvproof.layout import Layout
 from kvproof.oracle_ids import HARD_IDS, OracleId, is_hard
@@ -103,13 +103,6 @@ CONSUMER_WARN_UNMEASURED = 0.5  # a result without per-admission hits (no ideal 
 # Scheduler frames that only check what the consumer harness's fake worker reported
 # (finished_recving/finished_sending): an assertion there is about the harness first.
 HARNESS_FED_FRAMES = ("in _update_from_kv_xfer_finished",)
-
-
-def harness_frame(frame: str) -> bool:
-    """A raising frame in kvproof's own code (spies, fake worker, setup), with no vLLM
-    frame under it (``outcome.vllm_frame`` prefers vLLM's): the harness broke, not vLLM."""
-    path = frame.split(":", 1)[0]
-    return "kvproof/" in path and "vllm/" not in path
 
 
 @dataclass(frozen=True)
@@ -317,7 +310,7 @@ def _stage_error(oracle: str, detail: str, cause: str = "") -> StageError:
         # "assert <condition> <- <caller>"; ast.unparse never writes " <- " in a condition)
         cond, caller = "", ""
         if cause.startswith("assert ") and not msg.strip():
-            cond, _, caller = cause.removeprefix("assert ").partition(" <- ")
+            cond, _, caller = cause.removeprefix("assert ").partition(frames.CALLED_FROM)
         return StageError(typ, msg, frame, cond, caller)
     return StageError(OracleId(oracle).check, detail, cause)
 
@@ -380,7 +373,7 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
                 if fj.verdict >= Verdict.REJECTED:
                     return replace(fj, note=fj.note or "the resolver raised: " + note)
             return Judgement(Verdict.FAIL, T, err, note="the resolver raised: " + note)
-        if first.oracle == EXCEPTION and (harness or harness_frame(err.frame)):
+        if first.oracle == EXCEPTION and (harness or frames.is_own(err.frame)):
             return Judgement(Verdict.ERROR, T, err, warnings=warns,
                              note="kvproof's own harness broke (an exception in its frames), not vLLM: "
                                   + (harness or note))
@@ -390,7 +383,7 @@ def judge_consumer(r, layout: Layout | None = None) -> Judgement:
                                   "evidence about vLLM until reproduced with a real worker): " + note)
         predicted = contracts.check(layout, out) if out is not None and out.resolved else []
         if first.oracle == EXCEPTION:  # the contract whose enforcing file raised
-            explained = tuple(v for v in predicted if v.contract.protects.split(":")[0].removeprefix("vllm/")
+            explained = tuple(v for v in predicted if frames.path_of(v.contract.protects).removeprefix("vllm/")
                               in err.frame)
         else:  # a misbehaviour the consumer-tier contracts predicted
             explained = tuple(v for v in predicted if v.contract.tier == Tier.CONSUMER)

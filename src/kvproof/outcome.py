@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvproof import frames
+
 
 @dataclass(frozen=True)
 class StageError:
@@ -80,26 +82,6 @@ class Outcome:
         return cls(**d)
 
 
-def _raising_tb(err: BaseException, vllm_only: bool = True) -> tuple[Any, Any]:
-    """The traceback entry ``vllm_frame`` names (the innermost vLLM frame, else the innermost;
-    with ``vllm_only`` False, the innermost) and the vLLM entry that called it (or None)."""
-    tb, chosen, before, last, prev = err.__traceback__, None, None, None, None
-    while tb is not None:
-        if "/vllm/" in tb.tb_frame.f_code.co_filename:
-            chosen, before = tb, prev
-            prev = tb
-        last = tb
-        tb = tb.tb_next
-    if vllm_only and chosen is not None:
-        return chosen, before
-    return last, (prev if prev is not last else before)
-
-
-def _where(tb: Any) -> str:
-    code = tb.tb_frame.f_code
-    return f"{code.co_filename.split('site-packages/')[-1]}:{tb.tb_lineno} in {code.co_name}"
-
-
 CONDITION_CHARS = 200  # a condition longer than this is cut (a key, not a listing)
 
 
@@ -135,15 +117,15 @@ def bare_assert(err: BaseException, vllm_only: bool = True) -> tuple[str, str]:
     asserts, never per input), and the vLLM frame that called the raising function
     (``file:line in function``: the condition names that function's own variables, whose values
     its caller chose). ("", "") for any other exception or when the source cannot be read.
-    ``vllm_only``: the raising frame is the innermost vLLM frame (``vllm_frame``), else the
+    ``vllm_only``: the raising frame is the innermost vLLM frame (``frames.vllm_frame``), else the
     innermost frame (``bridge.runtime.stage_error``)."""
     if not isinstance(err, AssertionError) or str(err).strip():
         return "", ""
-    pick, caller = _raising_tb(err, vllm_only)
+    pick, caller = frames.raising(err, vllm_only)
     if pick is None:
         return "", ""
     cond = condition_at(pick.tb_frame.f_code.co_filename, pick.tb_lineno)
-    return (cond, _where(caller) if caller is not None else "") if cond else ("", "")
+    return (cond, frames.where(caller) if caller is not None else "") if cond else ("", "")
 
 
 def condition_at(filename: str, lineno: int) -> str:
@@ -154,10 +136,3 @@ def condition_at(filename: str, lineno: int) -> str:
     except (ValueError, RecursionError, MemoryError):  # an unparsable file: no condition, never a crash
         return ""
 
-
-def vllm_frame(err: BaseException) -> str:
-    """``file:line in function`` of the innermost vLLM frame of ``err``'s traceback (else
-    its innermost frame). Walks the traceback itself: ``traceback.extract_tb`` reads
-    source lines through linecache, a stat per frame, which a fuzz campaign pays per input."""
-    pick = _raising_tb(err)[0]
-    return "" if pick is None else _where(pick)

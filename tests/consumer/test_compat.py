@@ -50,17 +50,6 @@ def test_a_new_required_parameter_and_a_removed_keyword_are_flagged():
     assert compat.first_problem([compat.Need("h", cfg, accepts_all=("enable_kv_cache_events",))]) is None
 
 
-def test_own_frame_tells_kvproof_frames_from_others(tmp_path):
-    def raise_here():
-        raise KeyError("x")
-    try:
-        raise_here()
-    except KeyError as err:
-        here = __file__.rsplit("/", 1)[0] + "/"
-        assert compat.own_frame(err, here) == "kvproof/test_compat.py:raise_here"
-        assert compat.own_frame(err, str(tmp_path) + "/") is None
-
-
 PROBE = textwrap.dedent("""
     import json, sys
     from kvproof.bridge import compat

@@ -8,7 +8,8 @@ import pytest
 
 from kvproof.errors import UsageError
 from kvproof.findings import cli as findings_cli
-from kvproof.classkey import ClassKey, class_key, frame_key, stem
+from kvproof import frames
+from kvproof.classkey import ClassKey, class_key, stem
 from kvproof.findings.ledger import Entry, Ledger, Status, known, known_dict
 from kvproof.judge import judge, judge_consumer
 from kvproof.layout import Layout
@@ -52,8 +53,8 @@ def test_the_mamba_mode_separates_the_seed_from_the_mode_all_crash():
 def test_an_unexplained_exception_is_keyed_by_its_stem_and_frame():
     assert stem("DCP with hybrid KV cache layouts only supports FullAttentionSpec") == "dcp with hybrid kv cache layouts"
     assert stem("'req-3'") == "" and stem("x must be 16, got 32") == "x must be"
-    assert frame_key("/a/site-packages/vllm/v1/x.py:12 in f") == "vllm/v1/x.py:f"
-    assert frame_key("vllm/v1/x.py:12 in f") == "vllm/v1/x.py:f"
+    assert frames.key("/a/site-packages/vllm/v1/x.py:12 in f") == "vllm/v1/x.py:f"
+    assert frames.key("vllm/v1/x.py:12 in f") == "vllm/v1/x.py:f"
 
 
 def test_consumer_oracle_observations_are_keyed_by_the_oracle_and_its_cause():

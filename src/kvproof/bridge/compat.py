@@ -104,23 +104,6 @@ def first_problem(needs: Sequence[Need]) -> str | None:
     return f"harness incompatible with this vLLM: {got[0]}{more}"
 
 
-def own_frame(err: BaseException, package_dir: str) -> str | None:
-    """``kvproof/x.py:function`` when the innermost frame of ``err``'s traceback is kvproof's own
-    code (under ``package_dir``): the exception was raised by the harness, not by vLLM."""
-    tb, last = err.__traceback__, None
-    while tb is not None:
-        last = tb
-        tb = tb.tb_next
-    if last is None:
-        return None
-    path = last.tb_frame.f_code.co_filename
-    if not path.startswith(package_dir):
-        return None
-    rel = path[len(package_dir):].lstrip("/")
-    return f"kvproof/{rel}:{last.tb_frame.f_code.co_name}"
-
-
-
 def kwargs_for(fn: Any, **candidates: Any) -> dict[str, Any]:
     """The ``candidates`` that ``fn`` accepts by name (a release's signature decides)."""
     params = _parameters(fn)

@@ -82,8 +82,7 @@ from vllm.v1.executor import Executor
 
 from kvproof.config import Config, load_model_config
 from kvproof.derivation import layout_dict
-from kvproof.outcome import vllm_frame
-from kvproof import facts
+from kvproof import facts, frames
 from kvproof.revisions import revision_for
 from kvproof.settings import use_release_cache_root
 
@@ -698,7 +697,7 @@ def _derive(config: Config) -> dict[str, Any]:
         out["error_type"] = type(err).__name__
         cause = _inspection_cause(err)  # right after vLLM's "failed to be inspected"
         out["error_message"] = _UNINSPECTED.sub(lambda m: m.group(0) + cause, str(err), count=1)[:2400]
-        out["error_frame"] = vllm_frame(err)
+        out["error_frame"] = frames.vllm_frame(err)
     finally:
         _cleanup(executor)
         out["seconds"] = round(time.perf_counter() - t0, 4)

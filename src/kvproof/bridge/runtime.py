@@ -14,7 +14,7 @@ fuzzer's fast path, a supported mode rather than a patch:
   built from (a repeat returns the first build's facts or the ``StageError``
   of what it raised; a new key runs the real one). The manager memo exists on
   the fast path only;
-- ``stage_error`` walks the traceback itself (no linecache, no stat per frame);
+- ``stage_error`` walks the traceback itself (``kvproof.frames``: no linecache, no stat per frame);
 - no content hash per input (``Outcome.layout_hash`` is "" unless asked).
 """
 
@@ -30,6 +30,7 @@ import vllm
 from vllm.v1.core import kv_cache_utils
 from vllm.v1.core.kv_cache_manager import KVCacheManager
 
+from kvproof import frames
 from kvproof.bridge.build import Builder, resolver_fingerprint
 from kvproof.errors import EnvironmentFailure, NotExpressible
 from kvproof.layout import Layout
@@ -50,18 +51,9 @@ def needs() -> list:
 
 
 def stage_error(err: BaseException) -> StageError:
-    """The exception verbatim with its raising frame (``file:line in function``).
-
-    Walks the traceback itself: ``traceback.extract_tb`` reads source lines
-    through linecache (a stat per frame), which a fuzz campaign pays per input.
-    """
-    tb = err.__traceback__
-    frame = ""
-    if tb is not None:
-        while tb.tb_next is not None:
-            tb = tb.tb_next
-        code = tb.tb_frame.f_code
-        frame = f"{code.co_filename.split('site-packages/')[-1]}:{tb.tb_lineno} in {code.co_name}"
+    """The exception verbatim with its raising (innermost) frame, ``file:line in function`` (``kvproof.frames``)."""
+    last = frames.innermost(err)
+    frame = "" if last is None else frames.where(last)
     cond, caller = bare_assert(err, vllm_only=False)  # ("", "") unless a bare assert
     return StageError(type(err).__name__, str(err), frame, cond, caller)
 

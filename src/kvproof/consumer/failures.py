@@ -1,6 +1,6 @@
 """An exception during a consumer run: vLLM's (the ``exception`` oracle) or kvproof's own (a harness error). No vLLM import.
 
-The innermost frame decides (``compat.own_frame``): raised in kvproof's code,
+The innermost frame decides (``frames.own_frame``): raised in kvproof's code,
 the run says nothing about vLLM (``ConsumerResult.harness_error``, ERROR);
 raised in vLLM, it is an observation with the vLLM frame that raised it.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 
 import kvproof
-from kvproof.bridge import compat
+from kvproof import frames
 from kvproof.consumer.result import RunState
 from kvproof.oracle_ids import OracleId
-from kvproof.outcome import bare_assert, vllm_frame
+from kvproof.outcome import bare_assert
 
 _KVPROOF_DIR = os.path.dirname(os.path.abspath(kvproof.__file__)) + os.sep
 
@@ -21,12 +21,12 @@ _KVPROOF_DIR = os.path.dirname(os.path.abspath(kvproof.__file__)) + os.sep
 def exc_line(err: BaseException) -> str:
     """``Type: message @ vLLM frame``, the message on one line and cut at 300 characters."""
     msg = " ".join(str(err).split())[:300]
-    return f"{type(err).__name__}: {msg} @ {vllm_frame(err)}"
+    return f"{type(err).__name__}: {msg} @ {frames.vllm_frame(err)}"
 
 
 def own_error(err: BaseException) -> str | None:
     """The harness error line when ``err`` was raised in kvproof's own code, else None."""
-    frame = compat.own_frame(err, _KVPROOF_DIR)
+    frame = frames.own_frame(err, _KVPROOF_DIR)
     if frame is None:
         return None
     msg = " ".join(str(err).split())[:300]
@@ -44,4 +44,4 @@ def raised(st: RunState, err: BaseException, where: str = "") -> None:
         # installed file: the class key reads them (kvproof.judge._stage_error)
         cond, caller = bare_assert(err)
         st.rec.add(OracleId.EXCEPTION, where + exc_line(err),
-                   cause=(f"assert {cond}" + (f" <- {caller}" if caller else "")) if cond else "")
+                   cause=(f"assert {cond}" + (frames.CALLED_FROM + caller if caller else "")) if cond else "")

@@ -29,7 +29,6 @@ import os
 import resource
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,8 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from kvproof.outcome import bare_assert, vllm_frame  # noqa: E402
+from kvproof import frames  # noqa: E402
+from kvproof.outcome import bare_assert  # noqa: E402
 from kvproof.replay.families import PROMPTS, VOCAB, BootResult, Recipe  # noqa: E402
 from kvproof import facts  # noqa: E402
 
@@ -103,11 +103,9 @@ class Capture:
 
 
 def _caller() -> str:
-    """Which vLLM function called the resolver (engine core, a connector, ...)."""
-    for f in reversed(traceback.extract_stack()[:-3]):
-        if "/vllm/" in f.filename:
-            return f"{f.filename.split('site-packages/')[-1]}:{f.lineno} in {f.name}"
-    return ""
+    """Which vLLM function called the resolver (engine core, a connector, ...): the innermost vLLM
+    frame above this one, ``_wrapped`` and ``_wrapped``'s caller."""
+    return frames.stack_vllm(3)
 
 
 def _coordinator(llm: Any) -> str:
@@ -265,7 +263,7 @@ def boot(recipe: Recipe, workdir: Path, probe: bool, capture: Capture) -> BootRe
             res.boot_seconds = round(time.perf_counter() - t0, 2)
         res.error_type = type(err).__name__
         res.error_message = str(err)[:2000]
-        res.error_frame = vllm_frame(err)
+        res.error_frame = frames.vllm_frame(err)
         res.error_condition, res.error_caller = bare_assert(err)
         if isinstance(err, KeyboardInterrupt):
             raise
