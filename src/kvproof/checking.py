@@ -225,7 +225,8 @@ def run_tiers(named: Sequence[tuple[str, Layout]], tiers: Iterable[Tier], env_na
     from kvproof.consumer.client import batch
     if not named:
         return []
-    _, outcomes, results = batch(worker, [], [lay for _, lay in named], tiers)
+    layouts = [lay for _, lay in named]
+    outcomes, results = batch(worker, [], layouts, tiers).of_layouts(layouts)
     return rows_of(named, tiers, env_name, outcomes, results)
 
 
@@ -372,14 +373,12 @@ def check_configs(named: Sequence[tuple[str, Config]], envs: Sequence[Env], mana
     for window in _windows(envs):
         with Workers.start(window, live=workers) as pool:
             for env in window:
-                derived, outcomes, results = batch(pool.by_env[env.name], configs, [], tiers)
-                # the reply's outcomes and results follow the configs that derived a layout, in order
-                got = [i for i, d in enumerate(derived) if d.layout is not None]
-                by_config = {i: tuple(rows_of([(named[i][0], derived[i].layout)], tiers, env.name,
-                                              outcomes[k:k + 1], results[k:k + 1]))
-                             for k, i in enumerate(got)}
-                out.extend(ConfigCheck(n, env.name, d, by_config.get(i, ()))
-                           for i, ((n, _), d) in enumerate(zip(named, derived)))
+                answers = batch(pool.by_env[env.name], configs, [], tiers)
+                for n, c in named:  # each config's answers by its key, never by their place in the reply
+                    d, outcomes, results = answers.of_config(c)
+                    rows = () if d.layout is None else tuple(rows_of([(n, d.layout)], tiers, env.name,
+                                                                     outcomes, results))
+                    out.append(ConfigCheck(n, env.name, d, rows))
     return out
 
 

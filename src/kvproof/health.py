@@ -71,17 +71,17 @@ def probe(env) -> Health:
     worker = Worker(env)
     try:
         worker.start()
-        derived, outcomes, results = batch(worker, [Config()], [layout], [str(t) for t in TIERS])
+        answers = batch(worker, [Config()], [layout], [str(t) for t in TIERS])
     except Exception as err:  # noqa: BLE001 - a worker that cannot start is the answer
         health.steps["worker"] = f"{type(err).__name__}: {err}"
         health.seconds = time.monotonic() - t0
         return health
     finally:
         worker.close()
-    d = derived[0]
+    d = answers.of_config(Config())[0]
     health.steps["derive"] = "ok" if d.layout is not None else (d.error.line() if d.error else "no layout")
     # rows_of gives the bridge row (the manager tier when it ran) and the consumer row
-    bridge_row, consumer_row = rows_of([("probe", layout)], TIERS, env.name, outcomes[:1], results[:1])
+    bridge_row, consumer_row = rows_of([("probe", layout)], TIERS, env.name, *answers.of_layouts([layout]))
     function_ok = bridge_row.outcome is not None and bridge_row.outcome.resolved
     for tier, row, ok in ((Tier.FUNCTION, bridge_row, function_ok), (Tier.MANAGER, bridge_row, True),
                           (Tier.CONSUMER, consumer_row, True)):

@@ -11,9 +11,10 @@ Protocol: one JSON object per line on stdin, one reply per line on stdout.
   {"op": "run", "layouts": [...], "manager": true} -> {"outcomes": [...]}
   {"op": "derive", "configs": [...]}               -> {"results": [...]} (kvproof.bridge.derive)
   {"op": "consume", "items": [{"layout", "stream"}]} -> {"results": [...]} (kvproof.consumer.worker)
-  {"op": "batch", "configs": [...], "layouts": [...], "tiers": [...]}
-      -> {"derived": [...], "outcomes": [...], "consumer": [...]}: the configs derived, then the
-         given layouts and the derived ones at the tiers, in one round trip
+  {"op": "batch", "configs": [{"key", "config"}], "layouts": [{"key", "layout"}], "tiers": [...]}
+      -> {"derived": {key: ...}, "outcomes": {key: ...}, "consumer": {key: ...}}: the configs
+         derived, then the given layouts and the derived ones at the tiers, in one round trip;
+         every answer under its input's key (a derived layout's under its config's)
 One process per release serves every tier: no second vLLM import for the consumer tier.
 Importing this module has no side effects; ``main`` parks stdout on stderr
 before vLLM is imported, so vLLM's prints never reach the protocol channel, and
@@ -59,23 +60,25 @@ def handle(bridge: Any, request: dict, import_seconds: float = 0.0) -> dict:
 
 def batch(bridge: Any, request: dict) -> dict:
     """Derive ``configs``; run ``layouts`` and each derived layout at ``tiers`` (tier values):
-    function/manager through the bridge, consumer under each layout's own stream or the default."""
+    function/manager through the bridge, consumer under each layout's own stream or the default.
+    Each input comes as ``{"key": ..., "config"|"layout": ...}``; every answer is filed under its
+    input's key (a derived layout's under its config's), so the client never matches by position."""
     from kvproof.layout import Layout
-    derived: list[dict] = []
+    derived: dict[str, dict] = {}
     if request.get("configs"):
         from kvproof.bridge.derive import derive
-        derived = [derive(d) for d in request["configs"]]
-    layouts = [Layout.from_dict(d) for d in request.get("layouts", [])]
-    layouts += [Layout.from_dict(d["layout"]) for d in derived if d.get("layout")]
+        derived = {it["key"]: derive(it["config"]) for it in request["configs"]}
+    layouts = [(it["key"], Layout.from_dict(it["layout"])) for it in request.get("layouts", [])]
+    layouts += [(k, Layout.from_dict(d["layout"])) for k, d in derived.items() if d.get("layout")]
     tiers = set(request.get("tiers", ()))
-    outcomes: list[dict] = []
+    outcomes: dict[str, dict] = {}
     if tiers & {"function", "manager"}:
-        outcomes = [bridge.evaluate(lay, "manager" in tiers).to_dict() for lay in layouts]
-    consumer: list[dict] = []
+        outcomes = {k: bridge.evaluate(lay, "manager" in tiers).to_dict() for k, lay in layouts}
+    consumer: dict[str, dict] = {}
     if "consumer" in tiers and layouts:
         from kvproof.consumer.stream import stream_for
         from kvproof.consumer.worker import run_one
-        consumer = [run_one(lay, stream_for(lay)).to_dict() for lay in layouts]
+        consumer = {k: run_one(lay, stream_for(lay)).to_dict() for k, lay in layouts}
     return {"derived": derived, "outcomes": outcomes, "consumer": consumer}
 
 

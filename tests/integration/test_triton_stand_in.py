@@ -53,7 +53,7 @@ def _layouts() -> list[Layout]:
 def _run(env, mode: str, layouts: list[Layout], monkeypatch) -> tuple[list, list]:
     monkeypatch.setenv(VARIABLE, mode)
     with Worker(env) as w:
-        _, outcomes, results = batch(w, [], layouts, ["function", "manager", "consumer"])
+        outcomes, results = batch(w, [], layouts, ["function", "manager", "consumer"]).of_layouts(layouts)
     return outcomes, results
 
 

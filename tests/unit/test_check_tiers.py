@@ -246,3 +246,68 @@ def test_a_worker_exits_when_its_client_is_killed(tmp_path):
             pytest.fail("the worker outlived its killed client")
     finally:
         client.kill()
+
+
+class _ReversingWorker:
+    """Answers a batch as kvproof.worker files it (each answer under its input's key), but lists
+    the answers in the reverse of the order the inputs were sent: a client that matched replies to
+    inputs by position would hand each layout another's outcome."""
+
+    def __init__(self, derive: dict[str, dict]) -> None:
+        self.derive = derive  # a config's JSON -> what its derivation answers
+        self.sent: dict = {}
+
+    def call(self, request: dict) -> dict:
+        self.sent = request
+        derived = {it["key"]: self.derive[json.dumps(it["config"], sort_keys=True)] for it in request["configs"]}
+        inputs = [(it["key"], Layout.from_dict(it["layout"])) for it in request["layouts"]]
+        inputs += [(k, Layout.from_dict(d["layout"])) for k, d in derived.items() if d.get("layout")]
+        inputs.reverse()
+        return {"derived": dict(reversed(list(derived.items()))),
+                "outcomes": {k: Outcome(lay.content_hash(), "0.32.0", scheduler_block_size=lay.cache.block_size,
+                                        manager_attempted=True).to_dict() for k, lay in inputs},
+                "consumer": {k: ConsumerResult(str(lay.meta.get("stream", {}).get("max_num_seqs", "-")),
+                                               "0.32.0").to_dict() for k, lay in inputs}}
+
+
+def test_a_reordered_batch_reply_still_matches_each_input():
+    """issue 43 item 2: replies are keyed by input, never matched by position. The worker lists
+    its answers in reverse; every layout still gets its own outcome and consumer result, every
+    Config its own derivation (one derived nothing) and its derived layout's answers; equal
+    inputs go once; an answer missing from the reply is an error, not a neighbour's answer."""
+    from kvproof.config import Config
+    from kvproof.consumer.client import batch, config_key, layout_key
+    from kvproof.errors import BridgeError
+
+    kimi, fa = Layout.from_dict(KIMI_STYLE), Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
+                                                               "cache": {"block_size": 16}})
+    # the same layout under two streams: two inputs (the stream is part of the key)
+    own = fa.with_meta(stream={"prefixes": [40], "requests": [{"prefix": 0, "prefix_len": 40}], "max_num_seqs": 3})
+    layouts = [kimi, fa, own, fa]
+    w = _ReversingWorker({})
+    outcomes, results = batch(w, [], layouts, ["function", "manager", "consumer"]).of_layouts(layouts)
+    assert len(w.sent["layouts"]) == 3  # fa went once
+    assert [o.layout_hash for o in outcomes] == [lay.content_hash() for lay in layouts]
+    assert [r.layout_hash for r in results] == ["-", "-", "3", "-"]
+    assert layout_key(fa) != layout_key(own)
+    rows = checking.rows_of([(str(i), lay) for i, lay in enumerate(layouts)], (F, M, C), "e", outcomes, results)
+    assert [r.scheduler_block_size for r in rows[::2]] == [1536, 16, 16, 16]
+
+    # configs: each derivation and its layout's answers by the config's key
+    a, b, c = Config(), Config(family="qwen3_next"), Config(block_size=32)
+    derive = {json.dumps(a.to_dict(), sort_keys=True): {"ok": True, "layout": KIMI_STYLE},
+              json.dumps(b.to_dict(), sort_keys=True): {"ok": False, "stage": "config", "error_type": "ValueError",
+                                                        "error_message": "refused"},
+              json.dumps(c.to_dict(), sort_keys=True): {"ok": True, "layout": fa.to_dict()}}
+    answers = batch(_ReversingWorker(derive), [a, b, c], [], ["function", "consumer"])
+    got = {name: answers.of_config(cfg) for name, cfg in (("a", a), ("b", b), ("c", c))}
+    assert got["a"][0].config == a and got["a"][1][0].scheduler_block_size == 1536
+    assert got["b"][0].layout is None and got["b"][1:] == ([], [])
+    assert got["c"][1][0].layout_hash == fa.content_hash() and len(got["c"][2]) == 1
+    assert config_key(a) != config_key(c)
+
+    # an answer the reply lacks is named, never taken from a neighbour
+    lacking = batch(_ReversingWorker({}), [], [kimi], ["consumer"])
+    object.__setattr__(lacking, "consumer", {})
+    with pytest.raises(BridgeError, match="no consumer result for input layout:"):
+        lacking.of_layouts([kimi])

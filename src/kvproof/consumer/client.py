@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
 
 from kvproof.bridge.client import Worker, start_all
 from kvproof.config import Config
@@ -10,6 +13,7 @@ from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream, default_stream
 from kvproof.derivation import Derived
 from kvproof.envs import Env
+from kvproof.errors import BridgeError
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
 
@@ -32,16 +36,89 @@ def consume(worker: Worker, items: Iterable[tuple[Layout, Stream]]) -> list[Cons
     return [ConsumerResult.from_dict(d) for d in reply["results"]]
 
 
-def batch(worker: Worker, configs: Sequence[Config], layouts: Sequence[Layout], tiers: Iterable[str]
-          ) -> tuple[list[Derived], list[Outcome], list[ConsumerResult]]:
-    """One round trip to a live worker: ``configs`` derived, then ``layouts`` followed by each
-    derived layout at ``tiers`` (function/manager outcomes, consumer results under each layout's
-    own stream or the default; empty where not asked)."""
-    reply = worker.call({"op": "batch", "configs": [c.to_dict() for c in configs],
-                         "layouts": [lay.to_dict(with_meta=True) for lay in layouts], "tiers": sorted(str(t) for t in tiers)})
-    return ([Derived.from_reply(c, d) for c, d in zip(configs, reply["derived"])],
-            [Outcome.from_dict(d) for d in reply["outcomes"]],
-            [ConsumerResult.from_dict(d) for d in reply["consumer"]])
+def input_key(kind: str, payload: Mapping[str, Any]) -> str:
+    """The key a batch reply names an input's answers by: ``kind`` and a hash of exactly what the
+    worker is sent (a Layout with its meta, stream included; a Config's dict). Equal inputs share
+    a key (and are sent once); a reply is matched to inputs by these keys, never by position."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return f"{kind}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def layout_key(layout: Layout) -> str:
+    return input_key("layout", layout.to_dict(with_meta=True))
+
+
+def config_key(config: Config) -> str:
+    return input_key("config", config.to_dict())
+
+
+@dataclass(frozen=True)
+class Answers:
+    """A batch reply, keyed by input: ``derived`` by config key, ``outcomes`` (function/manager)
+    and ``consumer`` by the key of the input they answer: a layout's (:func:`layout_key`), or the
+    config's (:func:`config_key`) whose derived layout ran. Empty where the tier was not asked."""
+
+    derived: Mapping[str, Derived]
+    outcomes: Mapping[str, Outcome]
+    consumer: Mapping[str, ConsumerResult]
+    tiers: frozenset[str] = frozenset()  # the tiers asked
+
+    @classmethod
+    def from_reply(cls, configs: Sequence[Config], tiers: Iterable[str], reply: Mapping[str, Any]) -> Answers:
+        """The worker's reply (objects keyed by input) read against the ``configs`` sent and the
+        ``tiers`` asked."""
+        by_key = {config_key(c): c for c in configs}
+        unknown = sorted(set(reply.get("derived") or {}) - set(by_key))
+        if unknown:
+            raise BridgeError(f"the worker's reply derives an input never sent: {unknown[0]}")
+        return cls({k: Derived.from_reply(by_key[k], d) for k, d in (reply.get("derived") or {}).items()},
+                   {k: Outcome.from_dict(d) for k, d in (reply.get("outcomes") or {}).items()},
+                   {k: ConsumerResult.from_dict(d) for k, d in (reply.get("consumer") or {}).items()},
+                   frozenset(str(t) for t in tiers))
+
+    def of(self, key: str) -> tuple[list[Outcome], list[ConsumerResult]]:
+        """The input ``key``'s bridge outcome and consumer result (each a list of one; empty
+        where that tier was not asked)."""
+        bridge = bool(self.tiers & {"function", "manager"})
+        return (_pick(self.outcomes, key, "outcome") if bridge else [],
+                _pick(self.consumer, key, "consumer result") if "consumer" in self.tiers else [])
+
+    def of_layouts(self, layouts: Sequence[Layout]) -> tuple[list[Outcome], list[ConsumerResult]]:
+        """Per layout, in the order given: its outcomes and its consumer results."""
+        outcomes: list[Outcome] = []
+        results: list[ConsumerResult] = []
+        for lay in layouts:
+            o, r = self.of(layout_key(lay))
+            outcomes += o
+            results += r
+        return outcomes, results
+
+    def of_config(self, config: Config) -> tuple[Derived, list[Outcome], list[ConsumerResult]]:
+        """A config's derivation and, when it derived a layout, that layout's answers."""
+        key = config_key(config)
+        if key not in self.derived:
+            raise BridgeError(f"the worker's reply has no derivation for {key} ({config.to_json()[:80]})")
+        d = self.derived[key]
+        return (d, *self.of(key)) if d.layout is not None else (d, [], [])
+
+
+def _pick(answers: Mapping[str, Any], key: str, what: str) -> list:
+    if key not in answers:
+        raise BridgeError(f"the worker's reply has no {what} for input {key}")
+    return [answers[key]]
+
+
+def batch(worker: Worker, configs: Sequence[Config], layouts: Sequence[Layout], tiers: Iterable[str]) -> Answers:
+    """One round trip to a live worker: ``configs`` derived, then ``layouts`` and each derived
+    layout at ``tiers`` (function/manager outcomes, consumer results under each layout's own
+    stream or the default; empty where not asked). Each input goes once, under its key; the
+    answers come back keyed by input (:class:`Answers`)."""
+    sent_configs = {config_key(c): c.to_dict() for c in configs}
+    sent_layouts = {layout_key(lay): lay.to_dict(with_meta=True) for lay in layouts}
+    tiers = sorted(str(t) for t in tiers)
+    reply = worker.call({"op": "batch", "configs": [{"key": k, "config": d} for k, d in sent_configs.items()],
+                         "layouts": [{"key": k, "layout": d} for k, d in sent_layouts.items()], "tiers": tiers})
+    return Answers.from_reply(configs, tiers, reply)
 
 
 def run_many(items: Sequence[tuple[Layout, Stream]], env: Env) -> list[ConsumerResult]:
