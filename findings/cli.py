@@ -137,13 +137,10 @@ def _installed() -> list[str]:
 
 def _load(args):
     from kvproof import inputs
-    from kvproof.consumer.stream import Stream
     from kvproof.layout import Layout
 
     layout = Layout.from_json(inputs.read_text(args.layout), args.layout)
-    raw = layout.meta.get("stream")
-    stream = Stream.from_dict(raw) if raw else None
-    return layout, stream
+    return layout, layout.stream
 
 
 def _measure(args):

@@ -34,7 +34,7 @@ def judge_all(named: list[tuple[str, Layout]], releases: list, tier: str,
               workers: dict | None = None) -> list[dict[str, Judgement]]:
     """Per release (in order): label -> judgement of each named Layout at ``tier``, through
     ``kvproof.checking.run`` (every release's workers started together). A consumer Layout
-    runs under its own stream (``meta["stream"]``), else the default one. A release may be an
+    runs under its own stream (``Layout.stream``), else the default one. A release may be an
     Env (a cached fix overlay); ``workers`` (env name -> live worker) are used, not closed."""
     from kvproof import checking, envs
 
@@ -53,7 +53,7 @@ def judge_all(named: list[tuple[str, Layout]], releases: list, tier: str,
 def judgements(layout: Layout, releases: list[str], tier: str, stream=None) -> dict[str, Judgement]:
     """One judgement per release at ``tier``."""
     if stream is not None:
-        layout = layout.with_meta(stream=stream.to_dict())
+        layout = layout.with_stream(stream)
     per = judge_all([("finding", layout)], releases, tier)
     return {r: js["finding"] for r, js in zip(releases, per)}
 

@@ -49,7 +49,7 @@ def _plain(entries: list[Entry], release: str) -> list[Remeasured]:
         named = []
         for e in mine:
             lay, stream = _input(e)
-            named.append((e.id, lay.with_meta(stream=stream.to_dict()) if e.stream else lay))
+            named.append((e.id, lay.with_stream(stream) if e.stream else lay))
         judged = judge_all(named, [release], tier)[0]
         for e, (_, lay) in zip(mine, named):
             j = judged[e.id]

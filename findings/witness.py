@@ -45,12 +45,12 @@ MAX_BATCHED_TOKENS = 1 << 20
 class Witness:
     release: str
     config: Config
-    layout: Layout  # as the release derived it, the stream (consumer tier) in meta
+    layout: Layout  # as the release derived it, with its stream (consumer tier)
     message: str
 
     def to_dict(self) -> dict:
         return {"release": self.release, "config": self.config.to_dict(minimal=True),
-                "layout": self.layout.to_dict(), "stream": (self.layout.meta or {}).get("stream"),
+                "layout": self.layout.to_dict(), "stream": self.layout.stream and self.layout.stream.to_dict(),
                 "message": self.message}
 
 
@@ -162,7 +162,7 @@ def candidates(entry, found: Layout, real: Layout, name: str) -> list[tuple[str,
         except LayoutError:
             continue
         if max((len(s.prompt(i)) for i in range(len(s.requests))), default=0) < real.max_model_len:
-            out.append((f"{name} x{k}", real.with_meta(stream=s.to_dict())))
+            out.append((f"{name} x{k}", real.with_stream(s)))
     return out
 
 
@@ -171,6 +171,6 @@ def record(ledger, entry, w: Witness):
     stream where the report has none (its words, serve line included, are a person's: kept)."""
     report = dict(entry.report or {})
     if "witness" not in report:
-        report["witness"] = {"layout": w.layout.to_dict(), "stream": (w.layout.meta or {}).get("stream")}
+        report["witness"] = {"layout": w.layout.to_dict(), "stream": w.layout.stream and w.layout.stream.to_dict()}
     return ledger.add(replace(entry, reachability="reachable", witness_config=w.config.to_dict(minimal=True),
                               report=report))

@@ -170,14 +170,13 @@ def _class(row) -> ClassKey | None:
 def _pairs(s: Search, named, rows, pool) -> list:
     """A regression class's rows: each candidate run on ``s.before`` too, the two diffed; the key is
     the one regression class of the candidate that is ``s.entry``'s, else its first, else None."""
-    from kvproof.consumer.stream import Stream
     from kvproof.differential import diff
     from kvproof.verdicts import Tier
 
     older = _tiers(named, (Tier.CONSUMER,), s.before, pool)
     out = []
     for (name, lay), a, b in zip(named, older, rows):
-        classes = diff([(lay, Stream.from_dict(lay.meta["stream"]))], {s.before: [a.consumer], s.release: [b.consumer]},
+        classes = diff([(lay, lay.stream)], {s.before: [a.consumer], s.release: [b.consumer]},
                        0).classes() if a.consumer is not None and b.consumer is not None else {}
         keys = sorted(classes, key=lambda k: ClassKey.parse(k) != s.entry.key)
         if not keys:

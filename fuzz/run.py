@@ -333,7 +333,7 @@ class Campaign(LibFuzzerProcess):
             entry = Entry(key=_key(c), status=Status.BUG, title=c["detail"][:120],
                           why=f"found by kvproof fuzz on vLLM {self.release}; not triaged yet",
                           releases={self.release: "FAIL"}, reachability=c["premise"].split(":")[0],
-                          layout=layout.to_dict(), stream=layout.meta.get("stream"))
+                          layout=layout.to_dict(), stream=layout.stream and layout.stream.to_dict())
             print(f"recorded {c['id']}: {path} and {ledger.add(entry)}", flush=True)
 
     def harness_failed(self, rc: int) -> int | None:

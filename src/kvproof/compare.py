@@ -88,7 +88,7 @@ def load_inputs(paths: Sequence[str]) -> list[tuple[Layout, Stream]]:
         if not isinstance(data, dict):
             raise LayoutError(f"{where}: not a JSON object")
         lay = Layout.from_dict(data.get("layout", data))
-        raw = data.get("stream")  # a ledger entry's; a Layout file's own rides in its meta
+        raw = data.get("stream")  # a ledger entry's; a Layout file's own is its Layout.stream
         return lay, (Stream.from_dict(raw) if raw else stream_for(lay))
     return [item for _, item in load_files(paths, one)]
 

@@ -5,6 +5,11 @@ groups (kind, block size, spec flags), the cache config (block size, prefix
 caching, prefix_match_unit, Mamba cache mode), the KV connector, the
 decode-context-parallel size and max_model_len. Everything downstream
 (bridge, Z3 model, fuzzer, corpus) takes a Layout and nothing looser.
+
+One input unit: a Layout with an optional request stream (``Layout.stream``, a typed
+:class:`kvproof.stream.Stream`, what the consumer tier runs). It stays outside the content
+hash and equality, as meta does; on disk it rides in the meta object (``"kvproof":
+{"stream": ...}``), read once here through ``Stream.from_dict``.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from kvproof.errors import LayoutError
 from kvproof.reading import parse_json_as
 from kvproof.facts import ALL_MAMBA_MODES as MAMBA_MODES
 from kvproof.facts import KINDS, connectors, default_dcp_sharded, engine_cache_block_size, is_attention
+from kvproof.stream import Stream
 MAX_BLOCK_SIZE = 1 << 24  # far above any real block size; keeps JSON sane
 META_KEY = "kvproof"  # corpus annotations ride along under this key, outside the hash
+STREAM_KEY = "stream"  # the Layout's request stream, under META_KEY on disk (Layout.stream in memory)
 
 _GROUP_KEYS = {"kind", "block_size", "prefix_cacheable", "dcp_sharded", "tokens_per_state",
                "sliding_window", "attention_chunk_size", "mamba_cache_mode", "count", "eagle"}
@@ -94,6 +101,16 @@ class Layout:
     max_model_len: int = DEFAULT_MAX_MODEL_LEN
     speculative: Speculative | None = None
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # the requests the consumer tier runs (None: its default stream); outside the hash, as meta
+    stream: Stream | None = field(default=None, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        # a stream handed in under meta (a file's form, or an older caller's) is typed here, once:
+        # the Layout never holds it twice, and never as an untyped dict
+        if STREAM_KEY in self.meta:
+            meta = dict(self.meta)
+            object.__setattr__(self, "stream", _as_stream(meta.pop(STREAM_KEY)))
+            object.__setattr__(self, "meta", meta)
 
     # --- JSON edge -------------------------------------------------------
     @classmethod
@@ -119,8 +136,10 @@ class Layout:
         }
         if self.speculative is not None:  # absent otherwise: layouts without drafts keep their hashes
             out["speculative"] = self.speculative.to_dict()
-        if with_meta and self.meta:
+        if with_meta and (self.meta or self.stream is not None):
             out[META_KEY] = dict(self.meta)
+            if self.stream is not None:
+                out[META_KEY][STREAM_KEY] = self.stream.to_dict()
         return out
 
     def canonical(self) -> str:
@@ -131,7 +150,15 @@ class Layout:
         return hashlib.sha256(self.canonical().encode()).hexdigest()[:16]
 
     def with_meta(self, **meta: Any) -> "Layout":
+        """``meta`` added; a ``stream`` among them (a Stream, its dict, or None) is the Layout's stream."""
+        if STREAM_KEY in meta:
+            stream = _as_stream(meta.pop(STREAM_KEY))
+            return replace(self, meta={**self.meta, **meta}, stream=stream)
         return replace(self, meta={**self.meta, **meta})
+
+    def with_stream(self, stream: Stream | None) -> "Layout":
+        """This Layout under ``stream`` (None: the consumer tier's default one)."""
+        return replace(self, stream=stream)
 
     # --- derived facts used by contracts and the model --------------------
     @property
@@ -306,6 +333,11 @@ def _parse_layout(data: Any) -> Layout:
     meta = top.get(META_KEY, {})
     if not isinstance(meta, dict):
         raise LayoutError(f"{META_KEY} must be an object")
+    meta = dict(meta)
+    try:
+        stream = _as_stream(meta.pop(STREAM_KEY, None))
+    except LayoutError as err:
+        raise LayoutError(f"{META_KEY}.{STREAM_KEY}: {err}") from None
     return Layout(
         groups=tuple(groups),
         cache=cache,
@@ -314,7 +346,14 @@ def _parse_layout(data: Any) -> Layout:
         max_model_len=_int(top.get("max_model_len", DEFAULT_MAX_MODEL_LEN), "max_model_len", hi=1 << 30),
         speculative=_speculative(top.get("speculative")),
         meta=meta,
+        stream=stream,
     )
+
+
+def _as_stream(raw: Any) -> Stream | None:
+    """A stream as a Layout holds it: a Stream, parsed from its JSON object (``Stream.from_dict``,
+    the one parse function), or None."""
+    return raw if raw is None or isinstance(raw, Stream) else Stream.from_dict(raw)
 
 
 def _speculative(raw: Any) -> Speculative | None:

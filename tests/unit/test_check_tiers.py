@@ -266,7 +266,7 @@ class _ReversingWorker:
         return {"derived": dict(reversed(list(derived.items()))),
                 "outcomes": {k: Outcome(lay.content_hash(), "0.32.0", scheduler_block_size=lay.cache.block_size,
                                         manager_attempted=True).to_dict() for k, lay in inputs},
-                "consumer": {k: ConsumerResult(str(lay.meta.get("stream", {}).get("max_num_seqs", "-")),
+                "consumer": {k: ConsumerResult(str(lay.stream.max_num_seqs if lay.stream else "-"),
                                                "0.32.0").to_dict() for k, lay in inputs}}
 
 

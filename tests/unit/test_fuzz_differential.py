@@ -172,7 +172,8 @@ def test_regressions_are_campaign_classes_the_report_and_the_ledger_count(tmp_pa
     for c in classes.values():
         stored = Layout.from_json(Path(c["path"]).read_text())
         assert stored.meta["found_by"] == "differential" and stored.meta["class_id"] == c["id"]
-        st = Stream.from_dict(stored.meta["stream"])
+        st = stored.stream
+        assert isinstance(st, Stream) and "stream" not in stored.meta
         assert st.spec and f"[{st.spec.method}]" in c["key"]
     # a ledgered regression is known: the report no longer counts it as new
     known = ClassKey.parse(min(keys))

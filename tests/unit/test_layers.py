@@ -22,8 +22,10 @@ still a dependency, only a hidden one (the inputs <-> layout circle was one).
     kvproof module beyond those (plus the package's ``__init__``: no
     ``spec/__init__`` any more, since the facts and the revision table left
     spec/ for ``kvproof.facts`` and ``kvproof.revisions``); checked in a
-    fresh interpreter. ``kvproof.consumer.stream`` is only checked for z3: importing
-    it runs ``consumer/__init__``, which loads the consumer client.
+    fresh interpreter. Stream and Drafts are top-level modules (``kvproof.stream``,
+    ``kvproof.drafts``: a Layout holds its Stream, issue 43 item 2); the consumer tier's
+    ``kvproof.consumer.stream`` (which draws, shrinks and defaults streams) is only checked for
+    z3: importing it runs ``consumer/__init__``, which loads the consumer client.
 """
 
 from __future__ import annotations
@@ -37,8 +39,7 @@ from pathlib import Path
 
 from test_vllm_side import _modules
 
-INPUT_TYPES = ("kvproof.layout", "kvproof.config", "kvproof.consumer.stream", "kvproof.consumer.drafts",
-               "kvproof.reading")
+INPUT_TYPES = ("kvproof.layout", "kvproof.config", "kvproof.stream", "kvproof.drafts", "kvproof.reading")
 INPUT_FLOOR = ("kvproof.errors", "kvproof.facts")
 EDGE = "kvproof.inputs"
 # Loaded by the package __init__ files on the way to an input type (see the docstring).
@@ -163,7 +164,7 @@ def _loaded_by(module: str) -> dict:
 
 def test_importing_an_input_type_loads_no_z3_and_nothing_above():
     allowed = set(INPUT_TYPES) | set(INPUT_FLOOR) | set(PACKAGE_INITS) | {EDGE}
-    for module in ("kvproof.layout", "kvproof.config", "kvproof.reading", EDGE):
+    for module in ("kvproof.layout", "kvproof.config", "kvproof.stream", "kvproof.reading", EDGE):
         got = _loaded_by(module)
         assert got["z3"] is False, f"import {module} loads z3"
         assert set(got["kvproof"]) <= allowed, f"import {module} loads {sorted(set(got['kvproof']) - allowed)}"

@@ -18,8 +18,7 @@ PROG = "kvproof consumer"
 def _body(argv: Sequence[str] | None) -> int:
     from kvproof import envs
     from kvproof.consumer.client import run
-    from kvproof.consumer.stream import default_stream
-    from kvproof.consumer.stream import Stream
+    from kvproof.consumer.stream import Stream, stream_for
     from kvproof.judge import judge_consumer
     from kvproof.inputs import read_text
     from kvproof.layout import Layout
@@ -33,12 +32,8 @@ def _body(argv: Sequence[str] | None) -> int:
     p.add_argument("--json", action="store_true", help="print the ConsumerResult as JSON")
     args = p.parse_args(argv)
     layout = Layout.from_json(read_text(args.layout), where=args.layout)
-    if args.stream:
-        stream = Stream.from_json(read_text(args.stream), where=args.stream)
-    elif isinstance(layout.meta.get("stream"), dict):  # a consumer finding carries its stream
-        stream = Stream.from_dict(layout.meta["stream"])
-    else:
-        stream = default_stream(layout)
+    # a consumer finding carries its stream (Layout.stream); else the default one
+    stream = Stream.from_json(read_text(args.stream), where=args.stream) if args.stream else stream_for(layout)
     env = envs.find(args.vllm)
     result = run(layout, stream, env)
     j = judge_consumer(result, layout)

@@ -108,17 +108,10 @@ def campaign(env: Env, seconds: int, workdir: Path, base_worker, overlay_worker=
     """A time-boxed ``kvproof fuzz --target consumers`` on the overlay; each new FAIL class's stored
     (Layout, stream) is re-run on the base (a class the base FAILs in the same way is pre-existing)
     and, with ``overlay_worker``, once more on the overlay (it must come back)."""
-    from kvproof.consumer.stream import Stream
-
     failed, lays, dt = stored_classes("campaign", env, "consumers", seconds, workdir)
     if failed is not None:
         return failed
-    items = []
-    for c, lay in lays:
-        try:
-            items.append((c, lay, Stream.from_dict(lay.meta["stream"])))
-        except (ValueError, KeyError, TypeError):
-            continue
+    items = [(c, lay, lay.stream) for c, lay in lays if lay.stream is not None]
     if not items:
         return Catch("campaign", False, dt, f"clean: no new consumer FAIL class in {seconds} s")
     t = time.monotonic()
