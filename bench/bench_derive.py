@@ -11,9 +11,14 @@ worker's peak RSS, and the stand-in where the CPU derivation is not the release'
 it stands: a GPU-only layer's spec built for another backend, torchvision's import placeholder
 (kvproof.bridge.derive: the environments have none), a GPU kernel turned off by the release's
 own switch. Each model is derived once before the timed pass (lazy imports, model-class
-registration), so the seconds are a warm worker's. On a release with its own ``vllm/models/``
-package (0.33+), a second table: per family, the architectures it registers
-(kvproof.registry, read from the release's source) and the reference models that build them.
+registration), so the seconds are a warm worker's. Then the speculative table: every reference
+model under its speculative flag sets (kvproof.derivation.speculative_flag_sets: an MTP draft at
+k = 1 for every model, where the release maps the model to its MTP module or refuses it; MTP at
+k = 1, 2, 3 for the models with MTP layers; EAGLE-3 with a reference draft), derived once, with the
+module count the release read (``mtp_modules``, from the draft's num_nextn_predict_layers). On a
+release with its own ``vllm/models/`` package (0.33+), a last table: per family, the
+architectures it registers (kvproof.registry, read from the release's source) and the reference
+models that build them.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from kvproof import envs, registry
 from kvproof.bridge.client import Worker
 from kvproof.cliutil import Parser, add_vllm, guarded
 from kvproof.config import Config, models_dir, reference_models
-from kvproof.derivation import reference_flags
+from kvproof.derivation import reference_flags, speculative_flag_sets
 from kvproof.fsio import atomic_write
 
 OUT = "bench/results/derive.md"
@@ -42,9 +47,11 @@ def _main(argv) -> int:
     args = ap.parse_args(argv)
     load, t0 = os.getloadavg()[0], time.monotonic()
     configs = [Config(model=m, flags=reference_flags(m, ())) for m in reference_models()]
+    spec_configs = [Config(model=m, flags=f) for m in reference_models() for f in speculative_flag_sets(m)]
     with Worker(envs.find(args.vllm)) as w:
         w.derive(configs)  # warm: imports and model classes
         results = w.derive(configs)
+        spec_results = w.derive(spec_configs)  # once: the classes are warm
     ok = [r for r in results if r.error is None]
     lines = [f"# bench: reference models derived at real dimensions on vLLM {args.vllm}", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
@@ -64,10 +71,31 @@ def _main(argv) -> int:
             cause = " ".join(r.error.line().split())[:300].replace("|", "/")  # one table row
             lines.append(f"| {r.config.describe()} | NOT_DERIVABLE: {cause} | | {r.seconds:.2f} | "
                          f"{r.peak_rss_mb or 0:.0f} | |")
+    lines += speculative_lines(spec_results)
     lines += family_lines(envs.site_packages(envs.find(args.vllm).root) / "vllm", results)
     atomic_write(args.out, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
+
+
+def speculative_lines(results) -> list[str]:
+    """The speculative table: per model and flag set, the drafter's layout and the MTP modules the
+    release read, or the release's refusal."""
+    ok = [r for r in results if r.error is None]
+    lines = ["", f"## Speculative flag sets: {len(ok)} of {len(results)} derive", "",
+             f"Models that derive a draft: {', '.join(sorted({r.config.model for r in ok})) or 'none'}.", "",
+             "| model | speculative config | layout | MTP modules read | s |", "|---|---|---|---:|---:|"]
+    for r in results:
+        spec = r.config.flags[r.config.flags.index("--speculative-config") + 1]
+        prefix = " (prefix caching on)" if "--enable-prefix-caching" in r.config.flags else ""
+        if r.error is None:
+            sp = r.layout.speculative
+            modules = sp.mtp_modules if sp is not None and sp.method == "mtp" else ""
+            lines.append(f"| {r.config.model} | `{spec}`{prefix} | `{r.layout.summary()}` | {modules} | {r.seconds:.2f} |")
+        else:
+            cause = " ".join(r.error.line().split())[:240].replace("|", "/")
+            lines.append(f"| {r.config.model} | `{spec}`{prefix} | NOT_DERIVABLE: {cause} | | {r.seconds:.2f} |")
+    return lines
 
 
 def family_lines(vllm, results) -> list[str]:

@@ -336,6 +336,14 @@ def model_flag_sets(model: str) -> tuple[tuple[str, ...], ...]:
     return tuple(reference_flags(model, s) for s in MODEL_FLAG_SETS + tuple(extra))
 
 
+def speculative_flag_sets(model: str) -> tuple[tuple[str, ...], ...]:
+    """The flag sets of :func:`model_flag_sets` that carry a draft (hidden-state extraction aside):
+    the MTP k=1 row every model gets, then the model's own speculative sets."""
+    return tuple(f for f in model_flag_sets(model)
+                 if "--speculative-config" in f and json.loads(f[f.index("--speculative-config") + 1])["method"]
+                 != "extract_hidden_states")
+
+
 def model_configs() -> list[Config]:
     """Every reference model under each of its flag sets (:func:`model_flag_sets`)."""
     from kvproof.config import reference_models

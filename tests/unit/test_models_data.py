@@ -63,6 +63,21 @@ def test_a_multimodal_only_family_is_derived_as_its_text_decoder_in_every_flag_s
         assert common == list(MODEL_FLAG_SETS), model
 
 
+def test_speculative_sets_sweep_mtp_depths_and_reference_drafts_only():
+    """The derive tables' speculative rows (bench_derive): every model's MTP k=1 row, MTP at each
+    depth for the models with MTP layers, EAGLE-3 where a reference draft exists; never the
+    hidden-state extraction head (a connector set, not a drafter)."""
+    from kvproof.config import reference_drafts
+    from kvproof.derivation import MTP_DEPTHS, speculative_flag_sets
+    for model in reference_models():
+        specs = [json.loads(s[s.index("--speculative-config") + 1]) for s in speculative_flag_sets(model)]
+        methods = [d["method"] for d in specs]
+        assert "extract_hidden_states" not in methods and methods[0] == "mtp", model
+        depths = sorted(d["num_speculative_tokens"] for d in specs[1:] if d["method"] == "mtp")
+        assert depths == (list(MTP_DEPTHS) if model in facts.MTP_REFERENCE_MODELS else []), model
+        assert ("eagle3" in methods) == (f"{model}_eagle3" in reference_drafts()), model
+
+
 def test_nemotron_h_8b_has_the_real_pattern():
     cfg = load_model_config("nemotron_h_8b")
     pattern = cfg["hybrid_override_pattern"]
