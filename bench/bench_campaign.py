@@ -12,7 +12,8 @@ cProfile. The table splits the time per input: vLLM's own (the cumulative time i
 cannot go below without running less of vLLM), kvproof's config building, the driver and oracles
 around the steps, judging and the campaign's bookkeeping. Start-up (vLLM's import, the warm-up
 runs) is timed apart. The machine's load average is read before and after (2 shared cores:
-the ratios are the measure, not the seconds).
+the ratios are the measure, not the seconds). ``--before REV`` measures commit REV's kvproof
+first (``git archive``, bench/revtree.py) on the same inputs in the same run, a row per release each.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -69,14 +71,18 @@ for (path, _line, fn), (_cc, _nc, _tt, ct, _callers) in pstats.Stats(prof).stats
 total = pstats.Stats(prof).total_tt
 print("KVPROOF-BENCH " + json.dumps({"release": target.version, "n": n, "start": start, "wall": wall,
                                      "profiled": total, "parts": cum, "steps": target.stats.data["steps"],
-                                     "warm": target.warm_seconds}))
+                                     "warm": target.warm_seconds, "verdicts": target.stats.data.get("verdicts", {}),
+                                     "classes": sorted(target.stats.data.get("classes", {}))}))
 '''
 
 
-def measure(release: str, n: int, seed: int) -> dict:
+def measure(release: str, n: int, seed: int, pythonpath: str | None = None) -> dict:
     env = envs.find(release)
+    child_env = worker_env({"KVPROOF_FUZZ_WORKDIR": ""})
+    if pythonpath:  # another commit's kvproof (--before) instead of this checkout's import root
+        child_env["PYTHONPATH"] = pythonpath
     proc = subprocess.run([str(env.python), "-c", CHILD, str(n), str(seed)], capture_output=True, text=True,
-                          env=worker_env({"KVPROOF_FUZZ_WORKDIR": ""}), timeout=3600)
+                          env=child_env, timeout=3600)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("KVPROOF-BENCH ")), None)
     if line is None:
         raise SystemExit(f"bench_campaign: {release}: no result (exit {proc.returncode}): "
@@ -84,9 +90,9 @@ def measure(release: str, n: int, seed: int) -> dict:
     return json.loads(line.removeprefix("KVPROOF-BENCH "))
 
 
-def table(rows: list[dict], load: tuple[float, float], n: int) -> str:
+def table(rows: list[dict], load: tuple[float, float], n: int, before: str | None = None) -> str:
     out = ["# Consumer campaign: where the time goes", "",
-           f"`bench/bench_campaign.py --n {n}`: {n} seeded random inputs per release through the consumers "
+           f"`bench/bench_campaign.py --n {n}{' --before ' + before if before else ''}`: {n} seeded random inputs per release through the consumers "
            "target (no libFuzzer loop, no coverage instrumentation) under cProfile, one core. vLLM's own = "
            "cumulative time inside the real Scheduler's construction, schedule, update_from_output, "
            "add_request/finish_requests and Request construction: what a campaign cannot go below. "
@@ -96,13 +102,22 @@ def table(rows: list[dict], load: tuple[float, float], n: int) -> str:
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         per = 1000 / r["n"]
+        name = r["release"] + (f" ({r['label']})" if r.get("label") else "")
         p = r["parts"]
         vllm = p.get("vllm", 0.0) * per
         ms = r["wall"] * per
-        out.append(f"| {r['release']} | {r['start']:.1f} | {r['n'] / r['wall']:.1f} | {ms:.1f} | {vllm:.1f} | "
+        out.append(f"| {name} | {r['start']:.1f} | {r['n'] / r['wall']:.1f} | {ms:.1f} | {vllm:.1f} | "
                    f"{ms / vllm if vllm else float('nan'):.2f}x | {p.get('config', 0) * per:.1f} | "
                    f"{p.get('judge', 0) * per:.1f} | {p.get('bookkeeping', 0) * per:.1f} | "
                    f"{p.get('decode', 0) * per:.1f} | {r['steps'] / r['n']:.1f} |")
+    if any(r.get("label", "").startswith("before") for r in rows):
+        for rel in dict.fromkeys(r["release"] for r in rows):
+            pair = [r for r in rows if r["release"] == rel]
+            same = all((r["verdicts"], r["classes"], r["steps"]) == (pair[0]["verdicts"], pair[0]["classes"],
+                                                                     pair[0]["steps"]) for r in pair)
+            out += ["", f"{rel}: the same inputs give {'the same' if same else 'DIFFERENT'} verdicts, classes and "
+                    f"steps before and after ({', '.join(f'{k} {v}' for k, v in sorted(pair[-1]['verdicts'].items()))}; "
+                    f"{len(pair[-1]['classes'])} classes; {pair[-1]['steps']} steps)."]
     out += ["", "Times under cProfile are inflated alike for vLLM and kvproof; the campaign / vLLM column "
             "is the measure the goal is stated in (issue 45: within 1.5x of vLLM's own time). vLLM's own "
             "time includes the spies kvproof wraps around the managers' calls (the oracles' reads "
@@ -116,11 +131,21 @@ def _body(argv: list[str] | None) -> int:
     p.add_argument("--n", type=int, default=300, help="inputs per release (300)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "campaign_profile.md"))
+    p.add_argument("--before", default=None, help="git ref whose kvproof is measured first (a row per release)")
     args = p.parse_args(argv)
     load0 = os.getloadavg()[0]
     t = time.time()
-    rows = [measure(rel, args.n, args.seed) for rel in (args.vllm or ["0.32.0", "0.33.0"])]
-    text = table(rows, (load0, os.getloadavg()[0]), args.n)
+    releases = args.vllm or ["0.32.0", "0.33.0"]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kvproof-bench-campaign-before-") as tmp:
+        if args.before:
+            from revtree import short, tree_of  # bench/ is the script's folder: sys.path[0]
+            _, path = tree_of(args.before, Path(tmp))
+            rows += [dict(measure(rel, args.n, args.seed, path), label=f"before, {short(args.before)}")
+                     for rel in releases]
+        rows += [dict(measure(rel, args.n, args.seed), label="this checkout" if args.before else "")
+                 for rel in releases]
+    text = table(rows, (load0, os.getloadavg()[0]), args.n, args.before)
     atomic_write(args.out, text + f"\nWhole run {time.time() - t:.0f} s.\n")
     print(text)
     return 0

@@ -28,28 +28,12 @@ import time
 from pathlib import Path
 
 from kvproof.cliutil import Parser, add_vllm, guarded
-from kvproof.errors import UsageError
 from kvproof.fsio import atomic_write
+from revtree import tree_of  # bench/ is the script's folder: sys.path[0]
 
 OUT = "bench/results/report.md"
 ROOT = Path(__file__).resolve().parents[1]
-MAPPED = ("spec", "verify", "fuzz", "findings")  # the folders pyproject maps into the package
-
-
-def _tree_of(rev: str, dest: Path) -> tuple[Path, str]:
-    """(working directory, PYTHONPATH) that run commit ``rev``'s kvproof: its files, unpacked."""
-    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-                      capture_output=True).returncode != 0:
-        raise UsageError(f"--before {rev}: no such commit in {ROOT}")
-    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
-    pkg = dest / ".import" / "kvproof"
-    pkg.mkdir(parents=True)
-    for p in (dest / "src" / "kvproof").iterdir():
-        (pkg / p.name).symlink_to(p)
-    for name in MAPPED:
-        (pkg / name).symlink_to(dest / name)
-    return dest, str(dest / ".import")
+_tree_of = tree_of  # bench/revtree.py: the unpacking bench_campaign shares
 
 
 def _evidence(folder: Path) -> dict | None:

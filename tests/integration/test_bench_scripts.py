@@ -31,7 +31,7 @@ FAST = {
     "bench_spec.py": ["--blocks", "64", "--vllm", REL],
     "bench_replay.py": ["--no-engine", "--vllm", REL],
     "bench_consumers.py": ["--n", "2", "--seconds", "10", "--releases", REL],
-    "bench_campaign.py": ["--n", "3", "--vllm", REL],
+    "bench_campaign.py": ["--n", "3", "--vllm", REL, "--before", "HEAD"],  # the --before path too
 }
 SLOW = {
     "bench_bridge.py": ["--n", "20", "--naive", "1", "--vllm", REL],
