@@ -112,10 +112,11 @@ def _verdicts(named: list[tuple], names: list) -> list[dict[str, str]]:
     from kvproof.inputs import load_layouts
     from kvproof.layout import Layout
     from kvproof.settings import settings
+    from kvproof.stream import Stream
 
     def layout(e):
         lay = Layout.from_dict(e.layout)
-        return lay.with_meta(stream=e.stream) if e.stream else lay
+        return lay.with_stream(Stream.from_dict(e.stream)) if e.stream else lay
 
     out: list[dict[str, str]] = [{} for _ in names]
     by_tier: dict[str, list] = {"consumer": [], "manager": []}
