@@ -105,7 +105,8 @@ def describe_campaign(workdir: Path) -> dict:
 
 
 def campaign_corpus(workdir: Path, limit: int, premise: str, real: tuple = ()) -> tuple[Any, int, list[tuple], set[str], int]:
-    """Up to ``limit`` of a consumers campaign's corpus files (``<workdir>/corpus``, in name order),
+    """Up to ``limit`` of a consumers campaign's corpus files (``<workdir>/corpus``, in name order;
+    its reference-model seeds, ``<workdir>/real-seeds``, when libFuzzer kept nothing new),
     decoded the harness's way with the capabilities its stats recorded: (caps, files, picked as
     ``select`` gives them, SHA-1s refused, files left over). A folder without harness stats, or
     with an empty corpus, is a UsageError."""
@@ -114,8 +115,11 @@ def campaign_corpus(workdir: Path, limit: int, premise: str, real: tuple = ()) -
         raise UsageError(f"--workdir {workdir}: no consumers harness stats with the release's capabilities "
                          f"(stats/consumers-*.json); not a consumers campaign folder, or it never ran an input")
     files = scan(workdir / "corpus")
+    if not files:  # a short campaign under load ran its seeds only: libFuzzer keeps in corpus/ what
+        files = scan(workdir / "real-seeds")  # covers new code, and the reference-model seeds are its inputs
     if not files:
-        raise UsageError(f"--workdir {workdir}: the campaign's corpus ({workdir / 'corpus'}) is empty")
+        raise UsageError(f"--workdir {workdir}: the campaign's corpus ({workdir / 'corpus'}) is empty "
+                         f"and it left no seeds ({workdir / 'real-seeds'})")
     picked, refused, left = select(files, set(), limit, caps, premise, real)
     return caps, len(files), picked, refused, left
 

@@ -289,7 +289,13 @@ def test_a_finished_campaigns_folder_is_read_for_the_release_chain(tmp_path):
     assert differential.describe_campaign(work)["release"] == "0.32.0"
     for p in corpus.iterdir():
         p.unlink()
-    with pytest.raises(UsageError, match="corpus .* is empty"):
+    with pytest.raises(UsageError, match="corpus .* is empty and it left no seeds"):
         differential.campaign_corpus(work, 3, "engine")
+    seeds = work / "real-seeds"  # a campaign that ran its seeds only: they are its inputs
+    seeds.mkdir()
+    for i, (data, _, _) in enumerate(made[:2]):
+        (seeds / f"real-{i:03d}").write_bytes(data)
+    _, files, picked, _, _ = differential.campaign_corpus(work, 3, "engine")
+    assert files == 2 and [(lay, st) for _, _, lay, st in picked] == [(lay, st) for _, lay, st in made[:2]]
     with pytest.raises(UsageError, match="no consumers harness stats"):
         differential.campaign_corpus(tmp_path / "elsewhere", 3, "engine")
