@@ -29,13 +29,10 @@ from pathlib import Path
 
 from kvproof.cliutil import Parser, add_vllm, guarded
 from kvproof.fsio import atomic_write
-from revtree import tree_of  # bench/ is the script's folder: sys.path[0]
+from revtree import short, tree_of  # bench/ is the script's folder: sys.path[0]
 
 OUT = "bench/results/report.md"
 ROOT = Path(__file__).resolve().parents[1]
-_tree_of = tree_of  # bench/revtree.py: the unpacking bench_campaign shares
-
-
 def _evidence(folder: Path) -> dict | None:
     try:
         ev = json.loads((folder / "evidence.json").read_text())
@@ -94,16 +91,13 @@ def _main(argv) -> int:
     rows = []
     if args.before:
         with tempfile.TemporaryDirectory(prefix="kvproof-bench-rev-") as tmp:
-            cwd, path = _tree_of(args.before, Path(tmp))
-            sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", args.before], capture_output=True,
-                                 text=True).stdout.strip()
-            rows.append(_run(f"before ({sha})", args.id, cwd, path, extra, keep))
+            cwd, path = tree_of(args.before, Path(tmp))
+            rows.append(_run(f"before ({short(args.before)})", args.id, cwd, path, extra, keep))
     for kind in runs:
         if kind == "cold":
             _cold(args.id)
         rows.append(_run(f"now, {kind} overlay cache", args.id, ROOT, None, extra, keep))
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                          text=True).stdout.strip()
+    head = short("HEAD")
     ref = rows[0]["evidence"] if args.before else None
     cmd = " ".join(["bench/bench_report.py", "--id", args.id] + (["--before", args.before] if args.before else [])
                    + ["--runs", args.runs] + extra + ([] if args.out == OUT else ["--out", args.out]))

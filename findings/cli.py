@@ -38,6 +38,7 @@ from typing import Sequence
 
 from kvproof.cliutil import Parser, add_tier, add_vllm, guarded
 from kvproof.errors import UsageError
+from kvproof.findings.fix import worsened
 from kvproof.findings.ledger import Entry, Ledger, Status
 from kvproof.findings.measure import TIERS
 from kvproof.verdicts import Tier
@@ -195,16 +196,16 @@ def _report(args, ledger: Ledger) -> int:
             continue
         for r in runs:
             print(f"  {entry.id} vLLM {r.release}: exit {r.rc} ({r.expectation()}) {r.last}")
-        from kvproof.findings.fix import worsened
-        fixes = json.loads((folder / "evidence.json").read_text())["fix"]
-        for f in fixes:
+        fixed_ok = True
+        for f in json.loads((folder / "evidence.json").read_text())["fix"]:
+            worse = worsened(f["others_changed"])
             print(f"  {entry.id} with the fix on vLLM {f['release']}: script {f['repro']} -> {f['repro_fixed']}, "
                   f"test {f['pytest']} -> {f['pytest_fixed']}, class {f['verdict']} -> {f['verdict_fixed']}"
                   + (f", others changed: {f['others_changed']}" if f["others_changed"] else "")
-                  + (f" (for the worse: {sorted(worsened(f['others_changed']))})" if worsened(f["others_changed"]) else ""))
+                  + (f" (for the worse: {sorted(worse)})" if worse else ""))
+            fixed_ok = fixed_ok and f["removes_symptom"] and not worse
         print(f"wrote {folder}/issue.md, repro.py, evidence.json")
-        ok = ok and all(r.as_expected for r in runs) and all(f["removes_symptom"] and not worsened(f["others_changed"])
-                                                            for f in fixes)
+        ok = ok and all(r.as_expected for r in runs) and fixed_ok
     return ReproducerDidNotRun.exit_code if did_not_run else 0 if ok else 1
 
 
