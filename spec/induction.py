@@ -32,6 +32,9 @@ divisibility the uninterpreted ``lemmas.D``; the solver gets the facts B1-B4
 and D1-D4 of kvproof.spec.lemmas (each checked there) as quantified axioms.
 Every obligation is one query under a timeout, run in verify's killable
 workers (``run_obligations``); unknown or a timeout is UNKNOWN, never PROVED.
+The obligations of one kind share their hypotheses: a worker asserts them (and
+their axiom instances) once on the kind's solver and pushes each obligation's
+own rest on top (``Context.solver_for``), never more than the query itself.
 """
 
 from __future__ import annotations
@@ -211,6 +214,7 @@ class Context:
         self.s0 = self.F.init(self.g, self.c)
         self.s1 = self.F.step(self.s, self.g, self.c)
         self._memo: dict[tuple, Any] = {}
+        self._solvers: dict[str, tuple[z3.Solver, set[int]]] = {}
 
     def _once(self, name: str, args: tuple, build: Callable[[], Any]) -> Any:
         """``build()`` once per method and arguments (this context's own summaries and groups, keyed
@@ -320,6 +324,27 @@ class Context:
         return out
 
     # --- the obligations ---------------------------------------------------------------------
+    def shared(self, kind: str) -> list:
+        """The hypotheses every obligation of ``kind`` starts with (its own follow them)."""
+        if kind == "base":
+            return self.domain(self.g)
+        if kind in ("step", "transfer"):
+            first = (self.g, self.x, self.s.first) if kind == "step" else (self.x, self.s.first)
+            return self.domain(*first) + self.invariant_hyps(self.s, self.x)
+        return self.domain(self.s.first) + self.invariant_hyps(self.s, None)
+
+    def solver_for(self, kind: str) -> tuple[z3.Solver, set[int]]:
+        """One solver per obligation kind with ``shared(kind)`` and its axiom instances asserted,
+        and the AST ids of what it holds: each obligation adds the rest of its own query inside
+        a push (kvproof.spec.induction.prove), so the common part is asserted once per process."""
+        if kind not in self._solvers:
+            shared = self.shared(kind)
+            held = ground_axioms(shared, self.hubs()) + shared
+            solver = z3.Solver()
+            lemmas.assert_all(solver, held)
+            self._solvers[kind] = solver, {f.get_id() for f in held}
+        return self._solvers[kind]
+
     def base(self, inv: str) -> tuple[list, Any]:
         i = INV_BY_ID[inv]
         hyps = self.domain(self.g)
@@ -400,12 +425,24 @@ def prove(ctx: Context, oid: str, timeout: float = 10.0, refute: bool = False) -
     query = hyps + [z3.Not(goal)]
     deadline = t0 + timeout
     # 1) ground instances of the axioms through the summary's terms (decidable, fast)
-    s = z3.Solver()
+    whole = ground_axioms(query, ctx.hubs()) + query
+    s, held = ctx.solver_for(kind)
+    ids = [f.get_id() for f in whole]
+    pushed = held <= set(ids)  # the kind's solver holds only what this query asserts: add the rest
+    if pushed:
+        s.push()
+        lemmas.assert_all(s, [f for f, i in zip(whole, ids) if i not in held])
+    else:  # (never expected) a query without its kind's common part: a solver of its own
+        s = z3.Solver()
+        lemmas.assert_all(s, whole)
     s.set(timeout=max(1, int(timeout * 1000)))
-    s.add(*ground_axioms(query, ctx.hubs()))
-    s.add(*query)
-    res = s.check()
-    why = s.reason_unknown() if res == z3.unknown else ""
+    try:
+        res = s.check()
+        why = s.reason_unknown() if res == z3.unknown else ""
+        text = _model_text(ctx, s.model()) if res == z3.sat else ""
+    finally:
+        if pushed:
+            s.pop()
     if res != z3.unsat and refute and time.monotonic() < deadline:
         # 2) the quantified axioms (E-matching): a proof the ground instances missed
         s2 = z3.Solver()
@@ -418,7 +455,7 @@ def prove(ctx: Context, oid: str, timeout: float = 10.0, refute: bool = False) -
     if res == z3.unsat:
         return {"id": oid, "status": PROVED, "seconds": secs, "detail": ""}
     if res == z3.sat:
-        return {"id": oid, "status": REFUTED, "seconds": secs, "detail": _model_text(ctx, s.model())}
+        return {"id": oid, "status": REFUTED, "seconds": secs, "detail": text}
     return {"id": oid, "status": UNKNOWN, "seconds": secs, "detail": f"not proved (z3: {why})"}
 
 

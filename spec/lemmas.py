@@ -92,17 +92,18 @@ def divisibility_axioms(terms: Sequence, positive: Sequence | None = None,
     guard = {id(t): p for t, p in zip(terms, pos)}
     atoms: dict[tuple[int, int], Any] = {}
     keep = memo.setdefault("terms", []) if memo is not None else None  # keyed ASTs stay alive: no id reuse
+    ast_id = {id(x): x.get_id() for x in terms + pos}  # one C call per term, not one per key
 
     def d(a, b):  # one D(a, b) term per pair: building z3 terms in Python dominates large instances
         k = (id(a), id(b))
         if k not in atoms:
-            atoms[k] = D(a, b)
+            atoms[k] = _app2(D, a, b)
         return atoms[k]
 
     def cached(xs, build):
         if memo is None:
             return build()
-        k = tuple(x.get_id() for x in xs)
+        k = tuple(ast_id[id(x)] if id(x) in ast_id else x.get_id() for x in xs)
         got = memo.get(k)
         if got is None:
             keep.extend(xs)
@@ -120,9 +121,10 @@ def divisibility_axioms(terms: Sequence, positive: Sequence | None = None,
             def pair(a=a, b=b, pa=pa, pb=pb, one=one):
                 if not one:
                     one.append(a == 1)
-                return _implies(_and(pa, pb, d(a, b)), a <= b), _implies(_and(pb, one[0]), d(a, b))
+                return _implies(_and(pa, pb, d(a, b)), _le(a, b)), _implies(_and(pb, one[0]), d(a, b))
             out.extend(cached((pa, a, pb, b), pair))
     t = z3.BoolVal(True)
+    ast_id[id(t)] = t.get_id()
     for A, B, C in chains:
         for a in A:
             ga = guard.get(id(a), t)
@@ -145,6 +147,17 @@ def divisibility_axioms(terms: Sequence, positive: Sequence | None = None,
     return out
 
 
+def _app2(f, a, b):
+    """``f(a, b)`` for a declared function of two Int terms, without z3py's coercion."""
+    arr = (z3.Ast * 2)(a.as_ast(), b.as_ast())
+    return z3.BoolRef(z3.Z3_mk_app(a.ctx_ref(), f.ast, 2, arr), a.ctx)
+
+
+def _le(a, b):
+    """``a <= b`` of two Int terms without z3py's coercion (the same term)."""
+    return z3.BoolRef(z3.Z3_mk_le(a.ctx_ref(), a.as_ast(), b.as_ast()), a.ctx)
+
+
 def _implies(a, b):
     """``z3.Implies`` without z3py's per-call coercion (the same term, several times faster)."""
     return z3.BoolRef(z3.Z3_mk_implies(a.ctx_ref(), a.as_ast(), b.as_ast()), a.ctx)
@@ -152,14 +165,29 @@ def _implies(a, b):
 
 def _and(*xs):
     """``z3.And`` of Bool terms without z3py's coercion (flat: And(And(a, b), c) is And(a, b, c))."""
+    ctx = xs[0].ctx
+    ref = ctx.ref()
     args = []
-    for x in xs:
-        if z3.is_and(x):
-            args.extend(x.children())
+    for x in xs:  # raw ASTs: the children live while x does (z3.is_and/children wrap each one)
+        a = x.as_ast()
+        if z3.Z3_is_app(ref, a) and z3.Z3_get_decl_kind(ref, z3.Z3_get_app_decl(ref, a)) == z3.Z3_OP_AND:
+            args.extend(z3.Z3_get_app_arg(ref, a, i) for i in range(z3.Z3_get_app_num_args(ref, a)))
         else:
-            args.append(x)
-    arr = (z3.Ast * len(args))(*[x.as_ast() for x in args])
-    return z3.BoolRef(z3.Z3_mk_and(args[0].ctx_ref(), len(args), arr), args[0].ctx)
+            args.append(a)
+    arr = (z3.Ast * len(args))(*args)
+    return z3.BoolRef(z3.Z3_mk_and(ref, len(args), arr), ctx)
+
+
+def assert_all(solver, exprs) -> None:
+    """``solver.add(*exprs)`` without z3py's per-term cast (a sort check through the C API per
+    term: most of a large query's set-up). The same assertions in the same order; anything that
+    is not already a Bool term goes through ``add`` as before."""
+    ctx, native = solver.ctx.ref(), solver.solver
+    for e in exprs:
+        if isinstance(e, z3.BoolRef):
+            z3.Z3_solver_assert(ctx, native, e.as_ast())
+        else:
+            solver.add(e)
 
 
 def point_divides(pairs: Sequence[tuple[int, int]]) -> list:

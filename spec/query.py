@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import Any
 
 import z3
@@ -84,15 +83,29 @@ class Query:
 
     @property
     def solver(self) -> z3.Solver:
+        """The encoding's shared solver (domain and lemma facts asserted once per process) with this
+        query's premise and violation pushed on it; a solver of its own while another query holds
+        it. ``release`` pops what this query added (refinements included)."""
         if self._solver is None:
             self.pre, self.viol = self.prop.formulas(self.x, self.r)
-            base = (M.domain(self.rev, self.x, self.max_block, self.dcp_values) + self.r.facts
-                    + [self.pre, self.viol])
-            if self.premise == "engine":
-                base += engine_premise(self.rev, self.x)
-            self._solver = z3.Solver()
-            self._solver.add(*base)
+            shared = _shared(self.enc, self.max_block)
+            mine = [self.pre, self.viol] + (shared["engine"] if self.premise == "engine" else [])
+            if shared["holder"] is None:
+                shared["holder"] = self
+                self._solver = shared["solver"]
+                self._solver.push()
+            else:
+                self._solver = z3.Solver()
+                lemmas.assert_all(self._solver, shared["base"])
+            lemmas.assert_all(self._solver, mine)
         return self._solver
+
+    def release(self) -> None:
+        shared = _shared(self.enc, self.max_block)
+        if shared["holder"] is self:
+            shared["solver"].pop()
+            shared["holder"] = None
+        self._solver = None
 
     # --- solving with counterexample validation (CEGAR on gcd/lcm and D) --
     def _check(self, deadline: float, extra=()) -> tuple[Any, Any]:
@@ -130,6 +143,12 @@ class Query:
         return [v <= bound for v in x.bs + x.tps + [x.cache_bs, x.pmu]]
 
     def run(self, timeout: float, minimise: bool = True, seed: dict | None = None) -> Result:
+        try:
+            return self._run(timeout, minimise, seed)
+        finally:
+            self.release()
+
+    def _run(self, timeout: float, minimise: bool, seed: dict | None) -> Result:
         t0 = self.t_created  # setup (building the solver) counts
         if seed is not None:
             layout = Layout.from_dict(seed)
@@ -182,33 +201,56 @@ class Query:
                       detail=layout.summary(), refinements=self.refinements, how=how, contracts_py=flagged)
 
 
+def _shared(enc, max_block: int) -> dict:
+    """The parts of every query over one encoding that do not depend on the property, built once
+    per process (Z3 hash-conses terms: the very terms a rebuild gives): ``base`` (domain + the
+    resolver's lemma facts), ``engine`` (the engine premise), ``domain`` and ``engine_f`` (their
+    conjunctions, for concrete evaluation), ``solver`` (``base`` asserted; the ``Query`` that
+    ``holder`` names has its own part pushed on it)."""
+    memo = M._compiled(enc).setdefault("shared", {})
+    if max_block not in memo:
+        domain, engine = M.domain(enc.rev, enc.x, max_block, enc.dcp_values), engine_premise(enc.rev, enc.x)
+        solver = z3.Solver()
+        lemmas.assert_all(solver, domain + enc.r.facts)
+        memo[max_block] = {"base": domain + enc.r.facts, "engine": engine, "solver": solver, "holder": None,
+                           "domain": z3.And(*domain), "engine_f": z3.And(*engine)}
+    return memo[max_block]
+
+
 # --- concrete replay of a query on a Layout ----------------------------------------
 
-@lru_cache(maxsize=None)
-def _formula(revision: str, key: str, premise: str, max_block: int, dcp_values: tuple, n: int):
-    enc = M.encoding(revision, n, dcp_values)
-    prop = BY_KEY[key]
-    pre, viol = prop.formulas(enc.x, enc.r)
-    parts = M.domain(enc.rev, enc.x, max_block, dcp_values) + [pre, viol]
+def _parts(enc, key: str, premise: str, max_block: int) -> list[tuple[str, Any]]:
+    """A query's formula as (compile key, Bool term) conjuncts, true at a point iff the whole
+    query's formula is: the domain and the engine premise are shared by every property over the
+    encoding (each compiled once), the property's premise and violation are its own."""
+    sh = _shared(enc, max_block)
+    props = M._compiled(enc).setdefault("properties", {})
+    if key not in props:
+        props[key] = z3.And(*BY_KEY[key].formulas(enc.x, enc.r))
+    out = [(f"domain:{max_block}", sh["domain"]), (f"property:{key}", props[key])]
     if premise == "engine":
-        parts += engine_premise(enc.rev, enc.x)
-    return enc, z3.And(*parts)
+        out.append((f"engine:{max_block}", sh["engine_f"]))
+    return out
+
+
+def _holds(enc, key: str, premise: str, max_block: int, vals: list) -> bool:
+    return all(M.holds_at(enc, k, f, vals) for k, f in _parts(enc, key, premise, max_block))
 
 
 def concrete_violation(revision, prop, premise, max_block, dcp_values, n, subs) -> bool:
     """Replay a solver model's inputs (``subs``, matched by variable name) concretely."""
-    key = (prop.key, premise, max_block, M.dcp_set(dcp_values))
-    enc, formula = _formula(revision, *key, n)
-    return M.holds(enc, repr(key), formula, subs)
+    enc = M.encoding(revision, n, M.dcp_set(dcp_values))
+    out, _ = M.concrete(enc, subs, check_facts=False)
+    return _holds(enc, prop.key, premise, max_block, out["_vals"])
 
 
 def concrete_holds(layout: Layout, revision: str, prop: Property, premise: str,
                    max_block: int = M.MAX_BLOCK, dcp_values=M.DCP_VALUES) -> bool:
-    key = (prop.key, premise, max_block, M.dcp_set(dcp_values))
-    if not prop.applies(len(layout.groups)) or R.not_expressible(layout, revision) or layout.dcp not in key[3]:
+    dcps = M.dcp_set(dcp_values)
+    if not prop.applies(len(layout.groups)) or R.not_expressible(layout, revision) or layout.dcp not in dcps:
         return False  # outside the query's domain (the dcp set is part of it)
-    enc, formula = _formula(revision, *key, len(layout.groups))
-    return M.holds_at(enc, repr(key), formula, _evaluated(enc, layout))
+    enc = M.encoding(revision, len(layout.groups), dcps)
+    return _holds(enc, prop.key, premise, max_block, _evaluated(enc, layout))
 
 
 def _evaluated(enc, layout: Layout) -> list:

@@ -102,3 +102,48 @@ def test_a_worker_label_is_used_only_for_its_own_witness(monkeypatch):
     got = cli.label({"rows": []}, args)[0]
     assert got["reason"] == real["reason"] and got["reachability"].name == real["label"]
     json.dumps(real)  # what a worker sends back and the cache stores is plain JSON
+
+
+def test_each_obligation_on_its_kinds_solver_is_its_own_query_exactly():
+    # an obligation is checked on one solver per kind that holds the kind's common part, with the
+    # rest of the query pushed on top: what it holds must be part of every query of its kind (an
+    # extra hypothesis could prove a false obligation), and the answer must be a fresh solver's
+    for rev in ("0.27", "0.32"):
+        ctx = I.Context(rev)
+        for oid in IDS + ["step:positive", "base:l_least"]:
+            kind = oid.partition(":")[0]
+            q = _query(ctx, oid)
+            whole = I.ground_axioms(q, ctx.hubs()) + q
+            solver, held = ctx.solver_for(kind)
+            assert held <= {f.get_id() for f in whole}, f"{rev} {oid}: the shared solver holds more than the query"
+            assert {f.get_id() for f in solver.assertions()} == held
+            fresh = z3.Solver()
+            fresh.add(*whole)
+            got = I.prove(ctx, oid, timeout=20)
+            res = fresh.check()
+            assert str(got["status"]) == ("PROVED" if res == z3.unsat else "COUNTEREXAMPLE"), (rev, oid, res)
+            assert solver.num_scopes() == 0 and {f.get_id() for f in solver.assertions()} == held, oid
+
+
+def test_a_bounded_query_leaves_the_shared_solver_as_it_found_it():
+    # the bounded queries of one encoding share a solver holding the domain and lemma facts; each
+    # pushes its premise and violation (and refinements) and pops them: nothing leaks into the next
+    from kvproof.spec import model as M
+    from kvproof.spec.properties import BY_KEY
+    from kvproof.spec.query import Query, _shared
+    a = Query("0.27", BY_KEY["hybrid.group_multiple_of_hash[align]"], 2, "engine")
+    b = Query("0.27", BY_KEY["coordinator.scheduler_multiple_of_hash[any]"], 2, "free")
+    shared = _shared(a.enc, a.max_block)
+    base = len(shared["solver"].assertions())
+    assert a.solver is shared["solver"] and b.solver is not shared["solver"]  # held: b gets its own
+    assert len(b.solver.assertions()) == len(a.solver.assertions()) - len(shared["engine"])
+    a.release()
+    b.release()
+    assert shared["holder"] is None and shared["solver"].num_scopes() == 0
+    assert len(shared["solver"].assertions()) == base
+    first = [Query("0.27", BY_KEY[k], 2, p).run(30).status for k, p in
+             (("hybrid.group_multiple_of_hash[align]", "engine"), ("coordinator.scheduler_multiple_of_hash[any]", "free"))]
+    assert shared["solver"].num_scopes() == 0 and len(shared["solver"].assertions()) == base
+    M.clear_encodings()  # a new encoding: a new solver that held nothing before
+    again = Query("0.27", BY_KEY["coordinator.scheduler_multiple_of_hash[any]"], 2, "free").run(30).status
+    assert [str(s) for s in first] == ["COUNTEREXAMPLE", "PROVED"] and str(again) == "PROVED"
