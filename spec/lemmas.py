@@ -92,7 +92,8 @@ def divisibility_axioms(terms: Sequence, positive: Sequence | None = None,
     guard = {id(t): p for t, p in zip(terms, pos)}
     atoms: dict[tuple[int, int], Any] = {}
     keep = memo.setdefault("terms", []) if memo is not None else None  # keyed ASTs stay alive: no id reuse
-    ast_id = {id(x): x.get_id() for x in terms + pos}  # one C call per term, not one per key
+    tid = [t.get_id() for t in terms]  # one C call per term, not one per key
+    pid = [p.get_id() for p in pos]
 
     def d(a, b):  # one D(a, b) term per pair: building z3 terms in Python dominates large instances
         k = (id(a), id(b))
@@ -100,10 +101,10 @@ def divisibility_axioms(terms: Sequence, positive: Sequence | None = None,
             atoms[k] = _app2(D, a, b)
         return atoms[k]
 
-    def cached(xs, build):
+    def cached(k, xs, build):
+        """``build()``, or the instance built before for the same AST ids ``k`` (those of ``xs``)."""
         if memo is None:
             return build()
-        k = tuple(ast_id[id(x)] if id(x) in ast_id else x.get_id() for x in xs)
         got = memo.get(k)
         if got is None:
             keep.extend(xs)
@@ -111,10 +112,10 @@ def divisibility_axioms(terms: Sequence, positive: Sequence | None = None,
         return got
 
     out = []
-    for a, pa in zip(terms, pos):
-        out.append(cached((pa, a), lambda a=a, pa=pa: _implies(pa, d(a, a))))
+    for a, pa, ia, ipa in zip(terms, pos, tid, pid):
+        out.append(cached((ipa, ia), (pa, a), lambda a=a, pa=pa: _implies(pa, d(a, a))))
         one = []
-        for b, pb in zip(terms, pos):
+        for b, pb, ib, ipb in zip(terms, pos, tid, pid):
             if a is b:
                 continue
 
@@ -122,28 +123,33 @@ def divisibility_axioms(terms: Sequence, positive: Sequence | None = None,
                 if not one:
                     one.append(a == 1)
                 return _implies(_and(pa, pb, d(a, b)), _le(a, b)), _implies(_and(pb, one[0]), d(a, b))
-            out.extend(cached((pa, a, pb, b), pair))
+            out.extend(cached((ipa, ia, ipb, ib), (pa, a, pb, b), pair))
     t = z3.BoolVal(True)
-    ast_id[id(t)] = t.get_id()
+    it = t.get_id()
+    ids = {id(x): i for x, i in zip(terms + pos, tid + pid)}
+    gid = {id(x): ids[id(p)] for x, p in zip(terms, pos)}  # a term's guard's AST id
+
+    def ast_id(x):
+        return ids[id(x)] if id(x) in ids else x.get_id()
     for A, B, C in chains:
+        Bi = [(b, ast_id(b), guard.get(id(b), t), gid.get(id(b), it)) for b in B]
+        Ci = [(c, ast_id(c), guard.get(id(c), t), gid.get(id(c), it)) for c in C]
         for a in A:
-            ga = guard.get(id(a), t)
-            for b in B:
+            ga, ia, iga = guard.get(id(a), t), ast_id(a), gid.get(id(a), it)
+            for b, ib, gb, igb in Bi:
                 if a is b:
                     continue
-                gb = guard.get(id(b), t)
                 ab = []
-                for c in C:
+                for c, ic, gc, igc in Ci:
                     if b is c or a is c:
                         continue
-                    gc = guard.get(id(c), t)
 
                     def chain(a=a, b=b, c=c, gc=gc, ga=ga, gb=gb, ab=ab):
                         if not ab:
                             ab.append(_and(ga, gb, d(a, b)))
                         return _implies(_and(ab[0], gc, d(b, c)), d(a, c))
                     # keys of 2, 4 and 7 ASTs: the three kinds of instance never share one
-                    out.append(cached((ga, a, gb, b, gc, c, t), chain))
+                    out.append(cached((iga, ia, igb, ib, igc, ic, it), (ga, a, gb, b, gc, c, t), chain))
     return out
 
 

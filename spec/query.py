@@ -91,6 +91,9 @@ class Query:
             shared = _shared(self.enc, self.max_block)
             mine = [self.pre, self.viol] + (shared["engine"] if self.premise == "engine" else [])
             if shared["holder"] is None:
+                if shared["solver"] is None:  # built on the first query (concrete replay needs none)
+                    shared["solver"] = z3.Solver()
+                    lemmas.assert_all(shared["solver"], shared["base"])
                 shared["holder"] = self
                 self._solver = shared["solver"]
                 self._solver.push()
@@ -205,14 +208,12 @@ def _shared(enc, max_block: int) -> dict:
     """The parts of every query over one encoding that do not depend on the property, built once
     per process (Z3 hash-conses terms: the very terms a rebuild gives): ``base`` (domain + the
     resolver's lemma facts), ``engine`` (the engine premise), ``domain`` and ``engine_f`` (their
-    conjunctions, for concrete evaluation), ``solver`` (``base`` asserted; the ``Query`` that
-    ``holder`` names has its own part pushed on it)."""
+    conjunctions, for concrete evaluation), ``solver`` (``base`` asserted, built by the first
+    ``Query``; the one ``holder`` names has its own part pushed on it)."""
     memo = M._compiled(enc).setdefault("shared", {})
     if max_block not in memo:
         domain, engine = M.domain(enc.rev, enc.x, max_block, enc.dcp_values), engine_premise(enc.rev, enc.x)
-        solver = z3.Solver()
-        lemmas.assert_all(solver, domain + enc.r.facts)
-        memo[max_block] = {"base": domain + enc.r.facts, "engine": engine, "solver": solver, "holder": None,
+        memo[max_block] = {"base": domain + enc.r.facts, "engine": engine, "solver": None, "holder": None,
                            "domain": z3.And(*domain), "engine_f": z3.And(*engine)}
     return memo[max_block]
 

@@ -360,6 +360,14 @@ class TableRow:
     error: dict | None
     seconds: float | None = field(default=None, compare=False)  # the recorded derivation's (model tables)
 
+    @functools.cached_property
+    def preference(self) -> tuple:
+        """The order reachability cites measured Configs in (``find_config``): real architectures
+        first, then fewest settings away from the defaults, fewest groups, smallest block sizes."""
+        assert self.layout is not None
+        return (not self.real, _plainness(self), len(self.layout.groups),
+                sorted(g.block_size for g in self.layout.groups), self.config.to_json())
+
     @property
     def real(self) -> bool:
         """A reference architecture (spec/models/) under ``vllm serve`` flags, not a tiny family."""
@@ -462,14 +470,12 @@ def find_config(revision: str, property_key: str, witness_layout: Layout | None 
     prop = BY_KEY[property_key]
     # both tests read the layout alone, and the tables repeat layouts (4-8 rows per distinct one)
     verdict: dict[Layout, bool] = {}
-
-    def reaches(lay: Layout) -> bool:
-        if lay not in verdict:
-            verdict[lay] = ((violation_by_design(lay, property_key, revision) is not None) == by_design
-                            and concrete_holds(lay, revision, prop, "free", **bounds))
-        return verdict[lay]
-    hits = [r for r in tables_for(revision) if r.layout is not None and reaches(r.layout)]
-    if not hits:
-        return None
-    return min(hits, key=lambda r: (not r.real, _plainness(r), len(r.layout.groups),
-                                    sorted(g.block_size for g in r.layout.groups), r.config.to_json()))
+    rows = sorted((r for r in tables_for(revision) if r.layout is not None), key=lambda r: r.preference)
+    for r in rows:  # the first that reaches it is the plainest (a stable sort: ties as min took them)
+        assert r.layout is not None
+        if r.layout not in verdict:
+            verdict[r.layout] = ((violation_by_design(r.layout, property_key, revision) is not None) == by_design
+                                 and concrete_holds(r.layout, revision, prop, "free", **bounds))
+        if verdict[r.layout]:
+            return r
+    return None

@@ -134,8 +134,8 @@ def test_a_bounded_query_leaves_the_shared_solver_as_it_found_it():
     a = Query("0.27", BY_KEY["hybrid.group_multiple_of_hash[align]"], 2, "engine")
     b = Query("0.27", BY_KEY["coordinator.scheduler_multiple_of_hash[any]"], 2, "free")
     shared = _shared(a.enc, a.max_block)
-    base = len(shared["solver"].assertions())
     assert a.solver is shared["solver"] and b.solver is not shared["solver"]  # held: b gets its own
+    base = len(shared["base"])
     assert len(b.solver.assertions()) == len(a.solver.assertions()) - len(shared["engine"])
     a.release()
     b.release()
