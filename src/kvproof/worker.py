@@ -8,13 +8,11 @@ folders: the bridge and the consumer tier import nothing of it (it is started by
 Protocol: one JSON object per line on stdin, one reply per line on stdout.
   {"op": "info"}                                   -> {"vllm": ..., "fingerprint": ...}
   {"op": "environ"}                                -> {"environ": {...}} (the process's variables)
-  {"op": "run", "layouts": [...], "manager": true} -> {"outcomes": [...]}
-  {"op": "derive", "configs": [...]}               -> {"results": [...]} (kvproof.bridge.derive)
-  {"op": "consume", "items": [{"layout", "stream"}]} -> {"results": [...]} (kvproof.consumer.worker)
   {"op": "batch", "configs": [{"key", "config"}], "layouts": [{"key", "layout"}], "tiers": [...]}
       -> {"derived": {key: ...}, "outcomes": {key: ...}, "consumer": {key: ...}}: the configs
          derived, then the given layouts and the derived ones at the tiers, in one round trip;
-         every answer under its input's key (a derived layout's under its config's)
+         every answer under its input's key (a derived layout's under its config's). The one
+         door for every tier (kvproof.bridge.client.Worker.batch): no reply is matched by position.
 One process per release serves every tier: no second vLLM import for the consumer tier.
 Importing this module has no side effects; ``main`` parks stdout on stderr
 before vLLM is imported, so vLLM's prints never reach the protocol channel, and
@@ -33,26 +31,11 @@ from typing import Any, TextIO
 
 
 def handle(bridge: Any, request: dict, import_seconds: float = 0.0) -> dict:
-    from kvproof.layout import Layout
-
     op = request.get("op")
     if op == "info":
         return dict(bridge.info(), import_seconds=import_seconds, python=sys.executable)
     if op == "environ":  # what vLLM's import left in the environment (a forked worker must match)
         return {"environ": dict(os.environ)}
-    if op == "run":
-        manager = request.get("manager", True)
-        t0 = time.perf_counter()
-        outcomes = [bridge.evaluate(Layout.from_dict(d), manager).to_dict() for d in request["layouts"]]
-        return {"outcomes": outcomes, "seconds": time.perf_counter() - t0}
-    if op == "derive":  # Config dicts -> what real vLLM derives (imported on first use)
-        from kvproof.bridge.derive import derive
-        t0 = time.perf_counter()
-        results = [derive(d) for d in request["configs"]]
-        return {"results": results, "seconds": time.perf_counter() - t0}
-    if op == "consume":  # the consumer tier (its harness imported on first use)
-        from kvproof.consumer.worker import consume
-        return {"results": consume(request["items"])}
     if op == "batch":
         return batch(bridge, request)
     return {"error": f"unknown op {op!r}"}

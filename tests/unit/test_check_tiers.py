@@ -13,6 +13,7 @@ import json
 import pytest
 
 from kvproof import checking, cli
+from kvproof.bridge.client import Worker
 from kvproof.consumer.result import ConsumerResult
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
@@ -248,18 +249,20 @@ def test_a_worker_exits_when_its_client_is_killed(tmp_path):
         client.kill()
 
 
-class _ReversingWorker:
-    """Answers a batch as kvproof.worker files it (each answer under its input's key), but lists
-    the answers in the reverse of the order the inputs were sent: a client that matched replies to
-    inputs by position would hand each layout another's outcome."""
+class _ReversingWorker(Worker):
+    """The real client (kvproof.bridge.client.Worker) over a transport that answers a batch as
+    kvproof.worker files it (each answer under its input's key), but lists the answers in the
+    reverse of the order the inputs were sent: a client that matched replies to inputs by
+    position would hand each layout another's outcome."""
 
-    def __init__(self, derive: dict[str, dict]) -> None:
-        self.derive = derive  # a config's JSON -> what its derivation answers
+    def __init__(self, derive: dict[str, dict]) -> None:  # no process: _call is the transport
+        self.derivations = derive  # a config's JSON -> what its derivation answers
         self.sent: dict = {}
 
-    def call(self, request: dict) -> dict:
+    def _call(self, request: dict) -> dict:
+        assert request["op"] == "batch", request["op"]  # the one door
         self.sent = request
-        derived = {it["key"]: self.derive[json.dumps(it["config"], sort_keys=True)] for it in request["configs"]}
+        derived = {it["key"]: self.derivations[json.dumps(it["config"], sort_keys=True)] for it in request["configs"]}
         inputs = [(it["key"], Layout.from_dict(it["layout"])) for it in request["layouts"]]
         inputs += [(k, Layout.from_dict(d["layout"])) for k, d in derived.items() if d.get("layout")]
         inputs.reverse()
@@ -311,3 +314,26 @@ def test_a_reordered_batch_reply_still_matches_each_input():
     object.__setattr__(lacking, "consumer", {})
     with pytest.raises(BridgeError, match="no consumer result for input layout:"):
         lacking.of_layouts([kimi])
+
+
+def test_every_worker_call_goes_through_the_keyed_door():
+    """issue 43 item 3: run (function/manager), derive and the consumer tier are the batch op, each
+    answer matched to its input by key: the reversing worker still gives each its own, in order."""
+    from kvproof.config import Config
+    from kvproof.consumer.client import consume
+
+    kimi, fa = Layout.from_dict(KIMI_STYLE), Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
+                                                               "cache": {"block_size": 16}})
+    w = _ReversingWorker({})
+    got = w.run([kimi, fa, kimi], manager=False)
+    assert [o.layout_hash for o in got] == [kimi.content_hash(), fa.content_hash(), kimi.content_hash()]
+    assert len(w.sent["layouts"]) == 2 and w.sent["tiers"] == ["function"]
+    s3, s5 = ({"prefixes": [40], "requests": [{"prefix": 0, "prefix_len": 40}], "max_num_seqs": n} for n in (3, 5))
+    from kvproof.stream import Stream
+    res = consume(w, [(fa, Stream.from_dict(s5)), (kimi, Stream.from_dict(s3)), (fa, Stream.from_dict(s5))])
+    assert [r.layout_hash for r in res] == ["5", "3", "5"] and w.sent["tiers"] == ["consumer"]
+    a, c = Config(), Config(block_size=32)
+    derive = {json.dumps(a.to_dict(), sort_keys=True): {"ok": True, "layout": KIMI_STYLE},
+              json.dumps(c.to_dict(), sort_keys=True): {"ok": True, "layout": fa.to_dict()}}
+    d = _ReversingWorker(derive).derive([c, a, c])
+    assert [x.config for x in d] == [c, a, c] and [x.layout for x in d] == [fa, kimi, fa]

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from kvproof.envs import Env
 from kvproof.errors import BridgeError
@@ -245,17 +245,30 @@ class Worker:
         lines = [ln for ln in self._stderr if ln.strip()]
         return f": {lines[-1]}" if lines else ""
 
+    def batch(self, configs: Sequence[dict] = (), layouts: Sequence[dict] = (), tiers: Iterable[str] = ()) -> dict:
+        """The worker's one door (``kvproof.worker.batch``): config and layout dicts, each sent once
+        under :func:`input_key` of exactly what is sent; the reply files every answer under its
+        input's key. Returns the reply and ``"keys"``: the key of each config, then each layout,
+        in the order given (equal inputs share one)."""
+        ckeys = [input_key("config", d) for d in configs]
+        lkeys = [input_key("layout", d) for d in layouts]
+        reply = self._call({"op": "batch", "configs": [{"key": k, "config": d} for k, d in dict(zip(ckeys, configs)).items()],
+                            "layouts": [{"key": k, "layout": d} for k, d in dict(zip(lkeys, layouts)).items()],
+                            "tiers": sorted(str(t) for t in tiers)})
+        return dict(reply, keys=ckeys + lkeys)
+
     def run(self, layouts: Sequence[Layout] | Iterable[Layout], manager: bool = True) -> list[Outcome]:
-        batch = [layout.to_dict() for layout in layouts]
-        reply = self._call({"op": "run", "layouts": batch, "manager": manager})
-        return [Outcome.from_dict(d) for d in reply["outcomes"]]
+        """The function tier (and the manager tier with ``manager``) of each layout, in order."""
+        reply = self.batch(layouts=[layout.to_dict() for layout in layouts],
+                           tiers=("function", "manager") if manager else ("function",))
+        return [Outcome.from_dict(answer(reply, "outcomes", k)) for k in reply["keys"]]
 
     def derive(self, configs: Sequence["Config"] | Iterable["Config"]) -> list["Derived"]:
-        """Run Configs through the release's own derivation (kvproof.bridge.derive)."""
+        """Run Configs through the release's own derivation (kvproof.bridge.derive), in order."""
         from kvproof.derivation import Derived
         batch = list(configs)
-        reply = self._call({"op": "derive", "configs": [c.to_dict() for c in batch]})
-        return [Derived.from_reply(c, d) for c, d in zip(batch, reply["results"])]
+        reply = self.batch(configs=[c.to_dict() for c in batch])
+        return [Derived.from_reply(c, answer(reply, "derived", k)) for c, k in zip(batch, reply["keys"])]
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -264,6 +277,22 @@ class Worker:
             else:
                 _stop(self.proc)
         self.proc = None
+
+
+def input_key(kind: str, payload: Mapping[str, Any]) -> str:
+    """The key a batch reply names an input's answers by: ``kind`` and a hash of exactly what the
+    worker is sent (a Layout with its meta, stream included; a Config's dict). Equal inputs share
+    a key (and are sent once); a reply is matched to inputs by these keys, never by position."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return f"{kind}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def answer(reply: Mapping[str, Any], part: str, key: str) -> Any:
+    """The answer filed under ``key`` in the reply's ``part``; a missing one is the worker's error."""
+    got = reply.get(part) or {}
+    if key not in got:
+        raise BridgeError(f"the worker's reply has no {part} answer for input {key}")
+    return got[key]
 
 
 def spawn_all(workers: Sequence[Worker]) -> None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from kvproof.bridge.client import Worker, start_all
+from kvproof.bridge.client import Worker, answer, input_key, start_all
 from kvproof.config import Config
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream, default_stream
@@ -30,18 +28,11 @@ class ConsumerWorker(Worker):
 
 
 def consume(worker: Worker, items: Iterable[tuple[Layout, Stream]]) -> list[ConsumerResult]:
-    """The consumer tier on a live worker: each (Layout, Stream) through the real scheduler."""
-    reply = worker.call({"op": "consume", "items": [{"layout": lay.to_dict(), "stream": s.to_dict()}
-                                                     for lay, s in items]})
-    return [ConsumerResult.from_dict(d) for d in reply["results"]]
-
-
-def input_key(kind: str, payload: Mapping[str, Any]) -> str:
-    """The key a batch reply names an input's answers by: ``kind`` and a hash of exactly what the
-    worker is sent (a Layout with its meta, stream included; a Config's dict). Equal inputs share
-    a key (and are sent once); a reply is matched to inputs by these keys, never by position."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return f"{kind}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    """The consumer tier on a live worker: each (Layout, Stream) through the real scheduler, in
+    order (the worker's batch door, each layout sent with its stream and answered by key)."""
+    reply = worker.batch(layouts=[lay.with_stream(s).to_dict(with_meta=True) for lay, s in items],
+                         tiers=("consumer",))
+    return [ConsumerResult.from_dict(answer(reply, "consumer", k)) for k in reply["keys"]]
 
 
 def layout_key(layout: Layout) -> str:
@@ -113,11 +104,8 @@ def batch(worker: Worker, configs: Sequence[Config], layouts: Sequence[Layout], 
     layout at ``tiers`` (function/manager outcomes, consumer results under each layout's own
     stream or the default; empty where not asked). Each input goes once, under its key; the
     answers come back keyed by input (:class:`Answers`)."""
-    sent_configs = {config_key(c): c.to_dict() for c in configs}
-    sent_layouts = {layout_key(lay): lay.to_dict(with_meta=True) for lay in layouts}
     tiers = sorted(str(t) for t in tiers)
-    reply = worker.call({"op": "batch", "configs": [{"key": k, "config": d} for k, d in sent_configs.items()],
-                         "layouts": [{"key": k, "layout": d} for k, d in sent_layouts.items()], "tiers": tiers})
+    reply = worker.batch([c.to_dict() for c in configs], [lay.to_dict(with_meta=True) for lay in layouts], tiers)
     return Answers.from_reply(configs, tiers, reply)
 
 

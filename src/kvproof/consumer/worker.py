@@ -1,7 +1,7 @@
 """The consumer tier inside a vLLM env, served by the release's one worker (``kvproof.worker``).
 
-``consume(items)``: ``[{"layout": {...}, "stream": {...}}, ...]`` -> ConsumerResult dicts;
-``run_one(layout, stream)`` -> one ConsumerResult (tests call it in-process). The
+``run_one(layout, stream)`` -> one ConsumerResult (the worker's batch op calls it for each
+layout at the consumer tier, under the layout's own stream; tests call it in-process). The
 harness (its vLLM imports, the model config it caches) is built on the first call and kept.
 """
 
@@ -23,9 +23,3 @@ def harness() -> Any:
 def run_one(layout: Any, stream: Any) -> Any:
     """One Layout under one Stream -> its ConsumerResult (in this process)."""
     return harness().run(layout, stream)
-
-
-def consume(items: list[dict]) -> list[dict]:
-    from kvproof.consumer.stream import Stream
-    from kvproof.layout import Layout
-    return [run_one(Layout.from_dict(it["layout"]), Stream.from_dict(it["stream"])).to_dict() for it in items]
