@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from kvproof import contracts
-from kvproof.bridge.client import Worker, spawn_all
+from kvproof.bridge.client import Worker, start_all
 from kvproof.config import Config
 from kvproof.derivation import (Derived, DeriveError, _revision, config_key, enumerate_configs, host_cpu,
                                 model_configs, table_dir, table_entry)
@@ -174,17 +174,9 @@ class Workers:
     @classmethod
     def start(cls, envs: Sequence[Env], live: dict[str, Worker] | None = None) -> Workers:
         pool = cls()
-        want = [Worker(env) for env in envs if not (live and env.name in live)]
         pool.by_env.update({env.name: live[env.name] for env in envs if live and env.name in live})
-        try:
-            pool.own.extend(want)
-            spawn_all(want)
-            for w in want:
-                w.handshake()
-                pool.by_env[w.env.name] = w
-        except BaseException:
-            pool.close()
-            raise
+        pool.own = start_all([env for env in envs if env.name not in pool.by_env])  # closes all on a failure
+        pool.by_env.update({w.env.name: w for w in pool.own})
         return pool
 
     def info(self, env_name: str) -> dict:
