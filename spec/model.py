@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import z3
 
@@ -151,11 +151,20 @@ class Resolved:
     L: Any = None  # fresh lcm variable (several groups)
     G: Any = None  # fresh gcd variable (several groups)
     hashing: list = field(default_factory=list)  # Bool: group is in the GCD set
-    facts: list = field(default_factory=list)  # every lemma instance the solver gets
     gcd_lcm_facts: list = field(default_factory=list)  # the gcd/lcm ones (checked on every evaluation)
     fallback: Any = None  # Bool: hash fell back to the scheduler block size
     terms: list = field(default_factory=list)  # Int terms divisibility is asked about
     unit: Any = None  # one group: UnitaryKVCacheCoordinator.block_size
+    # every lemma instance the solver gets, built on first use (``facts``): concrete evaluation
+    # needs none of them, and the divisibility instances are most of an encoding's build time
+    facts_of: Callable[[], list] | None = field(default=None, repr=False, compare=False)
+    _facts: list | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def facts(self) -> list:
+        if self._facts is None:
+            self._facts = self.facts_of() if self.facts_of is not None else []
+        return self._facts
 
 
 def _or(xs):
@@ -198,12 +207,13 @@ def resolve(rev: R.Revision, x: Inputs, dcp_values) -> Resolved:
             err = z3.If(z3.And(x.pmu_set, x.pmu != bs, hashing_active), ERR_SINGLE_PMU, ERR_NONE)
         terms = [bs, eff[0], x.cache_bs, x.bs[0]]
         # D5: a | a * k (bs is cache_bs times 1 or dcp; eff[0] is bs[0] times 1 or dcp)
-        facts = [dv(x.cache_bs, bs), dv(x.bs[0], eff[0])] + lemmas.divisibility_axioms(terms)
+        def facts() -> list:
+            return [dv(x.cache_bs, bs), dv(x.bs[0], eff[0])] + lemmas.divisibility_axioms(terms)
         # The unitary coordinator's own block size: up to 0.29 it scales the
         # spec's block size by dcp for every kind (MambaManager undoes that
         # only for its own manager); from 0.31 it follows dcp_sharded.
         unit = eff[0] if rev.has(R.DCP_SHARDED) else scaled(x.bs[0])
-        return Resolved(S=bs, H=bs, err=err, eff=eff, fallback=z3.BoolVal(True), facts=facts,
+        return Resolved(S=bs, H=bs, err=err, eff=eff, fallback=z3.BoolVal(True), facts_of=facts,
                         terms=terms + [x.pmu], unit=unit)
 
     # --- group_block_sizes, scheduler_block_size = lcm --------------------
@@ -254,11 +264,13 @@ def resolve(rev: R.Revision, x: Inputs, dcp_values) -> Resolved:
     # true facts about divisibility on the terms the branches and properties use
     terms = eff + [L, G, H0, x.pmu]
     divisors = [G, H0, x.pmu]
-    div_facts = [dv(x.bs[i], eff[i]) for i in range(n)]  # D5: a | a * k
-    div_facts += lemmas.divisibility_axioms(terms, [z3.BoolVal(True)] * (n + 3) + [x.pmu_set],
-                                           chains=[(divisors, eff + [G], eff + [L])])
+
+    def div_facts() -> list:
+        out = [dv(x.bs[i], eff[i]) for i in range(n)]  # D5: a | a * k
+        return facts + out + lemmas.divisibility_axioms(terms, [z3.BoolVal(True)] * (n + 3) + [x.pmu_set],
+                                                        chains=[(divisors, eff + [G], eff + [L])])
     err = z3.If(fallback, ERR_NONE, z3.If(err_pmu, ERR_PMU, z3.If(err_tps, ERR_TPS, ERR_NONE)))
-    return Resolved(S=S, H=H, err=err, eff=eff, L=L, G=G, hashing=hashing, facts=facts + div_facts,
+    return Resolved(S=S, H=H, err=err, eff=eff, L=L, G=G, hashing=hashing, facts_of=div_facts,
                     gcd_lcm_facts=facts, fallback=fallback,
                     terms=terms + list(x.tps) + [S, H] + ([alignment] if rev.has(R.TOKENS_PER_STATE) else []))
 

@@ -93,13 +93,13 @@ class Query:
             if shared["holder"] is None:
                 if shared["solver"] is None:  # built on the first query (concrete replay needs none)
                     shared["solver"] = z3.Solver()
-                    lemmas.assert_all(shared["solver"], shared["base"])
+                    lemmas.assert_all(shared["solver"], _base(self.enc, shared))
                 shared["holder"] = self
                 self._solver = shared["solver"]
                 self._solver.push()
             else:
                 self._solver = z3.Solver()
-                lemmas.assert_all(self._solver, shared["base"])
+                lemmas.assert_all(self._solver, _base(self.enc, shared))
             lemmas.assert_all(self._solver, mine)
         return self._solver
 
@@ -208,17 +208,23 @@ def _shared(enc, max_block: int) -> dict:
     """The parts of every query over one encoding that do not depend on the property, built once
     per process (Z3 hash-conses terms: the very terms a rebuild gives): ``base`` (domain + the
     resolver's lemma facts), ``engine`` (the engine premise), ``domain`` and ``engine_f`` (their
-    conjunctions, for concrete evaluation), ``solver`` (``base`` asserted, built by the first
-    ``Query``; the one ``holder`` names has its own part pushed on it)."""
+    conjunctions, for concrete evaluation), ``solver`` (:func:`_base` asserted, built by the
+    first ``Query``; the one ``holder`` names has its own part pushed on it)."""
     memo = M._compiled(enc).setdefault("shared", {})
     if max_block not in memo:
         domain, engine = M.domain(enc.rev, enc.x, max_block, enc.dcp_values), engine_premise(enc.rev, enc.x)
-        memo[max_block] = {"base": domain + enc.r.facts, "engine": engine, "solver": None, "holder": None,
+        memo[max_block] = {"domain_list": domain, "engine": engine, "solver": None, "holder": None,
                            "domain": z3.And(*domain), "engine_f": z3.And(*engine)}
     return memo[max_block]
 
 
 # --- concrete replay of a query on a Layout ----------------------------------------
+
+def _base(enc, shared: dict) -> list:
+    """Domain and the resolver's lemma facts: what every query's solver holds (the facts are built
+    on the first query of the encoding; concrete replay needs none)."""
+    return shared["domain_list"] + enc.r.facts
+
 
 def _parts(enc, key: str, premise: str, max_block: int) -> list[tuple[str, Any]]:
     """A query's formula as (compile key, Bool term) conjuncts, true at a point iff the whole

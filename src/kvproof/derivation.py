@@ -363,10 +363,11 @@ class TableRow:
     @functools.cached_property
     def preference(self) -> tuple:
         """The order reachability cites measured Configs in (``find_config``): real architectures
-        first, then fewest settings away from the defaults, fewest groups, smallest block sizes."""
+        first, then fewest settings away from the defaults, fewest groups, smallest block sizes
+        (then the Config's JSON, compared only among the rows that tie and reach it)."""
         assert self.layout is not None
         return (not self.real, _plainness(self), len(self.layout.groups),
-                sorted(g.block_size for g in self.layout.groups), self.config.to_json())
+                sorted(g.block_size for g in self.layout.groups))
 
     @property
     def real(self) -> bool:
@@ -470,12 +471,17 @@ def find_config(revision: str, property_key: str, witness_layout: Layout | None 
     prop = BY_KEY[property_key]
     # both tests read the layout alone, and the tables repeat layouts (4-8 rows per distinct one)
     verdict: dict[Layout, bool] = {}
+
+    def reaches(lay: Layout) -> bool:
+        if lay not in verdict:
+            verdict[lay] = ((violation_by_design(lay, property_key, revision) is not None) == by_design
+                            and concrete_holds(lay, revision, prop, "free", **bounds))
+        return verdict[lay]
     rows = sorted((r for r in tables_for(revision) if r.layout is not None), key=lambda r: r.preference)
-    for r in rows:  # the first that reaches it is the plainest (a stable sort: ties as min took them)
-        assert r.layout is not None
-        if r.layout not in verdict:
-            verdict[r.layout] = ((violation_by_design(r.layout, property_key, revision) is not None) == by_design
-                                 and concrete_holds(r.layout, revision, prop, "free", **bounds))
-        if verdict[r.layout]:
-            return r
+    # the plainest tie that reaches it wins, then the smallest Config JSON (min keeps the tables'
+    # order among equals, as the one min over every hit did)
+    for _, tie in itertools.groupby(rows, key=lambda r: r.preference):
+        hits = [r for r in tie if reaches(r.layout)]
+        if hits:
+            return min(hits, key=lambda r: r.config.to_json())
     return None

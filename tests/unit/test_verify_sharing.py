@@ -130,12 +130,12 @@ def test_a_bounded_query_leaves_the_shared_solver_as_it_found_it():
     # pushes its premise and violation (and refinements) and pops them: nothing leaks into the next
     from kvproof.spec import model as M
     from kvproof.spec.properties import BY_KEY
-    from kvproof.spec.query import Query, _shared
+    from kvproof.spec.query import Query, _base, _shared
     a = Query("0.27", BY_KEY["hybrid.group_multiple_of_hash[align]"], 2, "engine")
     b = Query("0.27", BY_KEY["coordinator.scheduler_multiple_of_hash[any]"], 2, "free")
     shared = _shared(a.enc, a.max_block)
     assert a.solver is shared["solver"] and b.solver is not shared["solver"]  # held: b gets its own
-    base = len(shared["base"])
+    base = len(_base(a.enc, shared))
     assert len(b.solver.assertions()) == len(a.solver.assertions()) - len(shared["engine"])
     a.release()
     b.release()
