@@ -206,9 +206,9 @@ class Query:
 
 def _shared(enc, max_block: int) -> dict:
     """The parts of every query over one encoding that do not depend on the property, built once
-    per process (Z3 hash-conses terms: the very terms a rebuild gives): ``base`` (domain + the
-    resolver's lemma facts), ``engine`` (the engine premise), ``domain`` and ``engine_f`` (their
-    conjunctions, for concrete evaluation), ``solver`` (:func:`_base` asserted, built by the
+    per process (Z3 hash-conses terms: the very terms a rebuild gives): ``domain_list`` (the
+    domain), ``engine`` (the engine premise), ``domain`` and ``engine_f`` (their conjunctions,
+    for concrete evaluation), ``solver`` (:func:`_base` asserted, built by the
     first ``Query``; the one ``holder`` names has its own part pushed on it)."""
     memo = M._compiled(enc).setdefault("shared", {})
     if max_block not in memo:

@@ -249,26 +249,29 @@ class Worker:
         """The worker's one door (``kvproof.worker.batch``): config and layout dicts, each sent once
         under :func:`input_key` of exactly what is sent; the reply files every answer under its
         input's key. Returns the reply and ``"keys"``: the key of each config, then each layout,
-        in the order given (equal inputs share one)."""
+        in the order given (equal inputs share one); each part (derived, outcomes, consumer) a
+        mapping, empty where nothing was asked of it."""
         ckeys = [input_key("config", d) for d in configs]
         lkeys = [input_key("layout", d) for d in layouts]
-        reply = self._call({"op": "batch", "configs": [{"key": k, "config": d} for k, d in dict(zip(ckeys, configs)).items()],
+        reply = self._call({"op": "batch",
+                            "configs": [{"key": k, "config": d} for k, d in dict(zip(ckeys, configs)).items()],
                             "layouts": [{"key": k, "layout": d} for k, d in dict(zip(lkeys, layouts)).items()],
                             "tiers": sorted(str(t) for t in tiers)})
-        return dict(reply, keys=ckeys + lkeys)
+        parts = {p: reply.get(p) or {} for p in ("derived", "outcomes", "consumer")}
+        return dict(reply, keys=ckeys + lkeys, **parts)
 
     def run(self, layouts: Sequence[Layout] | Iterable[Layout], manager: bool = True) -> list[Outcome]:
         """The function tier (and the manager tier with ``manager``) of each layout, in order."""
         reply = self.batch(layouts=[layout.to_dict() for layout in layouts],
                            tiers=("function", "manager") if manager else ("function",))
-        return [Outcome.from_dict(answer(reply, "outcomes", k)) for k in reply["keys"]]
+        return [Outcome.from_dict(answer(reply["outcomes"], k, "outcome")) for k in reply["keys"]]
 
     def derive(self, configs: Sequence["Config"] | Iterable["Config"]) -> list["Derived"]:
         """Run Configs through the release's own derivation (kvproof.bridge.derive), in order."""
         from kvproof.derivation import Derived
         batch = list(configs)
         reply = self.batch(configs=[c.to_dict() for c in batch])
-        return [Derived.from_reply(c, answer(reply, "derived", k)) for c, k in zip(batch, reply["keys"])]
+        return [Derived.from_reply(c, answer(reply["derived"], k, "derivation")) for c, k in zip(batch, reply["keys"])]
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -287,12 +290,12 @@ def input_key(kind: str, payload: Mapping[str, Any]) -> str:
     return f"{kind}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
-def answer(reply: Mapping[str, Any], part: str, key: str) -> Any:
-    """The answer filed under ``key`` in the reply's ``part``; a missing one is the worker's error."""
-    got = reply.get(part) or {}
-    if key not in got:
-        raise BridgeError(f"the worker's reply has no {part} answer for input {key}")
-    return got[key]
+def answer(answers: Mapping[str, Any], key: str, what: str) -> Any:
+    """The answer filed under input ``key`` (one part of a batch reply); a missing one is the
+    worker's error, never a neighbour's answer."""
+    if key not in answers:
+        raise BridgeError(f"the worker's reply has no {what} for input {key}")
+    return answers[key]
 
 
 def spawn_all(workers: Sequence[Worker]) -> None:

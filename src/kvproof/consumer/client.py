@@ -32,7 +32,7 @@ def consume(worker: Worker, items: Iterable[tuple[Layout, Stream]]) -> list[Cons
     order (the worker's batch door, each layout sent with its stream and answered by key)."""
     reply = worker.batch(layouts=[lay.with_stream(s).to_dict(with_meta=True) for lay, s in items],
                          tiers=("consumer",))
-    return [ConsumerResult.from_dict(answer(reply, "consumer", k)) for k in reply["keys"]]
+    return [ConsumerResult.from_dict(answer(reply["consumer"], k, "consumer result")) for k in reply["keys"]]
 
 
 def layout_key(layout: Layout) -> str:
@@ -71,8 +71,8 @@ class Answers:
         """The input ``key``'s bridge outcome and consumer result (each a list of one; empty
         where that tier was not asked)."""
         bridge = bool(self.tiers & {"function", "manager"})
-        return (_pick(self.outcomes, key, "outcome") if bridge else [],
-                _pick(self.consumer, key, "consumer result") if "consumer" in self.tiers else [])
+        return ([answer(self.outcomes, key, "outcome")] if bridge else [],
+                [answer(self.consumer, key, "consumer result")] if "consumer" in self.tiers else [])
 
     def of_layouts(self, layouts: Sequence[Layout]) -> tuple[list[Outcome], list[ConsumerResult]]:
         """Per layout, in the order given: its outcomes and its consumer results."""
@@ -91,12 +91,6 @@ class Answers:
             raise BridgeError(f"the worker's reply has no derivation for {key} ({config.to_json()[:80]})")
         d = self.derived[key]
         return (d, *self.of(key)) if d.layout is not None else (d, [], [])
-
-
-def _pick(answers: Mapping[str, Any], key: str, what: str) -> list:
-    if key not in answers:
-        raise BridgeError(f"the worker's reply has no {what} for input {key}")
-    return [answers[key]]
 
 
 def batch(worker: Worker, configs: Sequence[Config], layouts: Sequence[Layout], tiers: Iterable[str]) -> Answers:
