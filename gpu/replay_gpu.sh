@@ -10,7 +10,7 @@
 #      venvs under $WORK (uv if available, else pip), each bounded by the time left;
 #      if the package registry cannot be reached it says so and stops;
 #   3. boots the seed class on each installed release with the same code as the CPU tier
-#      (kvproof.replay.engine -> python -m kvproof.replay.boot in that venv):
+#      (kvproof.tiers.boots -> python -m kvproof.tiers.boot in that venv):
 #        - NemotronH tiny, sliding window 64, fp8 KV cache with sliding-window layers unquantised
 #          (groups mamba:128x2 + sliding_window:64, cache 64 on CPU): 0.27 should die in
 #          HybridKVCacheCoordinator, 0.33 should boot and generate;
@@ -92,8 +92,8 @@ say "booting on: ${PYTHONS[*]}"
 PYTHONPATH="$PWD/src" KVPROOF_GPU_LEFT="$(left)" "$PY3" - "$OUT" "${PYTHONS[@]}" <<'PYEOF'
 import json, os, sys, time
 from kvproof.envs import from_python
-from kvproof.replay import classify, engine
-from kvproof.replay.families import SEED_HIDDEN_STATES, Recipe
+from kvproof.tiers import boots as engine, classify
+from kvproof.tiers.families import SEED_HIDDEN_STATES, Recipe
 
 out_dir, pythons = sys.argv[1], sys.argv[2:]
 deadline = time.monotonic() + int(os.environ.get("KVPROOF_GPU_LEFT", "400")) - 20

@@ -29,5 +29,5 @@ VLLM_SIDE = (
     "kvproof.consumer.wiring",
     "kvproof.fuzz.harness",
     "kvproof.stand_in_triton",
-    "kvproof.replay.boot",
+    "kvproof.tiers.boot",
 )

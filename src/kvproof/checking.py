@@ -17,25 +17,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from kvproof import contracts
 from kvproof.bridge.client import Worker, start_all
 from kvproof.config import Config
 from kvproof.derivation import (Derived, DeriveError, _revision, config_key, enumerate_configs, host_cpu,
                                 model_configs, table_dir, table_entry)
 from kvproof.envs import Env
-from kvproof.judge import Judgement, judge as judge_outcome
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
+from kvproof.tiers import registry
+from kvproof.tiers.row import Row  # the runner's row type, named checking.Row by its callers
 from kvproof.verdicts import Tier, Verdict
 
 if TYPE_CHECKING:
     from kvproof.consumer.result import ConsumerResult
 
-# What `kvproof check` runs unless told otherwise (the engine tier boots a model per layout:
-# `kvproof replay FILE --tier engine`). The function and manager tiers share one bridge call
-# and one row (its tier: the highest that ran); the consumer tier has a row of its own.
-CHECK_TIERS = (Tier.FUNCTION, Tier.MANAGER, Tier.CONSUMER)
-BRIDGE_TIERS = (Tier.FUNCTION, Tier.MANAGER)
+# What `kvproof check` runs unless told otherwise: the tiers a release's worker runs (the engine
+# tier boots a model per layout: `kvproof replay FILE --tier engine`). The function and manager
+# tiers share one bridge call and one row (its tier: the highest that ran); the consumer tier has
+# a row of its own.
+CHECK_TIERS = registry.worker_tiers()
 # Releases whose workers (one per release, every tier in it) start and import vLLM together: the
 # README's three releases at once; more releases go three at a time.
 PARALLEL_RELEASES = 3
@@ -43,100 +43,6 @@ PARALLEL_RELEASES = 3
 
 def _windows(envs: Sequence[Env]) -> list[Sequence[Env]]:
     return [envs[i:i + PARALLEL_RELEASES] for i in range(0, len(envs), PARALLEL_RELEASES)]
-
-
-@dataclass(frozen=True)
-class Row:
-    """One (layout, release, tier) verdict: the bridge's ``outcome`` (function and manager
-    tiers) or the consumer tier's ``consumer`` result, with the one judge's ``judgement``.
-
-    ``kvproof replay`` makes its rows of this type too: the runner's rows with the ``release``
-    and the tier each answers for (``asked``: a manager row whose resolver raised is still the
-    manager tier's row, though its judgement names the function tier), a function row judged
-    without the manager stage, and engine rows (real boots) carrying ``engine``, the replay
-    layer's record of the boot. A row with nothing to judge (no engine reproducer) has no
-    ``judgement`` and says why in ``skip``: its ``verdict`` is None, never an expectation."""
-
-    name: str
-    layout: Layout
-    env: str
-    outcome: Outcome | None
-    judgement: Judgement | None  # None: nothing ran (``skip`` says why)
-    consumer: ConsumerResult | None = None
-    release: str = ""  # the vLLM release (replay's rows; the runner knows its env's name)
-    asked: Tier | None = None  # the tier this row answers for, when not the judgement's own
-    engine: Any = None  # engine tier: the boot and its recipe's source (kvproof.replay.core.EngineRun)
-    skip: str = ""  # why there is no judgement
-
-    @property
-    def verdict(self) -> Verdict | None:
-        return None if self.judgement is None else self.judgement.verdict
-
-    @property
-    def tier(self) -> Tier:
-        if self.asked is not None:
-            return self.asked
-        assert self.judgement is not None, "a row without a judgement names its tier (asked)"
-        return self.judgement.tier
-
-    @property
-    def _source(self) -> Any:
-        return self.outcome if self.outcome is not None else self.consumer
-
-    @property
-    def scheduler_block_size(self) -> int | None:
-        return getattr(self._source, "scheduler_block_size", None)
-
-    @property
-    def hash_block_size(self) -> int | None:
-        return getattr(self._source, "hash_block_size", None)
-
-    @property
-    def vllm_version(self) -> str:
-        return getattr(self._source, "vllm_version", "") or ""
-
-    @property
-    def violations(self) -> tuple[contracts.Violation, ...]:
-        """Contracts that predicted what real vLLM raised (FAIL rows)."""
-        return self.judgement.explained
-
-    @property
-    def latent(self) -> tuple[contracts.Violation, ...]:
-        return self.judgement.latent
-
-    @property
-    def warnings(self) -> tuple[contracts.Violation, ...]:
-        return self.judgement.warnings
-
-    def message(self) -> str:
-        if self.judgement is None:
-            return self.skip
-        o = self.outcome
-        if o is not None and not o.expressible:
-            return o.not_expressible
-        return self.judgement.line()
-
-    def to_dict(self) -> dict:
-        def vs(items):
-            return [{"contract": v.contract.id, "detail": v.detail, "protects": v.contract.protects}
-                    for v in items]
-        j = self.judgement
-        return {
-            "name": self.name, "env": self.env, "vllm": self.vllm_version,
-            "layout": self.layout.to_dict(), "layout_hash": self.layout.content_hash(),
-            "verdict": str(j.verdict), "tier": str(j.tier),
-            "scheduler_block_size": self.scheduler_block_size,
-            "hash_block_size": self.hash_block_size,
-            "violations": vs(j.explained), "latent": vs(j.latent),
-            "warnings": [{"contract": w.contract.id, "detail": w.detail} for w in j.warnings],
-            "by_design": j.by_design, "note": j.note, "message": self.message(),
-            "outcome": None if self.outcome is None else self.outcome.to_dict(),
-            "consumer": None if self.consumer is None else self.consumer.to_dict(),
-        }
-
-
-def judge(name: str, layout: Layout, env_name: str, outcome: Outcome) -> Row:
-    return Row(name, layout, env_name, outcome, judge_outcome(layout, outcome))
 
 
 def exit_code(rows: Sequence[Row]) -> int:
@@ -148,12 +54,6 @@ def exit_code(rows: Sequence[Row]) -> int:
     if Verdict.ERROR in verdicts:
         return 3
     return 0
-
-
-def consumer_row(name: str, layout: Layout, env_name: str, result: ConsumerResult) -> Row:
-    """A consumer-tier result as a row: the result itself (no Outcome), judged by judge_consumer."""
-    from kvproof.judge import judge_consumer
-    return Row(name, layout, env_name, None, judge_consumer(result, layout), result)
 
 
 def tiers_of(manager: bool = True, consumer: bool = False) -> tuple[Tier, ...]:
@@ -197,16 +97,12 @@ class Workers:
 
 def rows_of(named: Sequence[tuple[str, Layout]], tiers: Iterable[Tier], env_name: str,
             outcomes: Sequence[Outcome], results: Sequence[ConsumerResult]) -> list[Row]:
-    """The judged rows of one batch reply: per layout its bridge row (the highest bridge tier that
-    ran), then its consumer row; layouts in input order."""
-    tiers = set(tiers)
-    rows: list[Row] = []
-    for i, (n, lay) in enumerate(named):
-        if tiers & set(BRIDGE_TIERS):
-            rows.append(judge(n, lay, env_name, outcomes[i]))
-        if Tier.CONSUMER in tiers:
-            rows.append(consumer_row(n, lay, env_name, results[i]))
-    return rows
+    """The judged rows of one batch reply: per layout one row per reply part its tiers read (the
+    bridge's Outcome: one row for the function and manager tiers, its tier the highest that ran;
+    the consumer result), in ladder order; layouts in input order."""
+    parts = {"outcomes": outcomes, "consumer": results}
+    members = registry.readers(tiers)
+    return [m.row(n, lay, env_name, parts[m.part][i]) for i, (n, lay) in enumerate(named) for m in members]
 
 
 def run_tiers(named: Sequence[tuple[str, Layout]], tiers: Iterable[Tier], env_name: str,
@@ -218,7 +114,7 @@ def run_tiers(named: Sequence[tuple[str, Layout]], tiers: Iterable[Tier], env_na
     if not named:
         return []
     layouts = [lay for _, lay in named]
-    outcomes, results = batch(worker, [], layouts, tiers).of_layouts(layouts)
+    outcomes, results = batch(worker, [], layouts, registry.asks(tiers)).of_layouts(layouts)
     return rows_of(named, tiers, env_name, outcomes, results)
 
 
@@ -365,7 +261,7 @@ def check_configs(named: Sequence[tuple[str, Config]], envs: Sequence[Env], mana
     for window in _windows(envs):
         with Workers.start(window, live=workers) as pool:
             for env in window:
-                answers = batch(pool.by_env[env.name], configs, [], tiers)
+                answers = batch(pool.by_env[env.name], configs, [], registry.asks(tiers))
                 for n, c in named:  # each config's answers by its key, never by their place in the reply
                     d, outcomes, results = answers.of_config(c)
                     rows = () if d.layout is None else tuple(rows_of([(n, d.layout)], tiers, env.name,

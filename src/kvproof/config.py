@@ -17,7 +17,7 @@ A user never writes a Layout. They name a model and the engine settings:
   the engine knobs of :class:`Knobs` (block size, Mamba cache mode, prefix
   caching, a KV connector, hidden-state extraction, ``kv_cache_dtype`` and its
   skip layers, ``prefix_match_unit``, ``max_model_len``) plus ``dcp``. Engine
-  boots (:class:`kvproof.replay.families.Recipe`) are the same knobs.
+  boots (:class:`kvproof.tiers.families.Recipe`) are the same knobs.
 
 Real vLLM derives the Layout from either (:mod:`kvproof.bridge.derive`).
 Every vLLM fact used to validate (Mamba modes, connector names, dtypes) comes
@@ -40,7 +40,7 @@ from kvproof import facts
 FAMILIES = ("nemotron_h", "granite_moe_hybrid", "qwen3_next")
 VOCAB = 512
 # The tiny families' Mamba/GDN SSM state dtype, passed to vLLM explicitly so every CPU builds the
-# same layout (why: kvproof.replay.families, next to the boots it matters most to).
+# same layout (why: kvproof.tiers.families, next to the boots it matters most to).
 SSM_STATE_DTYPE = "float32"
 SOURCE_KEY = "_kvproof_source"  # where a reference config.json's values come from (stripped before vLLM reads it)
 

@@ -287,7 +287,7 @@ MODEL_FLAG_SETS: tuple[tuple[str, ...], ...] = (
 
 
 def host_cpu() -> str:
-    """This machine's x86 kernel ISA as kvproof.replay.boot.cpu_kernels names it (AVX2, AVX512,
+    """This machine's x86 kernel ISA as kvproof.tiers.boot.cpu_kernels names it (AVX2, AVX512,
     AVX512_BF16, +AMX), from /proc/cpuinfo; "unknown" elsewhere. A reference-model table records
     it: the CPU platform resets an unpinned SSM state dtype to float32 on AVX512-BF16 (0.29+) or
     AMX (0.27, 0.28) CPUs (vllm/platforms/cpu.py check_and_update_config), the Mamba page size

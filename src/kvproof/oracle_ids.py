@@ -64,7 +64,7 @@ class OracleId(str, Enum):
     IDEAL = ("ideal", SOFT, "a hit no oracle faults above kvproof's own ideal (a bug in judge.ideal_hit, "
              "ERROR): kvproof.judge")
     PREFIX_CACHING_OUTPUT = ("prefix_caching_output", HARD, "engine tier: served output with prefix caching "
-                             "differs from without: replay.classify")
+                             "differs from without: tiers.classify")
 
 
 def oracle_id(value: str) -> OracleId:

@@ -14,8 +14,8 @@ import pytest
 
 from conftest import require_env
 from kvproof.layout import Layout
-from kvproof.replay import classify, engine, synth
-from kvproof.replay.families import SEED_HIDDEN_STATES, Recipe
+from kvproof.tiers import boots as engine, classify, synth
+from kvproof.tiers.families import SEED_HIDDEN_STATES, Recipe
 from kvproof import facts
 from kvproof.verdicts import Tier, Verdict
 

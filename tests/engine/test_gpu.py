@@ -13,8 +13,8 @@ import subprocess
 import pytest
 
 from kvproof.envs import from_python
-from kvproof.replay import classify, engine
-from kvproof.replay.families import SEED_HIDDEN_STATES, Recipe
+from kvproof.tiers import boots as engine, classify
+from kvproof.tiers.families import SEED_HIDDEN_STATES, Recipe
 from kvproof.verdicts import Tier, Verdict
 
 pytestmark = [pytest.mark.engine, pytest.mark.gpu]

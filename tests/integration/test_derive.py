@@ -1,7 +1,7 @@
 """Config -> Layout through real vLLM (kvproof.bridge.derive) against real engine boots.
 
 The derived Layout must be exactly what a real boot of the same configuration
-hands the resolver (read by kvproof.replay.boot's capture). Boots cost 15-40 s
+hands the resolver (read by kvproof.tiers.boot's capture). Boots cost 15-40 s
 on these CPUs, so each release boots two recipes, in one process.
 """
 
@@ -15,8 +15,8 @@ from kvproof.config import Config
 from kvproof.checking import derive_all
 from kvproof.derivation import DeriveError, layout_from_boot
 from kvproof.layout import Layout
-from kvproof.replay.engine import boot_many
-from kvproof.replay.families import Recipe
+from kvproof.tiers.boots import boot_many
+from kvproof.tiers.families import Recipe
 
 from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, src/kvproof/facts.py)
 

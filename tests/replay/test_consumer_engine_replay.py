@@ -10,8 +10,9 @@ import pytest
 
 from kvproof.consumer.stream import stream_for
 from kvproof.layout import Layout
-from kvproof.replay import classify, cli, engine
-from kvproof.replay.families import Recipe
+from kvproof.replay import cli
+from kvproof.tiers import boots as engine, classify
+from kvproof.tiers.families import Recipe
 from kvproof.verdicts import Tier, Verdict
 
 from conftest import require_env

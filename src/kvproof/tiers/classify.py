@@ -37,7 +37,7 @@ from kvproof.judge import Judgement, judge
 from kvproof.layout import DEFAULT_MAX_MODEL_LEN, Cache, Group, Layout
 from kvproof.outcome import Outcome, StageError
 from kvproof.oracle_ids import OracleId
-from kvproof.replay.families import BootResult
+from kvproof.tiers.families import BootResult
 from kvproof import facts
 from kvproof.verdicts import Tier, Verdict
 from kvproof.verdicts import parse as _parse

@@ -1,4 +1,4 @@
-"""Engine boots: runs INSIDE a vLLM environment (``python -m kvproof.replay.boot``).
+"""Engine boots: runs INSIDE a vLLM environment (``python -m kvproof.tiers.boot``).
 
 Reads one JSON request on stdin::
 
@@ -42,7 +42,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from kvproof import frames  # noqa: E402
 from kvproof.outcome import bare_assert  # noqa: E402
-from kvproof.replay.families import PROMPTS, VOCAB, BootResult, Recipe  # noqa: E402
+from kvproof.tiers.families import PROMPTS, VOCAB, BootResult, Recipe  # noqa: E402
 from kvproof import facts  # noqa: E402
 
 _T0 = time.perf_counter()

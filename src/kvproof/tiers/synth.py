@@ -27,9 +27,9 @@ from typing import Any, Callable, Iterable, Sequence
 from kvproof.envs import Env
 from kvproof.fsio import atomic_write
 from kvproof.layout import Layout
-from kvproof.replay import classify
-from kvproof.replay.engine import boot_many, env_release
-from kvproof.replay.families import FAMILIES, BootResult, Recipe
+from kvproof.tiers import classify
+from kvproof.tiers.boots import boot_many, env_release
+from kvproof.tiers.families import FAMILIES, BootResult, Recipe
 from kvproof.settings import settings
 from kvproof import facts
 

@@ -1,6 +1,6 @@
 """Engine-tier client: boots tiny models in a vLLM environment, one subprocess per call.
 
-Stdlib only. ``boot(env, recipe)`` runs ``python -m kvproof.replay.boot`` with
+Stdlib only. ``boot(env, recipe)`` runs ``python -m kvproof.tiers.boot`` with
 the environment's interpreter under a wall-clock limit and returns the
 ``BootResult`` (a timeout or a crash becomes a failed result with the stderr
 tail, never an exception). ``boot_many`` boots several recipes in ONE process
@@ -29,7 +29,7 @@ from typing import Sequence
 from kvproof.bridge.client import worker_env
 from kvproof.envs import Env, engine_refusal
 from kvproof.locks import file_lock
-from kvproof.replay.families import BootResult, Recipe
+from kvproof.tiers.families import BootResult, Recipe
 from kvproof.settings import settings, vllm_cache_root
 
 MARK = "KVPROOF-BOOT "
@@ -84,7 +84,7 @@ def boot_many(env: Env, recipes: Sequence[Recipe], probe: bool = False,
     cpu = ""
     started = time.monotonic()
     with boot_lock():
-        proc = subprocess.Popen([str(env.python), "-m", "kvproof.replay.boot"], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([str(env.python), "-m", "kvproof.tiers.boot"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=boot_env(env),
                                 cwd=str(work), start_new_session=True)
 

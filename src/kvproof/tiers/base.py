@@ -1,0 +1,66 @@
+"""A tier's interface: what it reads of the worker's reply, how that becomes a judged row, how
+replay shows the row. Members delegate to the code that runs the tier; callers ask the registry."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kvproof.judge import Judgement
+from kvproof.layout import Layout
+from kvproof.tiers.row import Row
+from kvproof.verdicts import Tier
+
+if TYPE_CHECKING:
+    from kvproof.envs import Env
+
+
+class TierRunner:
+    """One tier of the evidence ladder.
+
+    A tier the release's worker runs names itself in a batch request (``ask``) and reads one part
+    of the reply (``part``: tiers sharing a part share one result and one row, as the function and
+    manager tiers share the bridge's Outcome). A tier run outside the worker (``ask`` None) makes
+    its rows itself (:meth:`outside_rows`), after the rows of the tiers it ``needs``."""
+
+    tier: Tier
+    ask: str | None = None  # the worker's name for the tier in a batch request
+    part: str | None = None  # the batch reply part its result comes from
+
+    def judge(self, layout: Layout, result: Any) -> Judgement:
+        """The one judge's verdict on this tier's ``result`` for ``layout``."""
+        raise NotImplementedError
+
+    def row(self, name: str, layout: Layout, env_name: str, result: Any) -> Row:
+        """A result of the worker's reply, judged into the tier's row."""
+        raise NotImplementedError(f"the {self.tier} tier is not run by the worker")
+
+    def carries(self, row: Row) -> bool:
+        """Whether a runner's row holds this tier's result."""
+        return False
+
+    def replay_row(self, row: Row, release: str) -> Row:
+        """The row replay keeps for this tier from a runner's row that carries its result."""
+        raise NotImplementedError
+
+    def needs(self, named: Sequence[tuple[str, Layout]]) -> tuple[Tier, ...]:
+        """Tiers whose rows this one reads before it runs (the engine tier: the function tier)."""
+        return ()
+
+    def outside_rows(self, named: Sequence[tuple[str, Layout]], env_map: dict[str, Env], prior: Sequence[Row],
+                     **how: Any) -> list[Row]:
+        """The rows of a tier the worker does not run, per layout and release (``env_map``);
+        ``prior``: the rows of the tiers it ``needs``, on every installed release."""
+        raise NotImplementedError
+
+    def recorded(self, rows: Sequence[Row], meta: dict[str, Any]) -> dict[str, Any]:
+        """A corpus file's meta with what this tier's ``rows`` of it keep beside the expectations."""
+        return meta
+
+    def detail(self, row: Row) -> str:
+        """replay's one line of a judged row."""
+        raise NotImplementedError
+
+    def data(self, row: Row) -> dict[str, Any]:
+        """The tier's own fields of replay's JSON row."""
+        raise NotImplementedError

@@ -1,0 +1,81 @@
+"""The function and manager tiers: the worker's run op (``kvproof.bridge.runtime``).
+
+One call answers both: the real resolver, then the real ``KVCacheManager`` built from its output.
+They share the reply's Outcome and one runner row, judged by ``kvproof.judge`` (its tier: the
+highest stage that ran); replay splits that row into a function row (the Outcome without the
+manager stage, judged so) and the manager row (the runner's own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from kvproof.judge import Judgement, judge
+from kvproof.layout import Layout
+from kvproof.outcome import Outcome
+from kvproof.tiers import classify
+from kvproof.tiers.base import TierRunner
+from kvproof.tiers.row import Row
+from kvproof.verdicts import Tier
+
+
+class _Bridge(TierRunner):
+    part = "outcomes"
+
+    def row(self, name: str, layout: Layout, env_name: str, result: Outcome) -> Row:
+        # the runner's one row for both tiers: judged at the highest stage that ran
+        return Row(name, layout, env_name, result, judge(layout, result))
+
+    def carries(self, row: Row) -> bool:
+        return row.outcome is not None
+
+
+class FunctionTier(_Bridge):
+    """The real ``resolve_kv_cache_block_sizes``, judged by the contracts without the manager."""
+
+    tier = Tier.FUNCTION
+    ask = "function"
+
+    def judge(self, layout: Layout, result: Outcome) -> Judgement:
+        return judge(layout, classify.function_outcome(result), Tier.FUNCTION)
+
+    def replay_row(self, row: Row, release: str) -> Row:
+        return replace(row, outcome=classify.function_outcome(row.outcome),
+                       judgement=self.judge(row.layout, row.outcome), release=release, asked=Tier.FUNCTION)
+
+    def detail(self, row: Row) -> str:
+        o = row.outcome
+        cls = classify.failure_class(row.layout, o)
+        line = (f"scheduler={o.scheduler_block_size} hash={o.hash_block_size}"
+                if o.resolved else (o.resolver_error.line() if o.resolver_error else o.not_expressible))
+        return line + (" " + str(cls) if cls.ids else "")
+
+    def data(self, row: Row) -> dict[str, Any]:
+        o = row.outcome
+        return {"scheduler_block_size": o.scheduler_block_size, "hash_block_size": o.hash_block_size,
+                "class": classify.failure_class(row.layout, o).to_dict(), "vllm": o.vllm_version}
+
+
+class ManagerTier(_Bridge):
+    """The real ``KVCacheManager`` and coordinator built from the resolver's output."""
+
+    tier = Tier.MANAGER
+    ask = "manager"
+
+    def judge(self, layout: Layout, result: Outcome) -> Judgement:
+        return judge(layout, result)
+
+    def replay_row(self, row: Row, release: str) -> Row:
+        return replace(row, release=release, asked=Tier.MANAGER)
+
+    def detail(self, row: Row) -> str:
+        o = row.outcome
+        if o.manager_error is not None:
+            return f"{o.manager_error.line()} [{o.manager_error.frame}]"
+        return row.message() or (f"{o.coordinator} built" if o.coordinator else "")
+
+    def data(self, row: Row) -> dict[str, Any]:
+        o = row.outcome
+        return {"coordinator": o.coordinator, "manager_error": o.manager_error.line() if o.manager_error else None,
+                "vllm": o.vllm_version}

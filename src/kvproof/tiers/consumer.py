@@ -1,0 +1,50 @@
+"""The consumer tier: the real scheduler, block pool, prefix cache, KV events and scheduler-side
+connector driven by a request stream (``kvproof.consumer``), judged by ``judge_consumer``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from kvproof.judge import Judgement, judge_consumer
+from kvproof.layout import Layout
+from kvproof.tiers.base import TierRunner
+from kvproof.tiers.row import Row
+from kvproof.verdicts import Tier
+
+if TYPE_CHECKING:
+    from kvproof.consumer.result import ConsumerResult
+
+
+class ConsumerTier(TierRunner):
+    """Each layout under its own stream, else the default shared-prefix one; a row of its own."""
+
+    tier = Tier.CONSUMER
+    ask = "consumer"
+    part = "consumer"
+
+    def judge(self, layout: Layout, result: ConsumerResult) -> Judgement:
+        return judge_consumer(result, layout)
+
+    def row(self, name: str, layout: Layout, env_name: str, result: ConsumerResult) -> Row:
+        return Row(name, layout, env_name, None, self.judge(layout, result), result)
+
+    def carries(self, row: Row) -> bool:
+        return row.consumer is not None
+
+    def replay_row(self, row: Row, release: str) -> Row:
+        return replace(row, release=release, asked=Tier.CONSUMER)
+
+    def detail(self, row: Row) -> str:
+        j = row.judgement
+        line = j.line() or j.note
+        if j.note and j.line() and j.note not in line:
+            line += f" ({j.note})"
+        return line
+
+    def data(self, row: Row) -> dict[str, Any]:
+        res = row.consumer
+        return {"scheduler_block_size": res.scheduler_block_size, "hash_block_size": res.hash_block_size,
+                "alignment": res.alignment, "connector": res.connector_class, "steps": res.steps,
+                "observations": [ob.to_dict() for ob in res.observations[:5]], "hits": res.hits,
+                "vllm": res.vllm_version}
