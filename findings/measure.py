@@ -13,7 +13,8 @@ from kvproof.errors import UsageError
 from kvproof.classkey import ClassKey, class_key
 from kvproof.judge import Judgement
 from kvproof.layout import Layout
-from kvproof.verdicts import Tier, Verdict
+from kvproof.tiers import registry
+from kvproof.verdicts import Verdict
 
 SHOWN = (Verdict.FAIL, Verdict.UNSUPPORTED, Verdict.ERROR)
 
@@ -25,9 +26,9 @@ class Measured:
     judgements: dict[str, Judgement]
 
 
-# The tiers a finding of each tier is measured at (checking's one tier runner: the function
+# The tiers a finding of each worker tier is measured at (checking's one tier runner: the function
 # and manager tiers share one bridge call, the consumer tier runs the finding's own stream).
-TIERS = {"function": (Tier.FUNCTION,), "manager": (Tier.FUNCTION, Tier.MANAGER), "consumer": (Tier.CONSUMER,)}
+TIERS = {str(t): registry.through(t) for t in registry.worker_tiers()}
 
 
 def judge_all(named: list[tuple[str, Layout]], releases: list, tier: str,

@@ -34,6 +34,8 @@ def test_the_runners_tier_lists_come_from_the_registry():
     assert core.REPLAY_TIERS == tuple(Tier)[1:]
     # the function and manager tiers share the bridge's Outcome: one reader, one runner row
     assert [m.tier for m in registry.readers(Tier)] == [Tier.FUNCTION, Tier.CONSUMER]
+    assert [registry.through(t) for t in Tier if t != Tier.MODEL] == [
+        (Tier.FUNCTION,), (Tier.FUNCTION, Tier.MANAGER), (Tier.CONSUMER,), ()]  # a finding's measuring tiers
 
 
 class Throwaway(TierRunner):

@@ -52,6 +52,13 @@ def worker_tiers() -> tuple[Tier, ...]:
     return tuple(m.tier for m in runners() if m.ask is not None)
 
 
+def through(tier: Tier) -> tuple[Tier, ...]:
+    """The worker tiers a row of ``tier`` is run at: those sharing its reply part, up to it (a
+    manager row: the function and manager stages of one bridge call). Empty outside the worker."""
+    part = runner(tier).part
+    return tuple(m.tier for m in runners() if m.ask is not None and m.part == part and m.tier <= tier)
+
+
 def asks(tiers: Iterable[Tier]) -> list[str]:
     """The worker's names of the worker tiers among ``tiers`` (a batch request's tier list)."""
     return [m.ask for m in runners(t for t in tiers if t in _RUNNERS) if m.ask is not None]
