@@ -56,12 +56,6 @@ def exit_code(rows: Sequence[Row]) -> int:
     return 0
 
 
-def tiers_of(manager: bool = True, consumer: bool = False) -> tuple[Tier, ...]:
-    """The tier set of the older flags: function always, manager and consumer when asked."""
-    return tuple(t for t in CHECK_TIERS if t == Tier.FUNCTION or (t == Tier.MANAGER and manager)
-                 or (t == Tier.CONSUMER and consumer))
-
-
 @dataclass
 class Workers:
     """The live workers of one run, one per env name (``kvproof.worker``: derivation and every
@@ -118,13 +112,11 @@ def run_tiers(named: Sequence[tuple[str, Layout]], tiers: Iterable[Tier], env_na
     return rows_of(named, tiers, env_name, outcomes, results)
 
 
-def run(named: Sequence[tuple[str, Layout]], envs: Sequence[Env], manager: bool = True,
-        consumer: bool = False, tiers: Iterable[Tier] | None = None,
+def run(named: Sequence[tuple[str, Layout]], envs: Sequence[Env], tiers: Iterable[Tier] = CHECK_TIERS,
         workers: dict[str, Worker] | None = None) -> tuple[list[Row], dict]:
-    """Every layout through every environment at ``tiers`` (default: function, manager when
-    ``manager``, consumer when ``consumer``); returns rows and per-env worker info.
+    """Every layout through every environment at ``tiers``; returns rows and per-env worker info.
     ``workers`` maps an env name to a live worker to reuse."""
-    tiers = set(tiers_of(manager, consumer) if tiers is None else tiers)
+    tiers = set(tiers)
     rows: list[Row] = []
     info: dict[str, dict] = {}
     for window in _windows(envs):
@@ -247,15 +239,13 @@ class ConfigCheck:
         return d.error.line() if d.error else "no layout"
 
 
-def check_configs(named: Sequence[tuple[str, Config]], envs: Sequence[Env], manager: bool = True,
-                  consumer: bool = True, workers: dict[str, Worker] | None = None,
-                  tiers: Iterable[Tier] | None = None) -> list[ConfigCheck]:
+def check_configs(named: Sequence[tuple[str, Config]], envs: Sequence[Env], tiers: Iterable[Tier] = CHECK_TIERS,
+                  workers: dict[str, Worker] | None = None) -> list[ConfigCheck]:
     """Each Config through each release in one round trip to the release's worker: real
-    derivation, then the derived Layouts at ``tiers`` (default: function, manager when
-    ``manager``, consumer when ``consumer``), judged as a Layout given by hand would be.
+    derivation, then the derived Layouts at ``tiers``, judged as a Layout given by hand would be.
     ``workers`` maps an env name to a live worker to reuse; the others start together."""
     from kvproof.consumer.client import batch
-    tiers = set(tiers_of(manager, consumer) if tiers is None else tiers)
+    tiers = set(tiers)
     configs = [c for _, c in named]
     out: list[ConfigCheck] = []
     for window in _windows(envs):

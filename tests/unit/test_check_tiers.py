@@ -57,11 +57,11 @@ def captured(monkeypatch):
     """What cmd_check asks of kvproof.checking: (runner, inputs, tiers); it returns no rows."""
     calls: list[tuple[str, list, tuple]] = []
 
-    def run(named, envs, manager=True, consumer=False, tiers=None, **_):
+    def run(named, envs, tiers=checking.CHECK_TIERS, **_):
         calls.append(("run", list(named), tuple(sorted(tiers))))
         return [], {}
 
-    def check_configs(named, envs, manager=True, consumer=True, workers=None, tiers=None, **_):
+    def check_configs(named, envs, tiers=checking.CHECK_TIERS, workers=None, **_):
         calls.append(("check_configs", list(named), tuple(sorted(tiers))))
         return []
 

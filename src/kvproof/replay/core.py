@@ -131,16 +131,15 @@ def replay(named: Sequence[tuple[str, Layout]], releases: Sequence[str], tiers: 
            echo: Callable[[str], None] | None = None, synthesise: bool = True) -> list[checking.Row]:
     tiers = [as_tier(t) for t in tiers]
     env_map = resolve_envs(releases)
-    outside = [m for m in registry.runners(tiers) if m.ask is None]
-    needed = {t: m for m in outside for t in m.needs(named)}
-    rows = tier_rows(named, env_map, tiers + [t for t in needed if t not in tiers])
-    for m in outside:
+    outside = [(m, m.needs(named)) for m in registry.runners(tiers) if m.ask is None]
+    rows = tier_rows(named, env_map, tiers + [t for _, needs in outside for t in needs if t not in tiers])
+    for m, needs in outside:
         # what a tier outside the worker reads may show on a release outside the selection (the
         # engine tier's target class): the tiers it needs run on every installed release
-        prior = [r for r in rows if r.tier in m.needs(named)]
+        prior = [r for r in rows if r.tier in needs]
         extra = [r for r in default_releases() if r not in env_map]
-        if m.needs(named) and extra:
-            prior += tier_rows(named, resolve_envs(extra), m.needs(named))
+        if needs and extra:
+            prior += tier_rows(named, resolve_envs(extra), needs)
         rows += m.outside_rows(named, env_map, prior, echo=echo, synthesise=synthesise)
     keep = [r for r in rows if r.tier in tiers]
     keep.sort(key=lambda r: (r.name, version_key(r.release), r.tier))
