@@ -60,6 +60,11 @@ def matrix(rows: Sequence[Row], tiers: Sequence[Tier | str]) -> str:
     return "\n".join(lines)
 
 
+# The tiers `make matrix` replays every known finding at: the bridge's (one worker call, no stream
+# or boot), and so the ledger classes it can decide.
+MATRIX_TIERS = registry.through(Tier.MANAGER)
+
+
 def managed_installed() -> list[str]:
     """Every managed release (src/kvproof/facts.py) whose environment is built, oldest first."""
     from kvproof import envs
@@ -78,7 +83,7 @@ def known_findings() -> list[tuple[str, "object", str]]:
         raise UsageError(f"matrix: the findings ledger cannot be read ({err}); give FILEs") from None
     out = []
     for e in sorted(entries, key=lambda e: str(e.key)):
-        if not e.layout or e.key.tier not in ("function", "manager"):
+        if not e.layout or e.key.tier not in map(str, MATRIX_TIERS):
             continue  # consumer/engine classes need a stream or a boot: `kvproof replay --tier ...`
         lay = Layout.from_dict(e.layout)
         eid = getattr(e, "id", None) or e.key.id
@@ -107,10 +112,10 @@ def finding_matrix(args) -> int:
         raise UsageError("matrix: no managed vLLM environment is installed (make envs-all)")
     found = known_findings()
     for i, (name, lay) in enumerate(inputs.load_layouts(args.files) if args.files else []):
-        found.append((name, lay, "manager"))
+        found.append((name, lay, str(MATRIX_TIERS[-1])))  # decided at the highest tier replayed
     echo = (lambda s: print(s, file=sys.stderr)) if args.json else (lambda s: print(s, file=sys.stderr))
     named = [(n, lay) for n, lay, _ in found]
-    rows = core.replay(named, releases, [Tier.FUNCTION, Tier.MANAGER], echo=echo, synthesise=False)
+    rows = core.replay(named, releases, MATRIX_TIERS, echo=echo, synthesise=False)
     cell = {(r.name, r.release, str(r.tier)): r for r in rows}
     out = []
     width = max([len(n) for n, _, _ in found] + [7])
