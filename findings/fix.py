@@ -102,10 +102,13 @@ def worsened(changed) -> dict[str, tuple[str, str]]:
     return {k: (a, b) for k, (a, b) in changed.items() if rank(b) == Verdict.ERROR or rank(b) > rank(a)}
 
 
-def _verdicts(named: list[tuple], names: list) -> list[dict[str, str]]:
+def _verdicts(named: list[tuple], names: list, hosts=None) -> list[dict[str, str]]:
     """Each (label, entry)'s verdict at the entry's tier on each environment, and every corpus/
     layout's at the function and manager tiers (what a fix must leave as it was): one call of
-    kvproof's tier runner per tier, on one live worker per environment (started together)."""
+    kvproof's tier runner per tier, on one live worker per environment (started together; with
+    ``hosts``, kvproof.bridge.warm.Hosts, forked from each environment's warm python)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from kvproof import envs
     from kvproof.checking import Workers
     from kvproof.findings.measure import judge_all
@@ -125,10 +128,18 @@ def _verdicts(named: list[tuple], names: list) -> list[dict[str, str]]:
     files = sorted(settings().corpus.glob("*.json"))  # the regression layouts (not consumers/)
     by_tier["manager"] += [(f"corpus/{Path(n).name}", lay) for n, lay in load_layouts([str(f) for f in files])]
     found = [n if isinstance(n, envs.Env) else envs.find(n) for n in names]
-    with Workers.start(found) as pool:
-        for tier, items in by_tier.items():
-            for side, js in zip(out, judge_all(items, found, tier, workers=pool.by_env)):
-                side.update({label: str(j.verdict) for label, j in js.items()})
+    live = {}
+    try:
+        if hosts is not None:
+            with ThreadPoolExecutor(len(found)) as pool:
+                live = dict(zip([e.name for e in found], pool.map(hosts.worker, found)))
+        with Workers.start(found, live=live) as pool:
+            for tier, items in by_tier.items():
+                for side, js in zip(out, judge_all(items, found, tier, workers=pool.by_env)):
+                    side.update({label: str(j.verdict) for label, j in js.items()})
+    finally:
+        for w in live.values():
+            w.close()
     return out
 
 
@@ -141,11 +152,12 @@ def _witness(entry):
 
 
 def check(entry, repro: Path, releases: list[str], ledger, test: Path | None = None,
-          base_runs: dict | None = None) -> list[FixRun]:
+          base_runs: dict | None = None, hosts=None) -> list[FixRun]:
     """Per release: the reproducer (and the pytest one), the entry's class and its real-model
     witness, with and without the fix; the same tier's other ledger entries and every corpus/
     layout (function and manager tiers) must keep their verdicts. ``base_runs`` (release -> Run):
-    the same script's runs on the releases, already made (the report's), not run again."""
+    the same script's runs on the releases, already made (the report's), not run again; ``hosts``
+    (kvproof.bridge.warm.Hosts): the warm pythons the scripts and pytests fork from."""
     from concurrent.futures import ThreadPoolExecutor
 
     from kvproof.findings.fixenv import fixed_env
@@ -157,14 +169,15 @@ def check(entry, repro: Path, releases: list[str], ledger, test: Path | None = N
     diff = path.read_text()
     others = [e for e in ledger.entries() if e.key.tier == entry.key.tier and e.id != entry.id and e.layout]
     witness = _witness(entry)
-    runs = []
-    for r in releases:
-        env, _ = fixed_env(entry.id, r, diff, patched(diff, r))
-        known = (base_runs or {}).get(r)
+    measured = [(e.id, e) for e in [entry] + others] + ([("witness", witness)] if witness else [])
+    overlays = {r: fixed_env(entry.id, r, diff, patched(diff, r))[0] for r in releases}
+
+    def one(r: str) -> FixRun:
+        env, known = overlays[r], (base_runs or {}).get(r)
         sides = [env] if known is not None and known.ran else [r, env]
         with ThreadPoolExecutor(2) as pool:  # the scripts and the pytests side by side
-            scripts = pool.submit(run_script, repro, sides, entry)
-            tests = pool.submit(run_pytest, test, [r, env]) if test is not None else None
+            scripts = pool.submit(run_script, repro, sides, entry, hosts=hosts)
+            tests = pool.submit(run_pytest, test, [r, env], hosts=hosts) if test is not None else None
             got = scripts.result()
             tests = tests.result() if tests is not None else None
         base, fixed = ([known] if len(sides) == 1 else []) + got
@@ -173,10 +186,12 @@ def check(entry, repro: Path, releases: list[str], ledger, test: Path | None = N
         if tests is not None:
             require_ran(tests, "the pytest reproducer")
             pt = [t.rc for t in tests]
-        measured = [(e.id, e) for e in [entry] + others] + ([("witness", witness)] if witness else [])
-        before, after = _verdicts(measured, [r, env])
+        before, after = _verdicts(measured, [r, env], hosts)
         compared = [k for k in before if k not in (entry.id, "witness")]
         changed = {k: (before[k], after.get(k)) for k in compared if before[k] != after.get(k)}
-        runs.append(FixRun(r, base.rc, fixed.rc, before[entry.id], after[entry.id], pt[0], pt[1],
-                           before.get("witness"), after.get("witness"), changed, len(compared)))
-    return runs
+        return FixRun(r, base.rc, fixed.rc, before[entry.id], after[entry.id], pt[0], pt[1],
+                      before.get("witness"), after.get("witness"), changed, len(compared))
+
+    # the releases side by side: one's overlay imports vLLM while another's runs its scripts
+    with ThreadPoolExecutor(max(1, len(releases))) as pool:
+        return list(pool.map(one, releases))

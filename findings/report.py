@@ -34,6 +34,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from kvproof.bridge.warm import Hosts
 from kvproof.errors import UsageError
 from kvproof.findings.ledger import Entry, Status
 from kvproof.findings.reproducers import pytest_script, script
@@ -204,6 +205,20 @@ def _fix_text(entry: Entry) -> str | None:
     return p.read_text() if p else None
 
 
+def _env_names(releases) -> set[str]:
+    """The environments' names of ``releases`` that have one."""
+    from kvproof import envs
+    from kvproof.errors import EnvError
+
+    out = set()
+    for r in releases:
+        try:
+            out.add(r.name if isinstance(r, envs.Env) else envs.find(r).name)
+        except (EnvError, UsageError):
+            pass
+    return out
+
+
 def generate(entry: Entry, out_root: Path | None = None, releases: list[str] | None = None,
              timeout: float = RUN_TIMEOUT_S, fix_on: list[str] | tuple = (), ledger=None) -> tuple[Path, list[Run]]:
     """Write the report of ``entry`` (issue.md, repro.py, the pytest, evidence.json) into
@@ -230,19 +245,23 @@ def generate(entry: Entry, out_root: Path | None = None, releases: list[str] | N
         atomic_write(path, script(entry))
         if test:
             atomic_write(stage / test_name, test)
-        runs = run_script(path, releases, entry, timeout)
-        require_ran(runs, f"{entry.id}: the reproducer")
-        lines = lines_involved(runs)
-        fixes = []
-        if fix_on:
-            from kvproof.findings.fix import check
-            from kvproof.findings.ledger import Ledger
+        # each release's vLLM imported once for every run of the report; the hosts of releases
+        # without a fix check close after the script's one run there
+        with Hosts(path, once=_env_names(releases) - _env_names(fix_on)) as hosts:
+            runs = run_script(path, releases, entry, timeout, hosts=hosts)
+            require_ran(runs, f"{entry.id}: the reproducer")
+            lines = lines_involved(runs)
+            fixes = []
+            if fix_on:
+                from kvproof.findings.fix import check
+                from kvproof.findings.ledger import Ledger
 
-            try:
-                fixes = check(entry, path, list(fix_on), ledger or Ledger.load(), stage / test_name if test else None,
-                              base_runs={r.release: r for r in runs})
-            except ReproducerDidNotRun as err:
-                raise ReproducerDidNotRun(f"{entry.id}, checking the fix: {err}") from err
+                try:
+                    fixes = check(entry, path, list(fix_on), ledger or Ledger.load(),
+                                  stage / test_name if test else None, base_runs={r.release: r for r in runs},
+                                  hosts=hosts)
+                except ReproducerDidNotRun as err:
+                    raise ReproducerDidNotRun(f"{entry.id}, checking the fix: {err}") from err
         atomic_write(stage / "evidence.json", json.dumps({"id": entry.id, "key": str(entry.key),
                                                           "runs": [r.to_dict() for r in runs], "lines": lines,
                                                           "fix": [f.to_dict() for f in fixes]}, indent=1) + "\n")

@@ -18,6 +18,7 @@ from kvproof.errors import EnvError, EnvironmentFailure, UsageError
 from kvproof.findings.ledger import Entry
 
 if TYPE_CHECKING:
+    from kvproof.bridge.warm import Hosts
     from kvproof.envs import Env
 
 RUN_TIMEOUT_S = 300
@@ -136,51 +137,57 @@ def _name(r: str | Env) -> str:
 
 
 def run_env(env: Env, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The variables a reproducer runs under: the caller's, plus the release's own
-    ``VLLM_CACHE_ROOT`` unless the caller set one. vLLM's model registry caches what it learnt of
-    a model under a file name without the release; with one shared root each release evicts the
-    last one's entry and the next script re-inspects the model in a subprocess that imports vLLM
-    and torch again (kvproof.settings.vllm_cache_root: ~10 s of CPU a run here). The cache holds
-    vLLM's own inspection of the same files, so the script's result is the same."""
-    from kvproof.settings import vllm_cache_root
+    """The variables a reproducer runs under (kvproof.bridge.warm.host_env), plus ``extra``."""
+    from kvproof.bridge.warm import host_env
 
-    out = {**os.environ, **(extra or {})}
-    out.setdefault("VLLM_CACHE_ROOT", str(vllm_cache_root(env.name)))
-    return out
+    return {**host_env(env), **(extra or {})}
 
 
 def run_script(path: Path, releases: list[str | Env], entry: Entry, timeout: float = RUN_TIMEOUT_S,
-               jobs: int | None = None) -> list[Run]:
+               jobs: int | None = None, hosts: Hosts | None = None) -> list[Run]:
     """``path`` run with each release's python; the last line it printed and its exit code.
     A release without an environment is a run with exit 127 and the reason, not an exception,
     so every release's outcome is known (:func:`require_ran` then refuses the lot). The releases
     run side by side, ``jobs`` at a time (default: one per core); the runs come back in order.
-    A release may be given as an Env (a cached fix overlay, kvproof.findings.fixenv)."""
+    A release may be given as an Env (a cached fix overlay, kvproof.findings.fixenv). With
+    ``hosts`` (kvproof.bridge.warm), each release's run forks from its warm python."""
     path = Path(path).resolve()  # absolute: the working directory is the script's folder
-    return _side_by_side(lambda r: _run_one(path, r, entry, timeout), list(releases), jobs)
+    return _side_by_side(lambda r: _run_one(path, r, timeout, "script", hosts, entry), list(releases), jobs)
 
 
-def _run_one(path: Path, r: str | Env, entry: Entry, timeout: float) -> Run:
+def _run_one(path: Path, r: str | Env, timeout: float, kind: str, hosts: Hosts | None,
+             entry: Entry | None = None, shim: str | None = None) -> Run:
+    """One run of ``path`` (kind "script": ``python path``; "pytest": ``python -m pytest ... path``
+    with pytest on PYTHONPATH from ``shim``) with ``r``'s python, in the file's folder."""
+    from kvproof.bridge.warm import run
+
     name = _name(r)
+    expected = expected_on(entry, name) if entry is not None else None
     try:
         env = _env_of(r)
         py = str(env.python)
     except (EnvError, UsageError) as err:
-        return Run(name, "-", EXIT_NO_ENV, str(err), expected_on(entry, name))
-    r = name
+        return Run(name, "-", EXIT_NO_ENV, str(err), expected, kind)
+    cwd = str(path.parent)
+    if kind == "pytest":  # python -m puts the working directory first, then PYTHONPATH
+        argv, variables, first = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(path)], \
+            run_env(env, {"PYTHONPATH": shim}), [cwd, shim]
+    else:
+        argv, variables, first = [str(path)], run_env(env), [cwd]
     try:
-        proc = subprocess.run([py, str(path)], capture_output=True, text=True, timeout=timeout,
-                              cwd=str(path.parent), env=run_env(env))
-        rc = proc.returncode
+        rc, out, err = run(hosts, env, argv, cwd, variables, first, timeout)
         # the script's own word (BUG/OK/OTHER) is its last stdout line; where it did not reach
         # one, the cause is stderr's last line (python's message, a traceback's last line)
-        own, err = _tail(proc.stdout), _tail(proc.stderr)
-        last = own if own.startswith(("BUG:", "OK:", "OTHER:")) else (err or own)
+        own, err = _tail(out), _tail(err)
+        if kind == "pytest":
+            last = own or err
+        else:
+            last = own if own.startswith(("BUG:", "OK:", "OTHER:")) else (err or own)
     except subprocess.TimeoutExpired:
         rc, last = EXIT_TIMEOUT, f"timed out after {timeout:.0f} s"
     except OSError as err:  # the environment's python is gone or not executable
         rc, last = EXIT_NO_ENV, f"{py}: {err.strerror or err}"
-    return Run(r, py, rc, last, expected_on(entry, r))
+    return Run(name, py, rc, last, expected, kind)
 
 
 def did_not_run(runs: list[Run]) -> list[Run]:
@@ -226,30 +233,11 @@ def pytest_shim() -> Path:
 
 
 def run_pytest(path: Path, releases: list[str | Env], timeout: float = RUN_TIMEOUT_S,
-               jobs: int | None = None) -> list[Run]:
+               jobs: int | None = None, hosts: Hosts | None = None) -> list[Run]:
     """``path`` run by pytest with each environment's python: exit 1 (a test failed: the bug
     shows), 0 (passed), anything else (it did not run: pytest's 2-5, 124 timed out, 127 no
     environment). ``Run.expected`` is None: a pytest has no ledger expectation of its own.
     Side by side like :func:`run_script`, runs in order."""
     path = Path(path).resolve()
     shim = str(pytest_shim())
-    return _side_by_side(lambda r: _pytest_one(path, r, shim, timeout), list(releases), jobs)
-
-
-def _pytest_one(path: Path, r: str | Env, shim: str, timeout: float) -> Run:
-    name = _name(r)
-    try:
-        env = _env_of(r)
-        py = str(env.python)
-    except (EnvError, UsageError) as err:
-        return Run(name, "-", EXIT_NO_ENV, str(err), None, "pytest")
-    try:
-        proc = subprocess.run([py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(path)],
-                              capture_output=True, text=True, timeout=timeout, cwd=str(path.parent),
-                              env=run_env(env, {"PYTHONPATH": shim}))
-        rc, last = proc.returncode, _tail(proc.stdout) or _tail(proc.stderr)
-    except subprocess.TimeoutExpired:
-        rc, last = EXIT_TIMEOUT, f"timed out after {timeout:.0f} s"
-    except OSError as err:
-        rc, last = EXIT_NO_ENV, f"{py}: {err.strerror or err}"
-    return Run(name, py, rc, last, None, "pytest")
+    return _side_by_side(lambda r: _run_one(path, r, timeout, "pytest", hosts, shim=shim), list(releases), jobs)

@@ -4,6 +4,7 @@ change of what its import read. Real vLLM: a CPU release and the newest (python-
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -43,8 +44,9 @@ def _plain(x):
     return x
 
 
-def _answers(env) -> dict:
-    with ConsumerWorker(env) as w:
+def _answers(env, started=None) -> dict:
+    """Every op's answer of a fresh ConsumerWorker of ``env``, or of ``started`` (a live one), closed after."""
+    with (contextlib.closing(started) if started is not None else ConsumerWorker(env)) as w:
         kind = type(w.proc).__name__
         info = _plain(w.info)
         environ = w.call({"op": "environ"})["environ"]  # the variables after vLLM's import

@@ -195,8 +195,7 @@ class Worker:
             from kvproof.bridge.zygotes import fork_worker
             forked = fork_worker(self.env.python, env)
         if forked is not None:
-            self.proc = forked
-            threading.Thread(target=_drain, args=(forked.stderr, self._stderr), daemon=True).start()
+            self.attach(forked)
             return
         self.proc = subprocess.Popen(
             [str(self.env.python), "-m", self.MODULE],
@@ -204,6 +203,12 @@ class Worker:
             text=True, env=env, bufsize=1)
         # the drain thread keeps the process's stream and list, whichever Worker holds it later
         threading.Thread(target=_drain, args=(self.proc.stderr, self._stderr), daemon=True).start()
+
+    def attach(self, proc) -> None:
+        """Serve through ``proc``, a worker forked elsewhere (a zygote's, a report's warm python:
+        the subset of ``subprocess.Popen`` kvproof.bridge.zygotes.ForkedProc has); pair with ``handshake``."""
+        self.proc = proc
+        threading.Thread(target=_drain, args=(proc.stderr, self._stderr), daemon=True).start()
 
     def handshake(self) -> dict:
         self.info = self._call({"op": "info"})
