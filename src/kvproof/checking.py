@@ -15,7 +15,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from kvproof.bridge.client import Worker, start_all
 from kvproof.config import Config
@@ -23,13 +23,10 @@ from kvproof.derivation import (Derived, DeriveError, _revision, config_key, enu
                                 model_configs, table_dir, table_entry)
 from kvproof.envs import Env
 from kvproof.layout import Layout
-from kvproof.outcome import Outcome
 from kvproof.tiers import registry
+from kvproof.tiers.batch import batch, config_key as input_config_key, layout_key
 from kvproof.tiers.row import Row  # the runner's row type, named checking.Row by its callers
 from kvproof.verdicts import Tier, Verdict
-
-if TYPE_CHECKING:
-    from kvproof.consumer.result import ConsumerResult
 
 # What `kvproof check` runs unless told otherwise: the tiers a release's worker runs (the engine
 # tier boots a model per layout: `kvproof replay FILE --tier engine`). The function and manager
@@ -89,27 +86,15 @@ class Workers:
         self.close()
 
 
-def rows_of(named: Sequence[tuple[str, Layout]], tiers: Iterable[Tier], env_name: str,
-            outcomes: Sequence[Outcome], results: Sequence[ConsumerResult]) -> list[Row]:
-    """The judged rows of one batch reply: per layout one row per reply part its tiers read (the
-    bridge's Outcome: one row for the function and manager tiers, its tier the highest that ran;
-    the consumer result), in ladder order; layouts in input order."""
-    parts = {"outcomes": outcomes, "consumer": results}
-    members = registry.readers(tiers)
-    return [m.row(n, lay, env_name, parts[m.part][i]) for i, (n, lay) in enumerate(named) for m in members]
-
-
 def run_tiers(named: Sequence[tuple[str, Layout]], tiers: Iterable[Tier], env_name: str,
               worker: Worker) -> list[Row]:
     """The one tier runner: named Layouts at ``tiers`` on one release, in one round trip to its
     live worker (the consumer tier under each layout's own stream or the default shared-prefix
-    one). Rows per layout in tier order, layouts in input order."""
-    from kvproof.consumer.client import batch
+    one). Rows per layout in tier order (``Answers.rows``), layouts in input order."""
     if not named:
         return []
-    layouts = [lay for _, lay in named]
-    outcomes, results = batch(worker, [], layouts, registry.asks(tiers)).of_layouts(layouts)
-    return rows_of(named, tiers, env_name, outcomes, results)
+    answers = batch(worker, [], [lay for _, lay in named], tiers)
+    return answers.rows([(n, lay, layout_key(lay)) for n, lay in named], env_name)
 
 
 def run(named: Sequence[tuple[str, Layout]], envs: Sequence[Env], tiers: Iterable[Tier] = CHECK_TIERS,
@@ -244,18 +229,17 @@ def check_configs(named: Sequence[tuple[str, Config]], envs: Sequence[Env], tier
     """Each Config through each release in one round trip to the release's worker: real
     derivation, then the derived Layouts at ``tiers``, judged as a Layout given by hand would be.
     ``workers`` maps an env name to a live worker to reuse; the others start together."""
-    from kvproof.consumer.client import batch
     tiers = set(tiers)
     configs = [c for _, c in named]
     out: list[ConfigCheck] = []
     for window in _windows(envs):
         with Workers.start(window, live=workers) as pool:
             for env in window:
-                answers = batch(pool.by_env[env.name], configs, [], registry.asks(tiers))
+                answers = batch(pool.by_env[env.name], configs, [], tiers)
                 for n, c in named:  # each config's answers by its key, never by their place in the reply
-                    d, outcomes, results = answers.of_config(c)
-                    rows = () if d.layout is None else tuple(rows_of([(n, d.layout)], tiers, env.name,
-                                                                     outcomes, results))
+                    d = answers.derivation(c)
+                    key = input_config_key(c)  # a derived layout's answers are filed under its config's key
+                    rows = () if d.layout is None else tuple(answers.rows([(n, d.layout, key)], env.name))
                     out.append(ConfigCheck(n, env.name, d, rows))
     return out
 

@@ -62,8 +62,7 @@ def probe_key(manifest: dict) -> str:
 def probe(env) -> Health:
     """Derive the probe Config and run the probe layout at every tier in one worker of ``env``."""
     from kvproof.bridge.client import Worker
-    from kvproof.checking import rows_of
-    from kvproof.consumer.client import batch
+    from kvproof.tiers.batch import batch, layout_key
 
     t0 = time.monotonic()
     health = Health()
@@ -71,17 +70,17 @@ def probe(env) -> Health:
     worker = Worker(env)
     try:
         worker.start()
-        answers = batch(worker, [Config()], [layout], [str(t) for t in TIERS])
+        answers = batch(worker, [Config()], [layout], TIERS)
     except Exception as err:  # noqa: BLE001 - a worker that cannot start is the answer
         health.steps["worker"] = f"{type(err).__name__}: {err}"
         health.seconds = time.monotonic() - t0
         return health
     finally:
         worker.close()
-    d = answers.of_config(Config())[0]
+    d = answers.derivation(Config())
     health.steps["derive"] = "ok" if d.layout is not None else (d.error.line() if d.error else "no layout")
-    # rows_of gives the bridge row (the manager tier when it ran) and the consumer row
-    bridge_row, consumer_row = rows_of([("probe", layout)], TIERS, env.name, *answers.of_layouts([layout]))
+    # the bridge row (the manager tier when it ran) and the consumer row
+    bridge_row, consumer_row = answers.rows([("probe", layout, layout_key(layout))], env.name)
     function_ok = bridge_row.outcome is not None and bridge_row.outcome.resolved
     for tier, row, ok in ((Tier.FUNCTION, bridge_row, function_ok), (Tier.MANAGER, bridge_row, True),
                           (Tier.CONSUMER, consumer_row, True)):

@@ -23,7 +23,7 @@ from kvproof.bridge.client import Worker
 from kvproof.checking import derive_all
 from kvproof.compare import generated
 from kvproof.config import Config
-from kvproof.consumer.client import batch
+from kvproof.tiers.batch import batch, layout_key
 from kvproof.judge import judge, judge_consumer
 from kvproof.layout import Layout
 from kvproof.stand_in_triton import VARIABLE
@@ -53,8 +53,9 @@ def _layouts() -> list[Layout]:
 def _run(env, mode: str, layouts: list[Layout], monkeypatch) -> tuple[list, list]:
     monkeypatch.setenv(VARIABLE, mode)
     with Worker(env) as w:
-        outcomes, results = batch(w, [], layouts, ["function", "manager", "consumer"]).of_layouts(layouts)
-    return outcomes, results
+        answers = batch(w, [], layouts, ["function", "manager", "consumer"])
+    outcomes, results = zip(*(answers.of(layout_key(lay)) for lay in layouts))
+    return list(outcomes), list(results)
 
 
 def _consumer_view(r) -> dict:

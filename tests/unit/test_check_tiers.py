@@ -18,6 +18,7 @@ from kvproof.consumer.result import ConsumerResult
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
 from kvproof.tiers import registry
+from kvproof.tiers.batch import Answers
 from kvproof.verdicts import Tier, Verdict
 
 F, M, C = Tier.FUNCTION, Tier.MANAGER, Tier.CONSUMER
@@ -169,10 +170,13 @@ def test_rows_of_a_batch_reply_come_per_layout_in_tier_order():
     outs = [Outcome(lay.content_hash(), "0.32.0", scheduler_block_size=13824, hash_block_size=384, manager_attempted=True),
             Outcome(other.content_hash(), "0.32.0", scheduler_block_size=16, hash_block_size=16, manager_attempted=True)]
     res = [ConsumerResult("kimi", "0.32.0"), ConsumerResult("fa", "0.32.0")]
-    rows = checking.rows_of([("kimi", lay), ("fa", other)], (F, M, C), "e", outs, res)
+    reply = Answers({}, {"outcomes": {"k": outs[0], "o": outs[1]}, "consumer": {"k": res[0], "o": res[1]}},
+                    tuple(registry.readers((F, M, C))))
+    rows = reply.rows([("kimi", lay, "k"), ("fa", other, "o")], "e")
     assert [(r.name, r.tier) for r in rows] == [("kimi", M), ("kimi", C), ("fa", M), ("fa", C)]
     assert rows[2].hash_block_size == 16 and rows[3].consumer is res[1]
-    assert [r.tier for r in checking.rows_of([("fa", other)], (C,), "e", [], res[1:])] == [C]
+    consumer_only = Answers({}, {"consumer": {"o": res[1]}}, tuple(registry.readers((C,))))
+    assert [r.tier for r in consumer_only.rows([("fa", other, "o")], "e")] == [C]
 
 
 def test_workers_start_three_releases_at_a_time(tmp_path):
@@ -280,8 +284,8 @@ def test_a_reordered_batch_reply_still_matches_each_input():
     Config its own derivation (one derived nothing) and its derived layout's answers; equal
     inputs go once; an answer missing from the reply is an error, not a neighbour's answer."""
     from kvproof.config import Config
-    from kvproof.consumer.client import batch, config_key, layout_key
     from kvproof.errors import BridgeError
+    from kvproof.tiers.batch import batch, config_key, layout_key
 
     kimi, fa = Layout.from_dict(KIMI_STYLE), Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
                                                                "cache": {"block_size": 16}})
@@ -289,12 +293,13 @@ def test_a_reordered_batch_reply_still_matches_each_input():
     own = fa.with_meta(stream={"prefixes": [40], "requests": [{"prefix": 0, "prefix_len": 40}], "max_num_seqs": 3})
     layouts = [kimi, fa, own, fa]
     w = _ReversingWorker({})
-    outcomes, results = batch(w, [], layouts, ["function", "manager", "consumer"]).of_layouts(layouts)
+    answers = batch(w, [], layouts, ["function", "manager", "consumer"])
+    outcomes, results = zip(*(answers.of(layout_key(lay)) for lay in layouts))
     assert len(w.sent["layouts"]) == 3  # fa went once
     assert [o.layout_hash for o in outcomes] == [lay.content_hash() for lay in layouts]
     assert [r.layout_hash for r in results] == ["-", "-", "3", "-"]
     assert layout_key(fa) != layout_key(own)
-    rows = checking.rows_of([(str(i), lay) for i, lay in enumerate(layouts)], (F, M, C), "e", outcomes, results)
+    rows = answers.rows([(str(i), lay, layout_key(lay)) for i, lay in enumerate(layouts)], "e")
     assert [r.scheduler_block_size for r in rows[::2]] == [1536, 16, 16, 16]
 
     # configs: each derivation and its layout's answers by the config's key
@@ -304,17 +309,17 @@ def test_a_reordered_batch_reply_still_matches_each_input():
                                                         "error_message": "refused"},
               json.dumps(c.to_dict(), sort_keys=True): {"ok": True, "layout": fa.to_dict()}}
     answers = batch(_ReversingWorker(derive), [a, b, c], [], ["function", "consumer"])
-    got = {name: answers.of_config(cfg) for name, cfg in (("a", a), ("b", b), ("c", c))}
-    assert got["a"][0].config == a and got["a"][1][0].scheduler_block_size == 1536
-    assert got["b"][0].layout is None and got["b"][1:] == ([], [])
-    assert got["c"][1][0].layout_hash == fa.content_hash() and len(got["c"][2]) == 1
+    assert answers.derivation(a).config == a and answers.of(config_key(a))[0].scheduler_block_size == 1536
+    assert answers.derivation(b).layout is None and config_key(b) not in answers.parts["outcomes"]
+    got = answers.of(config_key(c))  # its outcome, then its consumer result
+    assert got[0].layout_hash == fa.content_hash() and isinstance(got[1], ConsumerResult) and len(got) == 2
     assert config_key(a) != config_key(c)
 
     # an answer the reply lacks is named, never taken from a neighbour
     lacking = batch(_ReversingWorker({}), [], [kimi], ["consumer"])
-    object.__setattr__(lacking, "consumer", {})
+    object.__setattr__(lacking, "parts", {"consumer": {}})
     with pytest.raises(BridgeError, match="no consumer result for input layout:"):
-        lacking.of_layouts([kimi])
+        lacking.rows([("kimi", kimi, layout_key(kimi))], "e")
 
 
 def test_every_worker_call_goes_through_the_keyed_door():

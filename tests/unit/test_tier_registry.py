@@ -13,6 +13,7 @@ from kvproof.layout import Layout
 from kvproof.replay import core
 from kvproof.tiers import registry
 from kvproof.tiers.base import TierRunner
+from kvproof.tiers.batch import Answers
 from kvproof.tiers.row import Row
 from kvproof.verdicts import Tier, Verdict
 
@@ -43,6 +44,11 @@ class Throwaway(TierRunner):
 
     def __init__(self, tier: Tier, ask: str | None) -> None:
         self.tier, self.ask, self.part = tier, ask, "consumer" if ask else None
+
+    what = "throwaway result"
+
+    def result(self, raw):
+        return f"parsed {raw}"
 
     def judge(self, layout, result) -> Judgement:
         return Judgement(Verdict.WARN, self.tier, note=f"throwaway saw {result}")
@@ -80,8 +86,11 @@ def stand_in(request):
 
 @pytest.mark.parametrize("stand_in", [(Tier.CONSUMER, "consumer")], indirect=True)
 def test_a_worker_tier_is_judged_and_shown_by_its_member(stand_in):
-    (row,) = checking.rows_of([("a", LAYOUT)], (stand_in,), "env", [], ["reply"])
-    assert (row.tier, row.verdict, row.judgement.note) == (stand_in, Verdict.WARN, "throwaway saw reply")
+    reply = Answers.from_reply([], (stand_in,), {"consumer": {"k": {"said": "reply"}}})
+    assert reply.parts == {"consumer": {"k": "parsed {'said': 'reply'}"}}
+    (row,) = reply.rows([("a", LAYOUT, "k")], "env")
+    seen = "throwaway saw parsed {'said': 'reply'}"  # the member parsed its part and judged it
+    assert (row.tier, row.verdict, row.judgement.note) == (stand_in, Verdict.WARN, seen)
     shown = core.replay_dict(replace(row, release="0.32.0"))
     assert (shown["detail"], shown["throwaway"]) == ("throwaway detail", True)
 

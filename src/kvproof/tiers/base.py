@@ -19,13 +19,19 @@ class TierRunner:
     """One tier of the evidence ladder.
 
     A tier the release's worker runs names itself in a batch request (``ask``) and reads one part
-    of the reply (``part``: tiers sharing a part share one result and one row, as the function and
-    manager tiers share the bridge's Outcome). A tier run outside the worker (``ask`` None) makes
-    its rows itself (:meth:`outside_rows`), after the rows of the tiers it ``needs``."""
+    of the reply (``part``, parsed by :meth:`result`: tiers sharing a part share one result and one
+    row, as the function and manager tiers share the bridge's Outcome). A tier run outside the
+    worker (``ask`` None) makes its rows itself (:meth:`outside_rows`), after the rows of the tiers
+    it ``needs``."""
 
     tier: Tier
     ask: str | None = None  # the worker's name for the tier in a batch request
     part: str | None = None  # the batch reply part its result comes from
+    what: str = ""  # its result, as a missing answer names it
+
+    def result(self, raw: dict[str, Any]) -> Any:
+        """This tier's result record from its part of the worker's reply."""
+        raise NotImplementedError(f"the {self.tier} tier is not run by the worker")
 
     def judge(self, layout: Layout, result: Any) -> Judgement:
         """The one judge's verdict on this tier's ``result`` for ``layout``."""

@@ -22,6 +22,10 @@ from kvproof.verdicts import Tier
 
 class _Bridge(TierRunner):
     part = "outcomes"
+    what = "outcome"
+
+    def result(self, raw: dict[str, Any]) -> Outcome:
+        return Outcome.from_dict(raw)
 
     def row(self, name: str, layout: Layout, env_name: str, result: Outcome) -> Row:
         # the runner's one row for both tiers: judged at the highest stage that ran

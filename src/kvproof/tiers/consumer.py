@@ -4,16 +4,14 @@ connector driven by a request stream (``kvproof.consumer``), judged by ``judge_c
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from kvproof.consumer.result import ConsumerResult
 from kvproof.judge import Judgement, judge_consumer
 from kvproof.layout import Layout
 from kvproof.tiers.base import TierRunner
 from kvproof.tiers.row import Row
 from kvproof.verdicts import Tier
-
-if TYPE_CHECKING:
-    from kvproof.consumer.result import ConsumerResult
 
 
 class ConsumerTier(TierRunner):
@@ -22,6 +20,10 @@ class ConsumerTier(TierRunner):
     tier = Tier.CONSUMER
     ask = "consumer"
     part = "consumer"
+    what = "consumer result"
+
+    def result(self, raw: dict[str, Any]) -> ConsumerResult:
+        return ConsumerResult.from_dict(raw)
 
     def judge(self, layout: Layout, result: ConsumerResult) -> Judgement:
         return judge_consumer(result, layout)
