@@ -21,6 +21,8 @@ from kvproof.verdicts import Tier
 
 
 class _Bridge(TierRunner):
+    """What the function and manager tiers share: the reply's Outcome and the runner's one row."""
+
     part = "outcomes"
     what = "outcome"
 
