@@ -161,7 +161,7 @@ def candidates(entry, found: Layout, real: Layout, name: str) -> list[tuple[str,
             Stream.from_dict(s.to_dict())  # as the worker parses it: a scale past a Stream bound is not run
         except LayoutError:
             continue
-        if max((len(s.prompt(i)) for i in range(len(s.requests))), default=0) < real.max_model_len:
+        if max((s.prompt_len(i) for i in range(len(s.requests))), default=0) < real.max_model_len:
             out.append((f"{name} x{k}", real.with_stream(s)))
     return out
 

@@ -92,6 +92,23 @@ class Stream:
         """Prompt token ids of request ``i`` (deterministic from the stream; a fresh list)."""
         return list(self._prompts()[i])
 
+    def prompt_len(self, i: int) -> int:
+        """``len(self.prompt(i))`` without building a prompt: sizing a stream (the fuzzer sizes
+        each input's several times) reads lengths only."""
+        lens = self.__dict__.get("_len_cache")
+        if lens is None:
+            out: list[int] = []
+            for r in self.requests:  # ``extends`` names an earlier request (validated)
+                if r.tokens is not None:
+                    out.append(len(r.tokens))
+                elif r.extends is not None:
+                    out.append(out[r.extends] + self.requests[r.extends].max_tokens + r.suffix_len)
+                else:
+                    out.append(r.prefix_len + r.suffix_len)
+            lens = tuple(out)
+            object.__setattr__(self, "_len_cache", lens)
+        return lens[i]
+
     def _prompts(self) -> tuple[tuple[int, ...], ...]:
         # computed once per stream: the harness asks for each prompt several times per run
         cached = self.__dict__.get("_prompt_cache")
@@ -143,7 +160,7 @@ class Stream:
         return parse_json_as(text, where, _parse)
 
     def summary(self) -> str:
-        n = sum(len(self.prompt(i)) for i in range(len(self.requests)))
+        n = sum(self.prompt_len(i) for i in range(len(self.requests)))
         spec = (f", spec {self.spec.label()}" if self.spec else "") + (f", offload {self.offload}"
                                                                      if self.offload != "eager" else "")
         spec += f", hashed by {self.hasher}" if self.hasher != "engine" else ""
@@ -151,10 +168,22 @@ class Stream:
                 f"blocks={self.num_blocks or 'auto'}, batch={self.max_num_batched_tokens}{spec}")
 
 
+_PREFIXES: dict[int, tuple[int, ...]] = {}  # prefix -> its longest tokens built so far
+_PREFIX_MEMO = 16  # prefixes remembered (a campaign's streams use a handful; each at most 2 * MAX_TOKENS_PER_PROMPT)
+
+
 def prefix_tokens(p: int, n: int) -> list[int]:
-    """The first ``n`` tokens of shared prefix ``p`` (one list: the fuzzer builds many)."""
-    c, m = 1009 * (p + 1), VOCAB - 1
-    return [1 + (31 * k + c) % m for k in range(n)]
+    """The first ``n`` tokens of shared prefix ``p`` (a fresh list). Token ``k`` depends on
+    ``p`` and ``k`` only, so one prefix's tokens are built once and sliced: the fuzzer's
+    streams ask for the same few prefixes at many lengths, input after input."""
+    have = _PREFIXES.get(p, ())
+    if len(have) < n:
+        c, m = 1009 * (p + 1), VOCAB - 1
+        have += tuple(1 + (31 * k + c) % m for k in range(len(have), max(n, min(2 * len(have), MAX_TOKENS_PER_PROMPT))))
+        if len(_PREFIXES) >= _PREFIX_MEMO and p not in _PREFIXES:
+            _PREFIXES.clear()
+        _PREFIXES[p] = have
+    return list(have[:n])
 
 
 # --- validation ---------------------------------------------------------------

@@ -76,3 +76,21 @@ def test_stored_inputs_keep_loading_and_keep_their_names():
         assert lay.content_hash() == Layout.from_dict(entry["layout"]).content_hash()
         n += 1
     assert n > 10
+
+
+def test_prompt_len_is_the_prompt_s_length_and_prefix_tokens_slice_one_formula():
+    """Sizing reads ``prompt_len`` (no prompt built) and prompts slice a memo of each prefix's
+    tokens: both must be what building the prompt from the formula gives, whatever order the
+    lengths are asked in (a longer ask extends the memo, a shorter one slices it)."""
+    import random
+
+    from kvproof.consumer.stream import random_stream
+    from kvproof.stream import VOCAB, prefix_tokens
+
+    rng = random.Random(3)
+    for _ in range(200):
+        s = random_stream(rng, rng.choice([64, 300, 2000, 20000]), 0.3)
+        assert [s.prompt_len(i) for i in range(len(s.requests))] == [len(s.prompt(i)) for i in range(len(s.requests))]
+    for p, n in [(2, 5), (2, 700), (2, 3), (9, 0), (2, 1500), (5, 40)]:
+        c, m = 1009 * (p + 1), VOCAB - 1
+        assert prefix_tokens(p, n) == [1 + (31 * k + c) % m for k in range(n)]

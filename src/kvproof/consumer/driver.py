@@ -50,7 +50,7 @@ class Driver:
 
     def budget(self, last_event: int) -> int:
         s = self.stream
-        total = sum(len(s.prompt(i)) + r.max_tokens for i, r in enumerate(s.requests))
+        total = sum(s.prompt_len(i) + r.max_tokens for i, r in enumerate(s.requests))
         return (last_event + 4 * total // max(s.max_num_batched_tokens, 1) + 200
                 + 4 * sum(r.max_tokens for r in s.requests))
 

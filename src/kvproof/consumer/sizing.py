@@ -10,7 +10,7 @@ def auto_blocks(layout: Any, stream: Any) -> int:
     """Blocks for every request of ``stream`` at once (no pressure), resends counted twice."""
     need = 0
     for i, r in enumerate(stream.requests):
-        n = len(stream.prompt(i)) + r.max_tokens + 1 + stream.spec_slots
+        n = stream.prompt_len(i) + r.max_tokens + 1 + stream.spec_slots
         need += sum(math.ceil(n / g.block_size) + 1 for g in layout.groups)
     need *= 2 if any(r.resend_at is not None for r in stream.requests) else 1
     return need + 8 * len(layout.groups) + 16
@@ -18,7 +18,7 @@ def auto_blocks(layout: Any, stream: Any) -> int:
 
 def min_blocks(layout: Any, stream: Any) -> int:
     """The engine refuses a KV cache that cannot hold one longest request; so does the harness."""
-    longest = max(len(stream.prompt(i)) + r.max_tokens + 1 + stream.spec_slots
+    longest = max(stream.prompt_len(i) + r.max_tokens + 1 + stream.spec_slots
                   for i, r in enumerate(stream.requests))
     return sum(math.ceil(longest / g.block_size) + 2 for g in layout.groups) + 1
 

@@ -40,13 +40,20 @@ def spy_lookups(mgr: Any, oracles: Oracles) -> None:
 def spy_allocations(mgr: Any, oracles: Oracles) -> None:
     """Truth: KV of scheduled tokens counts as computed from the moment its slots are allocated."""
     real_alloc = mgr.allocate_slots
-    alloc_sig = inspect.signature(real_alloc)
+    # where each token-count parameter arrives: its position among (request, *args) when it can come
+    # positionally, else by keyword only (what Signature.bind would say, without binding every call)
+    where = [(name, i if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) else None)
+             for i, (name, p) in enumerate(inspect.signature(real_alloc).parameters.items())
+             if name in facts.ALLOC_TOKEN_PARAMS]
 
     def allocate_slots(request: Any, *args: Any, **kw: Any) -> Any:
         got = real_alloc(request, *args, **kw)
         if got is not None:
-            bound = alloc_sig.bind(request, *args, **kw).arguments
-            extra = sum(v for k, v in bound.items() if k in facts.ALLOC_TOKEN_PARAMS and isinstance(v, int))
+            extra = 0
+            for name, i in where:
+                v = args[i - 1] if i is not None and 0 < i <= len(args) else kw.get(name)
+                if isinstance(v, int):
+                    extra += v
             oracles.allocated(request, extra)
         return got
     mgr.allocate_slots = allocate_slots
