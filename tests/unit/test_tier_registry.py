@@ -3,18 +3,23 @@ through the registry (a throwaway member put in a tier's place is what the runne
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
 from kvproof import checking
+from kvproof.consumer.result import ConsumerResult
+from kvproof.envs import Env
 from kvproof.judge import Judgement
 from kvproof.layout import Layout
+from kvproof.outcome import Outcome
 from kvproof.replay import core
+from kvproof.result import Result
 from kvproof.tiers import registry
 from kvproof.tiers.base import TierRunner
 from kvproof.tiers.batch import Answers
-from kvproof.tiers.row import Row
+from kvproof.tiers.row import ReplayRow, Row
 from kvproof.verdicts import Tier, Verdict
 
 LAYOUT = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}], "cache": {"block_size": 16}})
@@ -47,23 +52,26 @@ class Throwaway(TierRunner):
 
     what = "throwaway result"
 
-    def result(self, raw):
-        return f"parsed {raw}"
+    def result(self, raw) -> Result:
+        return self.record(f"parsed {raw}")
+
+    def record(self, own) -> Result:
+        return Result(self.tier, own)
 
     def judge(self, layout, result) -> Judgement:
         return Judgement(Verdict.WARN, self.tier, note=f"throwaway saw {result}")
 
     def row(self, name, layout, env_name, result) -> Row:
-        return Row(name, layout, env_name, None, self.judge(layout, result))
+        return Row(name, layout, env_name, result, self.judge(layout, result.payload))
 
     def carries(self, row) -> bool:
         return row.judgement is not None and row.judgement.note.startswith("throwaway")
 
-    def replay_row(self, row, release) -> Row:
-        return replace(row, release=release, asked=self.tier)
+    def replay_row(self, row, release) -> ReplayRow:
+        return ReplayRow.of(row, release, self.tier)
 
-    def outside_rows(self, named, env_map, prior, **how) -> list[Row]:
-        return [Row(n, lay, "nowhere", None, self.judge(lay, "a boot"), release="9.9.9", asked=self.tier)
+    def outside_rows(self, named, env_map, prior, **how) -> list[ReplayRow]:
+        return [ReplayRow(n, lay, "nowhere", self.record("a boot"), self.judge(lay, "a boot"), "9.9.9", self.tier)
                 for n, lay in named]
 
     def detail(self, row) -> str:
@@ -87,11 +95,11 @@ def stand_in(request):
 @pytest.mark.parametrize("stand_in", [(Tier.CONSUMER, "consumer")], indirect=True)
 def test_a_worker_tier_is_judged_and_shown_by_its_member(stand_in):
     reply = Answers.from_reply([], (stand_in,), {"consumer": {"k": {"said": "reply"}}})
-    assert reply.parts == {"consumer": {"k": "parsed {'said': 'reply'}"}}
+    assert reply.parts == {"consumer": {"k": Result(stand_in, "parsed {'said': 'reply'}")}}
     (row,) = reply.rows([("a", LAYOUT, "k")], "env")
     seen = "throwaway saw parsed {'said': 'reply'}"  # the member parsed its part and judged it
     assert (row.tier, row.verdict, row.judgement.note) == (stand_in, Verdict.WARN, seen)
-    shown = core.replay_dict(replace(row, release="0.32.0"))
+    shown = core.replay_dict(ReplayRow.of(row, "0.32.0", stand_in))
     assert (shown["detail"], shown["throwaway"]) == ("throwaway detail", True)
 
 
@@ -100,3 +108,43 @@ def test_a_tier_outside_the_worker_makes_replays_rows(stand_in):
     (row,) = core.replay([("a", LAYOUT)], [], [stand_in])
     assert (row.tier, row.release, row.judgement.note) == (stand_in, "9.9.9", "throwaway saw a boot")
     assert core.detail(row) == "throwaway detail"
+
+
+# a reply part of each worker tier, as the worker sends it
+PARTS = {"outcomes": Outcome(LAYOUT.content_hash(), "0.32.0", scheduler_block_size=16, hash_block_size=16,
+                             manager_attempted=True, coordinator="UnitaryKVCacheCoordinator").to_dict(),
+         "consumer": ConsumerResult(LAYOUT.content_hash(), "0.32.0", scheduler_block_size=16,
+                                    hash_block_size=16).to_dict()}
+
+
+def _rows_of(member: TierRunner) -> list[Row]:
+    """A member's rows, made the way the runners make them: from a reply part, or outside the worker
+    (the engine tier with no reproducer to find: no boot)."""
+    if member.ask is not None:
+        runner_row = member.row("a", LAYOUT, "env", member.result(PARTS[member.part]))
+        return [runner_row, member.replay_row(runner_row, "0.32.0")]
+    return member.outside_rows([("a", LAYOUT)], {"0.32.0": Env("vllm-x", Path("/nowhere"))}, [], synthesise=False)
+
+
+def test_every_member_makes_the_one_result_record_and_a_row_holds_one():
+    """The consumer, engine and function/manager results share one record type (kvproof.result,
+    the ground floor), each tier's own record its payload; a row holds that one result."""
+    assert [f.name for f in fields(Row)] == ["name", "layout", "env", "result", "judgement"]
+    assert [f.name for f in fields(ReplayRow)][5:] == ["release", "asked"]  # replay's own fields, on its own row
+    for name in ("outcome", "consumer", "skip", "scheduler_block_size", "hash_block_size", "vllm_version"):
+        assert isinstance(getattr(Row, name), property), name  # read from the result, never set
+    payloads = set()
+    for member in registry.runners():
+        for row in _rows_of(member):
+            res = row.result
+            assert type(res) is Result and res.tier == member.tier, (member.tier, res)
+            assert (row.outcome is not None) + (row.consumer is not None) <= 1 and res.payload is not None
+            payloads.add(type(res.payload).__name__)
+            if member.ask is not None:
+                assert (res.vllm_version, res.scheduler_block_size, res.hash_block_size) == ("0.32.0", 16, 16)
+                assert row.verdict is not None
+            else:
+                assert row.verdict is None and row.skip.startswith("no engine reproducer") and res.skip == row.skip
+        replayed = _rows_of(member)[-1]
+        assert isinstance(replayed, ReplayRow) and replayed.tier == member.tier and replayed.release == "0.32.0"
+    assert payloads == {"Outcome", "ConsumerResult", "EngineRun"}

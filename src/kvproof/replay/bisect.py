@@ -19,12 +19,12 @@ import sys
 from typing import Sequence
 
 from kvproof import inputs
-from kvproof.checking import Row
 from kvproof.cliutil import Parser, add_tier, add_vllm, guarded
 from kvproof.errors import UsageError
 from kvproof.replay import core
 from kvproof.replay.cli import releases_of
 from kvproof.tiers import registry
+from kvproof.tiers.row import ReplayRow
 from kvproof.verdicts import Tier, Verdict
 
 PROG = "kvproof bisect"
@@ -32,7 +32,7 @@ PROG = "kvproof bisect"
 STOPS_FAILING = (Verdict.OK, Verdict.WARN, Verdict.LATENT, Verdict.REJECTED)
 
 
-def first_fixed(rows: Sequence[Row], tier: Tier | str) -> tuple[str | None, list[str]]:
+def first_fixed(rows: Sequence[ReplayRow], tier: Tier | str) -> tuple[str | None, list[str]]:
     """(first release where ``tier`` stops failing, releases where it fails)."""
     tier = core.as_tier(tier)
     by_release = sorted((r for r in rows if r.tier == tier), key=lambda r: core.version_key(r.release))
@@ -45,7 +45,7 @@ def first_fixed(rows: Sequence[Row], tier: Tier | str) -> tuple[str | None, list
     return None, failing
 
 
-def matrix(rows: Sequence[Row], tiers: Sequence[Tier | str]) -> str:
+def matrix(rows: Sequence[ReplayRow], tiers: Sequence[Tier | str]) -> str:
     tiers = [core.as_tier(t) for t in tiers]
     releases = sorted({r.release for r in rows}, key=core.version_key)
     cell = {(r.release, r.tier): r for r in rows}

@@ -6,8 +6,8 @@ in one round trip to each release's worker (``checking.run``); engine (a real ``
 a tiny model whose live layout has the counterexample's failure class), run outside the worker.
 
 Expectations ride in the corpus file: ``meta["kvproof"]["expect"] = {release: {tier: verdict}}``.
-Rows are ``kvproof.checking.Row`` (the tier runner's row type) with ``release`` and ``asked``
-(the tier each answers for) set; what replay shows of one (its expectation, detail, data, JSON)
+Rows are ``kvproof.tiers.row.ReplayRow``: the tier runner's row with the ``release`` and the tier
+each answers for (``asked``); what replay shows of one (its expectation, detail, data, JSON)
 is computed here from the row, each tier's own part by its member. JSON and the corpus speak the
 enums' names. A FAIL names the tier that observed it; at the engine tier a clean boot whose live
 layout the contracts flag is LATENT (with the contract ids), never FAIL. An engine row with no
@@ -25,6 +25,7 @@ from kvproof.errors import EnvError
 from kvproof.layout import Layout
 from kvproof.tiers import registry
 from kvproof.tiers.classify import as_tier, as_verdict
+from kvproof.tiers.row import ReplayRow
 from kvproof.verdicts import Tier, Verdict
 
 REPLAY_TIERS = tuple(m.tier for m in registry.runners())  # every tier with a member, in ladder order
@@ -64,26 +65,26 @@ def resolve_envs(releases: Sequence[str]) -> dict[str, Env]:
 
 # --- what replay shows of a row ---------------------------------------------------------
 
-def verdict_name(row: checking.Row) -> str:
+def verdict_name(row: ReplayRow) -> str:
     return SKIP if row.verdict is None else row.verdict.name
 
 
-def expected(row: checking.Row) -> Verdict | None:
+def expected(row: ReplayRow) -> Verdict | None:
     """The verdict the row's file records for its release and tier (None: nothing recorded)."""
     return expectation(row.layout, row.release, row.tier)
 
 
-def contradicts(row: checking.Row) -> bool:
+def contradicts(row: ReplayRow) -> bool:
     exp = expected(row)
     return exp is not None and row.verdict is not None and row.verdict != exp
 
 
-def observed_by(row: checking.Row) -> str | None:
+def observed_by(row: ReplayRow) -> str | None:
     """The tier that observed a FAIL (``None`` for every other verdict)."""
     return str(row.tier) if row.verdict == Verdict.FAIL else None
 
 
-def detail(row: checking.Row) -> str:
+def detail(row: ReplayRow) -> str:
     """One line per tier (its member words it): the resolver's pair, the manager's error or
     coordinator, the consumer judgement, the boot (or why nothing booted)."""
     if row.judgement is None:
@@ -91,12 +92,12 @@ def detail(row: checking.Row) -> str:
     return registry.runner(row.tier).detail(row)
 
 
-def data(row: checking.Row) -> dict[str, Any]:
+def data(row: ReplayRow) -> dict[str, Any]:
     """The tier's own fields of the row's JSON."""
     return registry.runner(row.tier).data(row)
 
 
-def replay_dict(row: checking.Row) -> dict[str, Any]:
+def replay_dict(row: ReplayRow) -> dict[str, Any]:
     """The row as ``kvproof replay --json`` writes it."""
     exp = expected(row)
     return {"name": row.name, "layout_hash": row.layout.content_hash(), "release": row.release,
@@ -114,7 +115,7 @@ def expectation(layout: Layout, release: str, tier: Tier | str) -> Verdict | Non
 # --- the tiers: the worker's (one round trip per release) and those run outside it -------
 
 def tier_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env],
-              tiers: Sequence[Tier | str]) -> list[checking.Row]:
+              tiers: Sequence[Tier | str]) -> list[ReplayRow]:
     """``checking.run`` (one worker per release, one round trip for every worker tier asked) and
     its rows with their release and tier: each runner row becomes the row of every asked tier
     whose result it carries (a bridge row: the function row, judged without the manager stage,
@@ -128,7 +129,7 @@ def tier_rows(named: Sequence[tuple[str, Layout]], env_map: dict[str, Env],
 
 
 def replay(named: Sequence[tuple[str, Layout]], releases: Sequence[str], tiers: Sequence[Tier | str],
-           echo: Callable[[str], None] | None = None, synthesise: bool = True) -> list[checking.Row]:
+           echo: Callable[[str], None] | None = None, synthesise: bool = True) -> list[ReplayRow]:
     tiers = [as_tier(t) for t in tiers]
     env_map = resolve_envs(releases)
     outside = [(m, m.needs(named)) for m in registry.runners(tiers) if m.ask is None]
@@ -146,7 +147,7 @@ def replay(named: Sequence[tuple[str, Layout]], releases: Sequence[str], tiers: 
     return keep
 
 
-def format_table(rows: Sequence[checking.Row], width: int = 150) -> str:
+def format_table(rows: Sequence[ReplayRow], width: int = 150) -> str:
     head = f"{'layout':16}  {'vllm':7}  {'tier':8}  {'verdict':8}  {'expect':8}  detail"
     lines = [head, "-" * min(width, 120)]
     for r in rows:
@@ -160,7 +161,7 @@ def format_table(rows: Sequence[checking.Row], width: int = 150) -> str:
     return "\n".join(lines)
 
 
-def record(path: str, layout: Layout, rows: Sequence[checking.Row]) -> Layout:
+def record(path: str, layout: Layout, rows: Sequence[ReplayRow]) -> Layout:
     """Write the observed verdicts (and what a tier keeps beside them: the engine recipe used)
     into the file's meta.
 

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from kvproof.judge import Judgement
 from kvproof.layout import Layout
-from kvproof.tiers.row import Row
+from kvproof.result import Result
+from kvproof.tiers.row import ReplayRow, Row
 from kvproof.verdicts import Tier
 
 if TYPE_CHECKING:
@@ -19,8 +20,9 @@ class TierRunner:
     """One tier of the evidence ladder.
 
     A tier the release's worker runs names itself in a batch request (``ask``) and reads one part
-    of the reply (``part``, parsed by :meth:`result`: tiers sharing a part share one result and one
-    row, as the function and manager tiers share the bridge's Outcome). A tier run outside the
+    of the reply (``part``, parsed by :meth:`result` into the one result record, ``Result``, with
+    the tier's own record as its payload: tiers sharing a part share one result and one row, as the
+    function and manager tiers share the bridge's Outcome). A tier run outside the
     worker (``ask`` None) makes its rows itself (:meth:`outside_rows`), after the rows of the tiers
     it ``needs``."""
 
@@ -29,15 +31,19 @@ class TierRunner:
     part: str | None = None  # the batch reply part its result comes from
     what: str = ""  # its result, as a missing answer names it
 
-    def result(self, raw: dict[str, Any]) -> Any:
+    def result(self, raw: dict[str, Any]) -> Result:
         """This tier's result record from its part of the worker's reply."""
         raise NotImplementedError(f"the {self.tier} tier is not run by the worker")
 
-    def judge(self, layout: Layout, result: Any) -> Judgement:
-        """The one judge's verdict on this tier's ``result`` for ``layout``."""
+    def record(self, own: Any) -> Result:
+        """The one result record around this tier's own record (Outcome, ConsumerResult, EngineRun)."""
         raise NotImplementedError
 
-    def row(self, name: str, layout: Layout, env_name: str, result: Any) -> Row:
+    def judge(self, layout: Layout, result: Any) -> Judgement:
+        """The one judge's verdict on this tier's own record (a ``Result``'s payload) for ``layout``."""
+        raise NotImplementedError
+
+    def row(self, name: str, layout: Layout, env_name: str, result: Result) -> Row:
         """A result of the worker's reply, judged into the tier's row."""
         raise NotImplementedError(f"the {self.tier} tier is not run by the worker")
 
@@ -45,7 +51,7 @@ class TierRunner:
         """Whether a runner's row holds this tier's result."""
         return False
 
-    def replay_row(self, row: Row, release: str) -> Row:
+    def replay_row(self, row: Row, release: str) -> ReplayRow:
         """The row replay keeps for this tier from a runner's row that carries its result."""
         raise NotImplementedError
 
@@ -53,20 +59,20 @@ class TierRunner:
         """Tiers whose rows this one reads before it runs (the engine tier: the function tier)."""
         return ()
 
-    def outside_rows(self, named: Sequence[tuple[str, Layout]], env_map: dict[str, Env], prior: Sequence[Row],
-                     **how: Any) -> list[Row]:
+    def outside_rows(self, named: Sequence[tuple[str, Layout]], env_map: dict[str, Env], prior: Sequence[ReplayRow],
+                     **how: Any) -> list[ReplayRow]:
         """The rows of a tier the worker does not run, per layout and release (``env_map``);
         ``prior``: the rows of the tiers it ``needs``, on every installed release."""
         raise NotImplementedError
 
-    def recorded(self, rows: Sequence[Row], meta: dict[str, Any]) -> dict[str, Any]:
+    def recorded(self, rows: Sequence[ReplayRow], meta: dict[str, Any]) -> dict[str, Any]:
         """A corpus file's meta with what this tier's ``rows`` of it keep beside the expectations."""
         return meta
 
-    def detail(self, row: Row) -> str:
+    def detail(self, row: ReplayRow) -> str:
         """replay's one line of a judged row."""
         raise NotImplementedError
 
-    def data(self, row: Row) -> dict[str, Any]:
+    def data(self, row: ReplayRow) -> dict[str, Any]:
         """The tier's own fields of replay's JSON row."""
         raise NotImplementedError

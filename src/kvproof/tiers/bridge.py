@@ -8,15 +8,15 @@ manager stage, judged so) and the manager row (the runner's own).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from kvproof.judge import Judgement, judge
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
+from kvproof.result import Result
 from kvproof.tiers import classify
 from kvproof.tiers.base import TierRunner
-from kvproof.tiers.row import Row
+from kvproof.tiers.row import ReplayRow, Row
 from kvproof.verdicts import Tier
 
 
@@ -26,12 +26,15 @@ class _Bridge(TierRunner):
     part = "outcomes"
     what = "outcome"
 
-    def result(self, raw: dict[str, Any]) -> Outcome:
-        return Outcome.from_dict(raw)
+    def result(self, raw: dict[str, Any]) -> Result:
+        return self.record(Outcome.from_dict(raw))
 
-    def row(self, name: str, layout: Layout, env_name: str, result: Outcome) -> Row:
+    def record(self, own: Outcome) -> Result:
+        return Result(self.tier, own, own.vllm_version, own.scheduler_block_size, own.hash_block_size)
+
+    def row(self, name: str, layout: Layout, env_name: str, result: Result) -> Row:
         # the runner's one row for both tiers: judged at the highest stage that ran
-        return Row(name, layout, env_name, result, judge(layout, result))
+        return Row(name, layout, env_name, result, judge(layout, result.payload))
 
     def carries(self, row: Row) -> bool:
         return row.outcome is not None
@@ -46,18 +49,19 @@ class FunctionTier(_Bridge):
     def judge(self, layout: Layout, result: Outcome) -> Judgement:
         return judge(layout, classify.function_outcome(result), Tier.FUNCTION)
 
-    def replay_row(self, row: Row, release: str) -> Row:
-        return replace(row, outcome=classify.function_outcome(row.outcome),
-                       judgement=self.judge(row.layout, row.outcome), release=release, asked=Tier.FUNCTION)
+    def replay_row(self, row: Row, release: str) -> ReplayRow:
+        # the Outcome without its manager stage, judged so
+        return ReplayRow.of(row, release, Tier.FUNCTION, result=self.record(classify.function_outcome(row.outcome)),
+                            judgement=self.judge(row.layout, row.outcome))
 
-    def detail(self, row: Row) -> str:
+    def detail(self, row: ReplayRow) -> str:
         o = row.outcome
         cls = classify.failure_class(row.layout, o)
         line = (f"scheduler={o.scheduler_block_size} hash={o.hash_block_size}"
                 if o.resolved else (o.resolver_error.line() if o.resolver_error else o.not_expressible))
         return line + (" " + str(cls) if cls.ids else "")
 
-    def data(self, row: Row) -> dict[str, Any]:
+    def data(self, row: ReplayRow) -> dict[str, Any]:
         o = row.outcome
         return {"scheduler_block_size": o.scheduler_block_size, "hash_block_size": o.hash_block_size,
                 "class": classify.failure_class(row.layout, o).to_dict(), "vllm": o.vllm_version}
@@ -72,16 +76,16 @@ class ManagerTier(_Bridge):
     def judge(self, layout: Layout, result: Outcome) -> Judgement:
         return judge(layout, result)
 
-    def replay_row(self, row: Row, release: str) -> Row:
-        return replace(row, release=release, asked=Tier.MANAGER)
+    def replay_row(self, row: Row, release: str) -> ReplayRow:
+        return ReplayRow.of(row, release, Tier.MANAGER, result=self.record(row.outcome))
 
-    def detail(self, row: Row) -> str:
+    def detail(self, row: ReplayRow) -> str:
         o = row.outcome
         if o.manager_error is not None:
             return f"{o.manager_error.line()} [{o.manager_error.frame}]"
         return row.message() or (f"{o.coordinator} built" if o.coordinator else "")
 
-    def data(self, row: Row) -> dict[str, Any]:
+    def data(self, row: ReplayRow) -> dict[str, Any]:
         o = row.outcome
         return {"coordinator": o.coordinator, "manager_error": o.manager_error.line() if o.manager_error else None,
                 "vllm": o.vllm_version}

@@ -3,14 +3,14 @@ connector driven by a request stream (``kvproof.consumer``), judged by ``judge_c
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from kvproof.consumer.result import ConsumerResult
 from kvproof.judge import Judgement, judge_consumer
 from kvproof.layout import Layout
+from kvproof.result import Result
 from kvproof.tiers.base import TierRunner
-from kvproof.tiers.row import Row
+from kvproof.tiers.row import ReplayRow, Row
 from kvproof.verdicts import Tier
 
 
@@ -22,29 +22,32 @@ class ConsumerTier(TierRunner):
     part = "consumer"
     what = "consumer result"
 
-    def result(self, raw: dict[str, Any]) -> ConsumerResult:
-        return ConsumerResult.from_dict(raw)
+    def result(self, raw: dict[str, Any]) -> Result:
+        return self.record(ConsumerResult.from_dict(raw))
+
+    def record(self, own: ConsumerResult) -> Result:
+        return Result(self.tier, own, own.vllm_version, own.scheduler_block_size, own.hash_block_size)
 
     def judge(self, layout: Layout, result: ConsumerResult) -> Judgement:
         return judge_consumer(result, layout)
 
-    def row(self, name: str, layout: Layout, env_name: str, result: ConsumerResult) -> Row:
-        return Row(name, layout, env_name, None, self.judge(layout, result), result)
+    def row(self, name: str, layout: Layout, env_name: str, result: Result) -> Row:
+        return Row(name, layout, env_name, result, self.judge(layout, result.payload))
 
     def carries(self, row: Row) -> bool:
         return row.consumer is not None
 
-    def replay_row(self, row: Row, release: str) -> Row:
-        return replace(row, release=release, asked=Tier.CONSUMER)
+    def replay_row(self, row: Row, release: str) -> ReplayRow:
+        return ReplayRow.of(row, release, Tier.CONSUMER)
 
-    def detail(self, row: Row) -> str:
+    def detail(self, row: ReplayRow) -> str:
         j = row.judgement
         line = j.line() or j.note
         if j.note and j.line() and j.note not in line:
             line += f" ({j.note})"
         return line
 
-    def data(self, row: Row) -> dict[str, Any]:
+    def data(self, row: ReplayRow) -> dict[str, Any]:
         res = row.consumer
         return {"scheduler_block_size": res.scheduler_block_size, "hash_block_size": res.hash_block_size,
                 "alignment": res.alignment, "connector": res.connector_class, "steps": res.steps,

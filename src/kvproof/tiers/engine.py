@@ -22,17 +22,19 @@ from kvproof.facts import release_key
 from kvproof.fsio import atomic_write
 from kvproof.judge import Judgement
 from kvproof.layout import Layout
+from kvproof.result import Result
 from kvproof.tiers import boots, classify, synth
 from kvproof.tiers.base import TierRunner
 from kvproof.tiers.families import BootResult, Recipe
-from kvproof.tiers.row import Row
+from kvproof.tiers.row import ReplayRow
 from kvproof.verdicts import Tier, Verdict
 
 
 @dataclass(frozen=True)
 class EngineRun:
-    """What an engine-tier row carries (``Row.engine``): where its recipe came from (stored in the
-    file, cached, synthesised, or why there is none) and, when there was one, the recipe and its boot."""
+    """The engine tier's own record (its ``Result``'s payload): where its recipe came from (stored
+    in the file, cached, synthesised, or why there is none) and, when there was one, the recipe and
+    its boot."""
 
     source: dict[str, Any]
     recipe: Recipe | None = None
@@ -61,7 +63,7 @@ def _save_reproducer(key: str, rep: synth.Reproducer) -> None:
     atomic_write(_reproducer_file(), json.dumps(data, indent=1, sort_keys=True))
 
 
-def target_class(layout: Layout, function_rows: Sequence[Row]) -> tuple[str, classify.FailureClass] | None:
+def target_class(layout: Layout, function_rows: Sequence[ReplayRow]) -> tuple[str, classify.FailureClass] | None:
     """The failure class to reproduce and the release it shows on (first predicted FAIL, else WARN)."""
     key = layout.content_hash()
     rows = sorted((r for r in function_rows if r.tier == Tier.FUNCTION and r.layout.content_hash() == key),
@@ -74,7 +76,7 @@ def target_class(layout: Layout, function_rows: Sequence[Row]) -> tuple[str, cla
     return None
 
 
-def find_recipe(layout: Layout, function_rows: Sequence[Row], echo: Callable[[str], None] | None = None,
+def find_recipe(layout: Layout, function_rows: Sequence[ReplayRow], echo: Callable[[str], None] | None = None,
                 synthesise: bool = True) -> tuple[Recipe | None, dict[str, Any]]:
     """The engine recipe for ``layout``: stored in the file, cached, or synthesised now."""
     stored = stored_recipe(layout)
@@ -115,8 +117,13 @@ def boot_detail(b: BootResult, ev: classify.EngineVerdict) -> str:
     return "; ".join(bits)
 
 
-def _verdict(row: Row) -> classify.EngineVerdict | None:
-    run = row.engine
+def _run(row: ReplayRow) -> EngineRun | None:
+    p = row.result.payload
+    return p if isinstance(p, EngineRun) else None
+
+
+def _verdict(row: ReplayRow) -> classify.EngineVerdict | None:
+    run = _run(row)
     return None if run is None or run.boot is None else classify.engine_verdict(run.boot)
 
 
@@ -129,12 +136,19 @@ class EngineTier(TierRunner):
         """A boot, judged by what real vLLM did (``classify.engine_verdict``: its live layout)."""
         return classify.engine_verdict(result).judgement
 
+    def record(self, own: EngineRun) -> Result:
+        """The run with the boot's live pair; without a boot, why nothing ran (never judged)."""
+        b = own.boot
+        if b is None:
+            return Result(self.tier, own, skip="no engine reproducer: " + own.source.get("reason", ""))
+        return Result(self.tier, own, b.release, b.scheduler_block_size, b.hash_block_size)
+
     def needs(self, named: Sequence[tuple[str, Layout]]) -> tuple[Tier, ...]:
         return () if all(stored_recipe(lay) for _, lay in named) else (Tier.FUNCTION,)
 
-    def outside_rows(self, named: Sequence[tuple[str, Layout]], env_map: dict[str, Env], prior: Sequence[Row],
+    def outside_rows(self, named: Sequence[tuple[str, Layout]], env_map: dict[str, Env], prior: Sequence[ReplayRow],
                      echo: Callable[[str], None] | None = None, synthesise: bool = True,
-                     timeout: float = boots.DEFAULT_TIMEOUT) -> list[Row]:
+                     timeout: float = boots.DEFAULT_TIMEOUT) -> list[ReplayRow]:
         found = [(name, lay, *find_recipe(lay, prior, echo, synthesise)) for name, lay in named]
         recipes = [recipe for _, _, recipe, _ in found if recipe is not None]
         booted: dict[str, Iterator[BootResult]] = {}
@@ -143,25 +157,24 @@ class EngineTier(TierRunner):
                 for recipe in recipes:
                     echo(f"kvproof: booting {recipe.family} on vLLM {release}")
             booted[release] = iter(boots.boot_each(env, recipes, timeout=timeout) if recipes else [])
-        rows: list[Row] = []
+        rows: list[ReplayRow] = []
         for name, lay, recipe, how in found:
             for release, env in env_map.items():
                 if recipe is None:
-                    rows.append(Row(name, lay, env.name, None, None, release=release, asked=Tier.ENGINE,
-                                    engine=EngineRun(how), skip="no engine reproducer: " + how.get("reason", "")))
+                    rows.append(ReplayRow(name, lay, env.name, self.record(EngineRun(how)), None, release, Tier.ENGINE))
                     continue
                 b = next(booted[release])
                 ev = classify.engine_verdict(b)
-                rows.append(Row(name, lay, env.name, None, ev.judgement, release=release, asked=ev.tier,
-                                engine=EngineRun(how, recipe, b)))
+                rows.append(ReplayRow(name, lay, env.name, self.record(EngineRun(how, recipe, b)), ev.judgement,
+                                      release, ev.tier))
         return rows
 
-    def detail(self, row: Row) -> str:
+    def detail(self, row: ReplayRow) -> str:
         ev = _verdict(row)
-        return boot_detail(row.engine.boot, ev) if ev is not None else row.skip
+        return boot_detail(_run(row).boot, ev) if ev is not None else row.skip
 
-    def data(self, row: Row) -> dict[str, Any]:
-        run = row.engine
+    def data(self, row: ReplayRow) -> dict[str, Any]:
+        run = _run(row)
         if run is None:
             return {}
         ev = _verdict(row)
@@ -171,14 +184,14 @@ class EngineTier(TierRunner):
                 "class": ev.cls.to_dict() if ev.cls else None, "contracts": list(ev.contracts),
                 "boot": run.boot.to_dict()}
 
-    def recorded(self, rows: Sequence[Row], meta: dict[str, Any]) -> dict[str, Any]:
+    def recorded(self, rows: Sequence[ReplayRow], meta: dict[str, Any]) -> dict[str, Any]:
         """The file's meta with the recipe of the first row that booted one, unless it stores one."""
-        row = next((r for r in rows if r.tier == Tier.ENGINE and r.engine is not None
-                    and r.engine.recipe is not None and r.engine.boot is not None), None)
-        if row is None or (meta.get("engine") or {}).get("recipe"):
+        run = next((run for run in map(_run, (r for r in rows if r.tier == Tier.ENGINE))
+                    if run is not None and run.recipe is not None and run.boot is not None), None)
+        if run is None or (meta.get("engine") or {}).get("recipe"):
             return meta
-        how = row.engine.source or {}
-        recipe = Recipe.from_dict(row.engine.boot.to_dict()["recipe"])
+        how = run.source or {}
+        recipe = Recipe.from_dict(run.boot.to_dict()["recipe"])
         found_by = "synthesiser" if str(how.get("source", "")).startswith("synthesiser") else how.get("source", "")
         return {**meta, "engine": {"recipe": recipe.to_dict(), "describe": recipe.describe(),
                                    "tricks": recipe.tricks(), "found_by": found_by, "target": how.get("target"),

@@ -1,46 +1,34 @@
-"""The row: one (layout, release, tier) verdict, the record every tier's result is judged into.
+"""The rows: one (layout, release, tier) verdict, the record every tier's result is judged into.
 
 It sits below the tier members (they build rows) and the runners that call them (``checking``,
-``replay``); ``kvproof.checking.Row`` is this class.
+``replay``); ``kvproof.checking.Row`` is :class:`Row`, and replay's rows are :class:`ReplayRow`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, fields
+from typing import Any
 
 from kvproof import contracts
+from kvproof.consumer.result import ConsumerResult
 from kvproof.judge import Judgement
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome
+from kvproof.result import Result
 from kvproof.verdicts import Tier, Verdict
-
-if TYPE_CHECKING:
-    from kvproof.consumer.result import ConsumerResult
 
 
 @dataclass(frozen=True)
 class Row:
-    """One (layout, release, tier) verdict: the bridge's ``outcome`` (function and manager
-    tiers) or the consumer tier's ``consumer`` result, with the one judge's ``judgement``.
-
-    ``kvproof replay`` makes its rows of this type too: the runner's rows with the ``release``
-    and the tier each answers for (``asked``: a manager row whose resolver raised is still the
-    manager tier's row, though its judgement names the function tier), a function row judged
-    without the manager stage, and engine rows (real boots) carrying ``engine``, the replay
-    layer's record of the boot. A row with nothing to judge (no engine reproducer) has no
-    ``judgement`` and says why in ``skip``: its ``verdict`` is None, never an expectation."""
+    """One (layout, release, tier) verdict: a tier's ``result`` (``kvproof.result.Result``) with
+    the one judge's ``judgement`` of it. A result that ran nothing (``result.skip``: no engine
+    reproducer) has no ``judgement``: its ``verdict`` is None, never an expectation."""
 
     name: str
     layout: Layout
     env: str
-    outcome: Outcome | None
-    judgement: Judgement | None  # None: nothing ran (``skip`` says why)
-    consumer: ConsumerResult | None = None
-    release: str = ""  # the vLLM release (replay's rows; the runner knows its env's name)
-    asked: Tier | None = None  # the tier this row answers for, when not the judgement's own
-    engine: Any = None  # engine tier: the boot and its recipe's source (kvproof.tiers.engine.EngineRun)
-    skip: str = ""  # why there is no judgement
+    result: Result
+    judgement: Judgement | None  # None: nothing ran (``result.skip`` says why)
 
     @property
     def verdict(self) -> Verdict | None:
@@ -48,26 +36,36 @@ class Row:
 
     @property
     def tier(self) -> Tier:
-        if self.asked is not None:
-            return self.asked
-        assert self.judgement is not None, "a row without a judgement names its tier (asked)"
+        assert self.judgement is not None, "a row without a judgement names its tier (ReplayRow.asked)"
         return self.judgement.tier
 
+    # read-only names for the payload: health, selftest, findings' witness search and many tests
+    # read ``row.outcome`` / ``row.consumer``; None where the row's result is another tier's
     @property
-    def _source(self) -> Any:
-        return self.outcome if self.outcome is not None else self.consumer
+    def outcome(self) -> Outcome | None:
+        p = self.result.payload
+        return p if isinstance(p, Outcome) else None
+
+    @property
+    def consumer(self) -> ConsumerResult | None:
+        p = self.result.payload
+        return p if isinstance(p, ConsumerResult) else None
+
+    @property
+    def skip(self) -> str:
+        return self.result.skip
 
     @property
     def scheduler_block_size(self) -> int | None:
-        return getattr(self._source, "scheduler_block_size", None)
+        return self.result.scheduler_block_size
 
     @property
     def hash_block_size(self) -> int | None:
-        return getattr(self._source, "hash_block_size", None)
+        return self.result.hash_block_size
 
     @property
     def vllm_version(self) -> str:
-        return getattr(self._source, "vllm_version", "") or ""
+        return self.result.vllm_version
 
     @property
     def violations(self) -> tuple[contracts.Violation, ...]:
@@ -84,7 +82,7 @@ class Row:
 
     def message(self) -> str:
         if self.judgement is None:
-            return self.skip
+            return self.result.skip
         o = self.outcome
         if o is not None and not o.expressible:
             return o.not_expressible
@@ -107,3 +105,23 @@ class Row:
             "outcome": None if self.outcome is None else self.outcome.to_dict(),
             "consumer": None if self.consumer is None else self.consumer.to_dict(),
         }
+
+
+@dataclass(frozen=True)
+class ReplayRow(Row):
+    """A row of ``kvproof replay``: the release it ran on and the tier it answers for (``asked``:
+    a manager row whose resolver raised is still the manager tier's row, though its judgement
+    names the function tier; an engine row, the tier that observed what the boot showed)."""
+
+    release: str = ""
+    asked: Tier | None = None
+
+    @classmethod
+    def of(cls, row: Row, release: str, asked: Tier, **changes: Any) -> ReplayRow:
+        """``row`` on ``release`` answering for ``asked``, with ``changes`` to its fields."""
+        own = {f.name: getattr(row, f.name) for f in fields(Row)}
+        return cls(**{**own, **changes}, release=release, asked=asked)
+
+    @property
+    def tier(self) -> Tier:
+        return self.asked if self.asked is not None else super().tier
