@@ -23,8 +23,9 @@ from kvproof import envs, inputs  # noqa: E402
 from kvproof.bridge.client import Worker  # noqa: E402
 from kvproof.cliutil import Parser, add_vllm  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
-from kvproof.replay import classify, core, engine, synth  # noqa: E402
-from kvproof.replay.families import SEED_HIDDEN_STATES, Recipe  # noqa: E402
+from kvproof.replay import core  # noqa: E402
+from kvproof.tiers import boots, classify, synth  # noqa: E402
+from kvproof.tiers.families import SEED_HIDDEN_STATES, Recipe  # noqa: E402
 
 SEED_SW = Recipe(family="nemotron_h", pattern="M*M-", sliding_window=64, kv_cache_dtype="fp8",
                  kv_cache_dtype_skip_layers=("sliding_window",))
@@ -85,7 +86,7 @@ def main() -> int:
         for name, recipe in (("nemotron_h sliding-window fp8 (seed class)", SEED_SW),
                              ("nemotron_h hidden-state extraction (boot only on CPU)", SEED_HIDDEN_STATES)):
             t0 = time.perf_counter()
-            res = engine.boot(env, recipe)
+            res = boots.boot(env, recipe)
             wall = time.perf_counter() - t0
             ev = classify.engine_verdict(res)
             engine_lines.append(f"| {rel} | {name} | {ev.verdict} | {res.layout_summary()} | {wall:.1f} | "
@@ -93,7 +94,7 @@ def main() -> int:
                                 f"{res.peak_rss_mb} |")
             print(engine_lines[-1], flush=True)
         t0 = time.perf_counter()
-        results = engine.boot_many(env, [r.but(generate=False) for r in PROBES], probe=True)
+        results = boots.boot_many(env, [r.but(generate=False) for r in PROBES], probe=True)
         wall = time.perf_counter() - t0
         probe_lines.append(f"| {rel} | {len(PROBES)} | {wall:.1f} | {results[0].import_seconds} | "
                            f"{', '.join(str(r.boot_seconds) for r in results)} | {results[-1].peak_rss_mb} |")
