@@ -100,9 +100,9 @@ def _child(req: dict, base_path: list[str], fds: list[int], imported: dict) -> N
     code = _worker() if req.get("worker") else _script(req["argv"])
     try:  # python's exit, in order: non-daemon threads, atexit, flush
         import threading
-        threading._shutdown()  # noqa: SLF001 -- what the interpreter's own exit calls
+        threading._shutdown()  # what the interpreter's own exit calls
         import atexit
-        atexit._run_exitfuncs()  # noqa: SLF001
+        atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
@@ -146,7 +146,7 @@ def main(prologue: str, folder: str, fd: int) -> None:
     sys.path[0] = folder  # where ``python repro.py`` looks first
     try:
         exec(compile(prologue, "<reproducer prologue>", "exec"), {"__name__": "__warm__"})  # noqa: S102
-    except Exception:  # noqa: BLE001 -- the child runs the same imports again and fails as python would
+    except Exception:  # noqa: BLE001, S110 -- the child runs the same imports again and fails as python would
         pass
     # what start-up (.pth files) and the prologue set or removed: a fresh python would do the same
     imported = {k: os.environ.get(k) for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 from conftest import RELEASES, require_env
+from kvproof.findings.ledger import Ledger
+from kvproof.findings.reproducers import script
 from test_worker_zygote import _answers
 
 from kvproof.bridge import warm
 from kvproof.consumer import ConsumerWorker
-from kvproof.findings.ledger import Ledger
-from kvproof.findings.reproducers import script
 
 pytestmark = [pytest.mark.integration, pytest.mark.consumer]
 

@@ -46,7 +46,7 @@ def folder(tmp_path, monkeypatch):
 
 
 def _fresh(path: Path, variables: dict) -> tuple[int, str, str]:
-    p = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, cwd=path.parent,
+    p = subprocess.run([sys.executable, str(path)], check=False, capture_output=True, text=True, cwd=path.parent,
                        env=variables, stdin=subprocess.DEVNULL)
     return p.returncode, p.stdout, p.stderr
 
@@ -98,7 +98,7 @@ def test_pytest_runs_as_python_dash_m_pytest(folder):
     argv = ["-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder / "test_it.py")]
     with Hosts(path) as hosts:
         rc, out, _ = run(hosts, ENV, argv, str(folder), dict(os.environ), [str(folder)], 120)
-    fresh = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=folder)
+    fresh = subprocess.run([sys.executable, *argv], check=False, capture_output=True, text=True, cwd=folder)
     assert rc == fresh.returncode == 1
     assert _last(out).split(" in ")[0] == _last(fresh.stdout).split(" in ")[0] == "1 failed, 1 passed"
 

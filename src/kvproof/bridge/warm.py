@@ -226,6 +226,6 @@ def run(hosts: Hosts | None, env: Env, argv: list[str], cwd: str, variables: dic
             pass
         finally:
             hosts.used(env)
-    proc = subprocess.run([str(env.python), *argv], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+    proc = subprocess.run([str(env.python), *argv], check=False, capture_output=True, text=True, timeout=timeout, cwd=cwd,
                           env=variables)
     return proc.returncode, proc.stdout, proc.stderr
