@@ -41,6 +41,7 @@ from kvproof.errors import UsageError
 from kvproof.findings.fix import worsened
 from kvproof.findings.ledger import Entry, Ledger, Status
 from kvproof.findings.measure import TIERS
+from kvproof.tiers import registry
 from kvproof.verdicts import Tier
 
 PROG = "kvproof findings"
@@ -98,7 +99,7 @@ def _parser() -> Parser:
     for name in ("add", "key"):
         p = sub.add_parser(name, help="measure a layout on real releases" + (" and record its class" if name == "add" else ""))
         p.add_argument("layout", help="a Layout JSON file (a consumer finding carries its stream in meta.stream)")
-        add_tier(p, MEASURED_TIERS, many=False, default=Tier.MANAGER)
+        add_tier(p, MEASURED_TIERS, many=False, default=registry.default())
         add_vllm(p, help="release (repeatable; default: installed)")
         p.add_argument("--regression", action="store_true",
                        help="the class is the input's hit regression along the releases (kvproof compare's, "

@@ -116,17 +116,22 @@ def _verdicts(named: list[tuple], names: list, hosts=None) -> list[dict[str, str
     from kvproof.layout import Layout
     from kvproof.settings import settings
     from kvproof.stream import Stream
+    from kvproof.tiers import registry
+    from kvproof.tiers.classify import as_tier
 
     def layout(e):
         lay = Layout.from_dict(e.layout)
         return lay.with_stream(Stream.from_dict(e.stream)) if e.stream else lay
 
     out: list[dict[str, str]] = [{} for _ in names]
-    by_tier: dict[str, list] = {"consumer": [], "manager": []}
+    # each entry at the top tier of its reply part (a function entry with the manager stage), the
+    # corpus layouts at the default tier (manager); run from the top of the ladder down
+    by_tier: dict = {}
     for label, e in named:
-        by_tier["consumer" if e.key.tier == "consumer" else "manager"].append((label, layout(e)))
+        by_tier.setdefault(registry.top(as_tier(e.key.tier)), []).append((label, layout(e)))
     files = sorted(settings().corpus.glob("*.json"))  # the regression layouts (not consumers/)
-    by_tier["manager"] += [(f"corpus/{Path(n).name}", lay) for n, lay in load_layouts([str(f) for f in files])]
+    corpus = [(f"corpus/{Path(n).name}", lay) for n, lay in load_layouts([str(f) for f in files])]
+    by_tier.setdefault(registry.default(), []).extend(corpus)
     found = [n if isinstance(n, envs.Env) else envs.find(n) for n in names]
     live = {}
     try:
@@ -134,8 +139,8 @@ def _verdicts(named: list[tuple], names: list, hosts=None) -> list[dict[str, str
             with ThreadPoolExecutor(len(found)) as pool:
                 live = dict(zip([e.name for e in found], pool.map(hosts.worker, found)))
         with Workers.start(found, live=live) as pool:
-            for tier, items in by_tier.items():
-                for side, js in zip(out, judge_all(items, found, tier, workers=pool.by_env)):
+            for tier, items in sorted(by_tier.items(), reverse=True):
+                for side, js in zip(out, judge_all(items, found, str(tier), workers=pool.by_env)):
                     side.update({label: str(j.verdict) for label, j in js.items()})
     finally:
         for w in live.values():

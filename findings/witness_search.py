@@ -171,9 +171,9 @@ def _pairs(s: Search, named, rows, pool) -> list:
     """A regression class's rows: each candidate run on ``s.before`` too, the two diffed; the key is
     the one regression class of the candidate that is ``s.entry``'s, else its first, else None."""
     from kvproof.differential import diff
-    from kvproof.verdicts import Tier
+    from kvproof.tiers import registry
 
-    older = _tiers(named, (Tier.CONSUMER,), s.before, pool)
+    older = _tiers(named, (registry.streamed(),), s.before, pool)
     out = []
     for (name, lay), a, b in zip(named, older, rows):
         classes = diff([(lay, lay.stream)], {s.before: [a.consumer], s.release: [b.consumer]},

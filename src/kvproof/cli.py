@@ -19,13 +19,14 @@ import sys
 from typing import Sequence
 
 from kvproof import checking, contracts, envs, explain, inputs
-from kvproof.cliutil import Parser, add_tier, add_vllm, guarded
+from kvproof.cliutil import Parser, add_skips, add_tier, add_vllm, guarded, skipped
 from kvproof.config import Config, reference_models
 from kvproof.derivation import harness_note
 from kvproof.errors import KvproofError, UsageError
 from kvproof.findings.ledger import known, known_dict
 from kvproof.layout import Layout, parse_groups_spec
 from kvproof import facts
+from kvproof.tiers import registry
 from kvproof.verdicts import Tier
 
 # name -> (module, help); each module has main(argv) -> int
@@ -46,7 +47,7 @@ def _add_release_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", action="append", metavar="PATH",
                    help="an interpreter with your own vLLM installed (repeatable)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--no-manager", action="store_true", help="skip the KVCacheManager tier")
+    add_skips(p, registry.skips(checking.CHECK_TIERS))
 
 
 # Subcommands whose --flags holds a vllm serve line (see _serve_flags_argv).
@@ -110,9 +111,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--flags", default="", metavar="'VLLM SERVE FLAGS'",
                    help="vllm serve flags for --config models, parsed by each release's own EngineArgs, "
                         "e.g. '--enable-prefix-caching --mamba-cache-mode align'. " + SERVE_FLAGS_HELP)
-    add_tier(c, checking.CHECK_TIERS, refused={Tier.ENGINE: ENGINE_ELSEWHERE},
+    add_tier(c, checking.CHECK_TIERS, refused=registry.refused(checking.CHECK_TIERS),
              help="default all three; the engine tier boots a model per layout: kvproof replay FILE --tier engine")
-    c.add_argument("--no-consumer", action="store_true", help="skip the consumer tier (--tier function,manager)")
     _add_release_args(c)
     e = sub.add_parser("explain", help="turn a 'block_sizes=[...], hash_block_size=N' log line into a check")
     e.add_argument("line")
@@ -168,15 +168,11 @@ def _envs(args: argparse.Namespace) -> list[envs.Env]:
     return out + [envs.from_python(p) for p in args.python or []]
 
 
-ENGINE_ELSEWHERE = "the engine tier boots a model per layout; run it with `kvproof replay FILE --tier engine`"
-
-
 def _tiers(args: argparse.Namespace) -> tuple[Tier, ...]:
     """The tiers ``check`` runs: ``--tier`` (default every tier of checking.CHECK_TIERS) less
-    what ``--no-manager`` / ``--no-consumer`` drop."""
+    what ``--no-<tier>`` (the registry's skippable tiers: manager, consumer) drops."""
     chosen = checking.CHECK_TIERS if args.tier is None else args.tier
-    drop = {Tier.MANAGER} if args.no_manager else set()
-    drop |= {Tier.CONSUMER} if args.no_consumer else set()
+    drop = skipped(args, checking.CHECK_TIERS)
     tiers = tuple(t for t in checking.CHECK_TIERS if t in chosen and t not in drop)
     if not tiers:
         raise UsageError("check: no tier left to run (--tier, --no-manager, --no-consumer)")

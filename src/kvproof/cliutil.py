@@ -62,6 +62,17 @@ def add_vllm(parser: argparse.ArgumentParser, *, many: bool = True, default: Any
     return action
 
 
+def add_skips(parser: argparse.ArgumentParser, skips: dict[Tier, str]) -> None:
+    """``--no-<tier>`` for each tier of ``skips`` (tier -> help): drop it from the chosen tiers."""
+    for tier, text in sorted(skips.items()):
+        parser.add_argument(f"--no-{tier}", dest=f"no_{tier}", action="store_true", help=text)
+
+
+def skipped(args: argparse.Namespace, tiers: Sequence[Tier]) -> set[Tier]:
+    """The tiers of ``tiers`` whose ``--no-<tier>`` flag ``args`` holds."""
+    return {t for t in tiers if getattr(args, f"no_{t}", False)}
+
+
 class _TierAction(argparse.Action):
     """Parses ``--tier`` values into Tiers: names of ``choices`` (or ``all``), comma-separated
     and repeatable when ``many`` (a tuple in ladder order), else one name (a Tier)."""
@@ -95,7 +106,7 @@ class _TierAction(argparse.Action):
 
 def add_tier(parser: argparse.ArgumentParser, tiers: Sequence[Tier] = RUN_TIERS, *, many: bool = True,
              default: Any = None, refused: dict[Tier, str] | None = None, help: str = "") -> argparse.Action:
-    """``--tier``, the one spelling of a tier choice (``--tiers``: a hidden alias, the old spelling).
+    """``--tier``, the one spelling of a tier choice.
 
     ``many``: repeatable and comma-separated (``--tier function,manager --tier consumer``), ``all``
     for every one of ``tiers``; the value is a tuple of Tiers in ladder order (``default`` when not
@@ -115,9 +126,6 @@ def add_tier(parser: argparse.ArgumentParser, tiers: Sequence[Tier] = RUN_TIERS,
               "metavar": "TIER"}
     action = parser.add_argument("--tier", action=_TierAction, default=default,
                                  help=text + (f"; {help}" if help else ""), **common)
-    alias = parser.add_argument("--tiers", action=_TierAction, default=argparse.SUPPRESS,
-                                help=argparse.SUPPRESS, **common)
-    for a in (action, alias):
-        setattr(a, SHARED, "tier")
+    setattr(action, SHARED, "tier")
     return action
 

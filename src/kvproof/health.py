@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 
 from kvproof.config import Config
 from kvproof.layout import Layout
-from kvproof.verdicts import Tier, Verdict
+from kvproof.tiers import registry
+from kvproof.verdicts import Verdict
 
 # Bump when the probe's inputs or rules change: environments probed before are probed again.
 PROBE_VERSION = 1
 PROBE_LAYOUT = {"groups": [{"kind": "full_attention", "block_size": 16},
                            {"kind": "sliding_window", "block_size": 16, "sliding_window": 32}],
                 "cache": {"block_size": 16, "enable_prefix_caching": True}}
-TIERS = (Tier.FUNCTION, Tier.MANAGER, Tier.CONSUMER)
+TIERS = registry.worker_tiers()  # function, manager, consumer
 BAD = (Verdict.ERROR, Verdict.NOT_EXPRESSIBLE)
 
 
@@ -79,12 +80,13 @@ def probe(env) -> Health:
         worker.close()
     d = answers.derivation(Config())
     health.steps["derive"] = "ok" if d.layout is not None else (d.error.line() if d.error else "no layout")
-    # the bridge row (the manager tier when it ran) and the consumer row
-    bridge_row, consumer_row = answers.rows([("probe", layout, layout_key(layout))], env.name)
-    function_ok = bridge_row.outcome is not None and bridge_row.outcome.resolved
-    for tier, row, ok in ((Tier.FUNCTION, bridge_row, function_ok), (Tier.MANAGER, bridge_row, True),
-                          (Tier.CONSUMER, consumer_row, True)):
+    # one row per reply part (the bridge's: the function and manager tiers'; the consumer's)
+    rows = answers.rows([("probe", layout, layout_key(layout))], env.name)
+    of_part = {m.part: row for m, row in zip(registry.readers(TIERS), rows)}
+    for member in registry.runners(TIERS):
+        row = of_part[member.part]
         verdict = row.judgement.verdict if row.judgement else Verdict.ERROR
-        health.steps[str(tier)] = "ok" if ok and verdict not in BAD else f"{verdict}: {row.message()}"
+        ok = member.probe_ok(row) and verdict not in BAD
+        health.steps[str(member.tier)] = "ok" if ok else f"{verdict}: {row.message()}"
     health.seconds = time.monotonic() - t0
     return health

@@ -1,7 +1,7 @@
 """`kvproof check`'s tier plumbing without vLLM (issue 24 item 3, issue 28 items 1 and 6).
 
 A Layout (--groups, a file, a folder) and a Config (--config) go through the same tiers:
-function, manager and consumer unless --tiers / --no-manager / --no-consumer drop some.
+function, manager and consumer unless --tier / --no-manager / --no-consumer drop some.
 What the CLI hands kvproof.checking is captured (kvproof's own runner replaced, no vLLM
 class stood in for); the rows are built from results as the workers return them.
 """
@@ -31,11 +31,11 @@ KIMI_STYLE = {"groups": [{"kind": "mla", "block_size": 1536}, {"kind": "mamba", 
 @pytest.mark.parametrize("extra, tiers", [
     ([], (F, M, C)),
     (["--no-consumer"], (F, M)),
-    (["--tiers", "function,manager"], (F, M)),
-    (["--tiers", "consumer"], (C,)),
-    (["--tiers", "consumer, function"], (F, C)),
+    (["--tier", "function,manager"], (F, M)),
+    (["--tier", "consumer"], (C,)),
+    (["--tier", "consumer, function"], (F, C)),
     (["--no-manager"], (F, C)),
-    (["--tiers", "function,manager,consumer", "--no-consumer", "--no-manager"], (F,)),
+    (["--tier", "function,manager,consumer", "--no-consumer", "--no-manager"], (F,)),
 ])
 @pytest.mark.parametrize("given", [["--groups", "mla:1536"], ["some.json"], ["--config", "qwen3_next"]])
 def test_every_input_kind_gets_every_tier_unless_dropped(given, extra, tiers):
@@ -43,9 +43,9 @@ def test_every_input_kind_gets_every_tier_unless_dropped(given, extra, tiers):
 
 
 @pytest.mark.parametrize("extra, needle", [
-    (["--tiers", "engine"], "kvproof replay FILE --tier engine"),
-    (["--tiers", "function,consumers"], "'consumers' is not a tier (say function, manager, consumer or all)"),
-    (["--tiers", "consumer", "--no-consumer"], "no tier left to run"),
+    (["--tier", "engine"], "kvproof replay FILE --tier engine"),
+    (["--tier", "function,consumers"], "'consumers' is not a tier (say function, manager, consumer or all)"),
+    (["--tier", "consumer", "--no-consumer"], "no tier left to run"),
 ])
 def test_bad_tier_choices_are_one_line_exit_2(capsys, extra, needle):
     assert cli.main(["check", "--groups", "mla:1536", *extra]) == 2
@@ -87,7 +87,7 @@ def test_a_layout_file_a_folder_and_groups_go_to_the_consumer_tier_as_a_config_d
 
 def test_the_opt_out_reaches_both_paths(captured):
     assert cli.main(["check", "--groups", "mla:1536", "--no-consumer"]) == 0
-    assert cli.main(["check", "--config", "qwen3_next", "--tiers", "function,manager"]) == 0
+    assert cli.main(["check", "--config", "qwen3_next", "--tier", "function,manager"]) == 0
     assert [c[2] for c in captured] == [(F, M), (F, M)]
 
 

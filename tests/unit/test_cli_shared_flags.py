@@ -8,7 +8,7 @@ from kvproof.cliutil (add_vllm, add_tier), whose actions carry ``cliutil.SHARED`
 (b) The source of the package, bench/ and gpu/: no ``add_argument("--vllm" | "--tier" | "--tiers")``
     outside kvproof.cliutil (the bench scripts are scripts, not walked in (a)).
 (c) What the shared tier flag parses: one spelling, comma-separated and repeatable, ``all``,
-    the old ``--tiers`` as a hidden alias, a bad name one line and exit 2.
+    a bad name one line and exit 2; the old ``--tiers`` is gone (a usage error).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def _parser(**kw) -> Parser:
     (["--tier", "engine"], (Tier.ENGINE,)),
     (["--tier", "consumer, function"], (Tier.FUNCTION, Tier.CONSUMER)),
     (["--tier", "manager", "--tier", "function"], (Tier.FUNCTION, Tier.MANAGER)),
-    (["--tiers", "manager", "--tier", "function,manager"], (Tier.FUNCTION, Tier.MANAGER)),
+    (["--tier", "manager", "--tier", "function,manager"], (Tier.FUNCTION, Tier.MANAGER)),
     (["--tier", "function", "--tier", "all"], (Tier.FUNCTION, Tier.MANAGER, Tier.CONSUMER, Tier.ENGINE)),
 ])
 def test_one_spelling_repeatable_or_comma_separated(argv, tiers):
@@ -150,7 +150,7 @@ def test_one_tier_and_a_release_list():
 
 @pytest.mark.parametrize("argv, needle", [
     (["--tier", "consumers"], "argument --tier: 'consumers' is not a tier (say function, manager, consumer or all)"),
-    (["--tiers", "function,"], "argument --tiers: '' is not a tier"),
+    (["--tier", "function,"], "argument --tier: '' is not a tier"),
     (["--tier", "engine"], "argument --tier: run the engine tier elsewhere"),
 ])
 def test_a_bad_tier_is_one_usage_error(argv, needle):
@@ -160,6 +160,11 @@ def test_a_bad_tier_is_one_usage_error(argv, needle):
     assert needle in str(err.value) and "\n" not in str(err.value)
 
 
-def test_the_old_spelling_is_hidden_from_help():
+def test_tiers_are_spelled_one_way():
+    """``--tier`` only: the old ``--tiers`` is neither shown nor parsed."""
     text = cli._parser()._subparsers._group_actions[0].choices["check"].format_help()
     assert "--tier TIER" in text and "--tiers" not in text
+    for p in (_parser(), cli._parser()):
+        argv = ["--tiers", "manager"] if p.prog == "t" else ["check", "--groups", "mla:16", "--tiers", "manager"]
+        with pytest.raises(UsageError, match="--tiers"):
+            p.parse_args(argv)

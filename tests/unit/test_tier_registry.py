@@ -148,3 +148,53 @@ def test_every_member_makes_the_one_result_record_and_a_row_holds_one():
         replayed = _rows_of(member)[-1]
         assert isinstance(replayed, ReplayRow) and replayed.tier == member.tier and replayed.release == "0.32.0"
     assert payloads == {"Outcome", "ConsumerResult", "EngineRun"}
+
+
+def test_the_registry_answers_what_callers_used_to_branch_on():
+    """The queries that replaced tier branches (cli, health, findings, bisect, selftest)."""
+    F, M, C, E = Tier.FUNCTION, Tier.MANAGER, Tier.CONSUMER, Tier.ENGINE
+    assert (registry.default(), registry.streamed()) == (M, C)
+    assert [registry.top(t) for t in (F, M, C, E)] == [M, M, C, M]  # fix's grouping of ledger entries
+    assert list(registry.skips(checking.CHECK_TIERS)) == [M, C]
+    assert list(registry.refused(checking.CHECK_TIERS)) == [E]
+    assert "kvproof replay FILE --tier engine" in registry.refused(checking.CHECK_TIERS)[E]
+
+
+@pytest.mark.parametrize("tier", [Tier.MANAGER, Tier.CONSUMER])
+def test_checks_skip_flags_are_the_members(monkeypatch, tier):
+    """``check --no-<tier>`` exists because the member says it may be skipped, and drops that tier."""
+    from kvproof import cli
+
+    def flags():
+        sub = cli._parser()._subparsers._group_actions[0].choices
+        return {f for name in ("check", "explain") for a in sub[name]._actions for f in a.option_strings}
+
+    assert f"--no-{tier}" in flags()
+    assert tier not in cli._tiers(cli._parse(["check", "--groups", "mla:16", f"--no-{tier}"]))
+    monkeypatch.setattr(registry.runner(tier), "skip", "")
+    assert f"--no-{tier}" not in flags()
+
+
+def test_the_health_probe_asks_each_member(monkeypatch):
+    """One step per worker tier, in ladder order; the function step also needs a resolved Outcome
+    (the member's probe_ok), the others a verdict about vLLM."""
+    from types import SimpleNamespace
+
+    from kvproof import health
+    from kvproof.bridge import client
+    from kvproof.tiers import batch as batch_mod
+
+    def row(verdict, resolved=None):
+        outcome = None if resolved is None else SimpleNamespace(resolved=resolved)
+        return SimpleNamespace(judgement=SimpleNamespace(verdict=verdict), outcome=outcome, message=lambda: "m")
+
+    rows = []
+    answers = SimpleNamespace(derivation=lambda c: SimpleNamespace(layout=LAYOUT, error=None), rows=lambda *a: rows)
+    monkeypatch.setattr(client, "Worker", lambda env: SimpleNamespace(start=lambda: None, close=lambda: None))
+    monkeypatch.setattr(batch_mod, "batch", lambda *a: answers)
+    assert health.TIERS == registry.worker_tiers()
+    rows[:] = [row(Verdict.OK, resolved=True), row(Verdict.WARN)]
+    assert health.probe(SimpleNamespace(name="e")).steps == {"derive": "ok", "function": "ok", "manager": "ok", "consumer": "ok"}
+    rows[:] = [row(Verdict.FAIL, resolved=False), row(Verdict.ERROR)]
+    assert health.probe(SimpleNamespace(name="e")).steps == {"derive": "ok", "function": "FAIL: m", "manager": "ok",
+                                        "consumer": "ERROR: m"}

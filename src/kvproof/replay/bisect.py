@@ -62,7 +62,7 @@ def matrix(rows: Sequence[ReplayRow], tiers: Sequence[Tier | str]) -> str:
 
 # The tiers `make matrix` replays every known finding at: the bridge's (one worker call, no stream
 # or boot), and so the ledger classes it can decide.
-MATRIX_TIERS = registry.through(Tier.MANAGER)
+MATRIX_TIERS = registry.through(registry.default())
 
 
 def managed_installed() -> list[str]:

@@ -80,10 +80,10 @@ class Judged:
 def judge_outcomes(layouts: Sequence[Layout], outcomes) -> list[Judged]:
     from kvproof.fuzz.oracle import signature
     from kvproof.tiers import registry
-    from kvproof.verdicts import Tier, Verdict
+    from kvproof.verdicts import Verdict
     from kvproof.verify.drift import summary
 
-    function, manager = registry.runner(Tier.FUNCTION), registry.runner(Tier.MANAGER)
+    function, manager = registry.runners(registry.through(registry.default()))  # the bridge's two stages
     out = []
     for lay, o in zip(layouts, outcomes):
         if not o.expressible:
@@ -101,11 +101,11 @@ def run_batch(env_list: Sequence[Env], layouts: Sequence[Layout]) -> tuple[list[
     """Every layout through every environment at the function and manager tiers: the one tier
     runner (``kvproof.checking.run``: one worker each, started in parallel, one call each)."""
     from kvproof import checking
-    from kvproof.verdicts import Tier
+    from kvproof.tiers import registry
 
     t = time.monotonic()
     rows, _ = checking.run([(str(i), lay) for i, lay in enumerate(layouts)], list(env_list),
-                           tiers=(Tier.FUNCTION, Tier.MANAGER))
+                           tiers=registry.through(registry.default()))
     per_env = [[r.outcome for r in rows if r.env == e.name] for e in env_list]
     return [judge_outcomes(layouts, o) for o in per_env], time.monotonic() - t
 
@@ -210,9 +210,9 @@ def consumer_verdicts(layouts: Sequence[Layout], env: Env) -> list[tuple[str, st
     """(verdict, line) per layout at the consumer tier (``kvproof.checking.run``: the layout's
     own stream, else the default one; ``judge_consumer``)."""
     from kvproof import checking
-    from kvproof.verdicts import Tier
+    from kvproof.tiers import registry
 
-    rows, _ = checking.run([(str(i), lay) for i, lay in enumerate(layouts)], [env], tiers=(Tier.CONSUMER,))
+    rows, _ = checking.run([(str(i), lay) for i, lay in enumerate(layouts)], [env], tiers=(registry.streamed(),))
     return [(r.verdict.name, r.judgement.line()[:160]) for r in rows]
 
 

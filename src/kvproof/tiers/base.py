@@ -30,6 +30,10 @@ class TierRunner:
     ask: str | None = None  # the worker's name for the tier in a batch request
     part: str | None = None  # the batch reply part its result comes from
     what: str = ""  # its result, as a missing answer names it
+    skip: str = ""  # help of ``check --no-<tier>`` (empty: the tier has no such flag)
+    elsewhere: str = ""  # why a command that does not run the tier refuses it, and where it runs
+    default: bool = False  # the tier a layout is checked at unless a command is told otherwise
+    streams: bool = False  # runs a layout's request stream (a hit regression compares its results)
 
     def result(self, raw: dict[str, Any]) -> Result:
         """This tier's result record from its part of the worker's reply."""
@@ -54,6 +58,10 @@ class TierRunner:
     def replay_row(self, row: Row, release: str) -> ReplayRow:
         """The row replay keeps for this tier from a runner's row that carries its result."""
         raise NotImplementedError
+
+    def probe_ok(self, row: Row) -> bool:
+        """Whether a health probe's row shows this tier ran (beside its verdict)."""
+        return True
 
     def needs(self, named: Sequence[tuple[str, Layout]]) -> tuple[Tier, ...]:
         """Tiers whose rows this one reads before it runs (the engine tier: the function tier)."""

@@ -49,6 +49,9 @@ class FunctionTier(_Bridge):
     def judge(self, layout: Layout, result: Outcome) -> Judgement:
         return judge(layout, classify.function_outcome(result), Tier.FUNCTION)
 
+    def probe_ok(self, row: Row) -> bool:
+        return row.outcome is not None and row.outcome.resolved
+
     def replay_row(self, row: Row, release: str) -> ReplayRow:
         # the Outcome without its manager stage, judged so
         return ReplayRow.of(row, release, Tier.FUNCTION, result=self.record(classify.function_outcome(row.outcome)),
@@ -72,6 +75,8 @@ class ManagerTier(_Bridge):
 
     tier = Tier.MANAGER
     ask = "manager"
+    default = True
+    skip = "skip the KVCacheManager tier"
 
     def judge(self, layout: Layout, result: Outcome) -> Judgement:
         return judge(layout, result)

@@ -20,7 +20,9 @@ class ConsumerTier(TierRunner):
     tier = Tier.CONSUMER
     ask = "consumer"
     part = "consumer"
+    streams = True
     what = "consumer result"
+    skip = "skip the consumer tier (--tier function,manager)"
 
     def result(self, raw: dict[str, Any]) -> Result:
         return self.record(ConsumerResult.from_dict(raw))

@@ -131,6 +131,7 @@ class EngineTier(TierRunner):
     """Real boots, one process each after one import of vLLM per release (``boots.boot_each``)."""
 
     tier = Tier.ENGINE
+    elsewhere = "the engine tier boots a model per layout; run it with `kvproof replay FILE --tier engine`"
 
     def judge(self, layout: Layout, result: BootResult) -> Judgement:
         """A boot, judged by what real vLLM did (``classify.engine_verdict``: its live layout)."""

@@ -52,11 +52,46 @@ def worker_tiers() -> tuple[Tier, ...]:
     return tuple(m.tier for m in runners() if m.ask is not None)
 
 
+def _marked(attr: str) -> Tier:
+    (member,) = (m for m in runners() if getattr(m, attr))
+    return member.tier
+
+
+def default() -> Tier:
+    """The tier a layout is checked at unless a command is told (``findings add/key``; bisect's
+    matrix and fix's corpus check run ``through`` it): the manager tier."""
+    return _marked("default")
+
+
+def streamed() -> Tier:
+    """The tier that runs a layout's request stream (a hit regression compares its results): the consumer tier."""
+    return _marked("streams")
+
+
+def top(tier: Tier) -> Tier:
+    """The highest worker tier sharing ``tier``'s reply part (a function finding is measured with the
+    manager stage of the same bridge call); a tier outside the worker: the ``default`` one."""
+    part = runner(tier).part
+    if part is None:
+        return default()
+    return max(m.tier for m in runners() if m.ask is not None and m.part == part)
+
+
 def through(tier: Tier) -> tuple[Tier, ...]:
     """The worker tiers a row of ``tier`` is run at: those sharing its reply part, up to it (a
     manager row: the function and manager stages of one bridge call). Empty outside the worker."""
     part = runner(tier).part
     return tuple(m.tier for m in runners() if m.ask is not None and m.part == part and m.tier <= tier)
+
+
+def skips(tiers: Iterable[Tier]) -> dict[Tier, str]:
+    """The tiers among ``tiers`` a command may skip (``--no-<tier>``), with the flag's help."""
+    return {m.tier: m.skip for m in runners(t for t in tiers if t in _RUNNERS) if m.skip}
+
+
+def refused(tiers: Iterable[Tier]) -> dict[Tier, str]:
+    """The tiers a command running only ``tiers`` refuses, with the line saying where they run."""
+    return {m.tier: m.elsewhere for m in runners() if m.tier not in set(tiers) and m.elsewhere}
 
 
 def asks(tiers: Iterable[Tier]) -> list[str]:
