@@ -11,6 +11,18 @@ from kvproof.errors import UsageError
 from kvproof.findings.ledger import Entry
 from kvproof.oracle_ids import OracleId
 
+
+def _tier(name: str):
+    """A ledger key's tier as the registry knows it: ``(tier, default, streamed)`` (tier None for a
+    name that is no tier), so a reproducer is chosen by the tier's role, not its name."""
+    from kvproof.tiers import registry
+    from kvproof.tiers.classify import as_tier
+    try:
+        tier = as_tier(name)
+    except ValueError:
+        tier = None
+    return tier, registry.default(), registry.streamed()
+
 TEMPLATES = Path(__file__).resolve().parent / "repro"
 
 
@@ -42,11 +54,12 @@ def script(entry: Entry) -> str:
     cache = {k: v for k, v in (lay.get("cache") or {}).items() if v is not None}
     cache.setdefault("enable_prefix_caching", True)
     key = entry.key
-    if key.tier == "manager":
+    tier, default, streamed = _tier(key.tier)
+    if tier == default:  # the bridge's manager stage
         expect = {"exc_type": key.exc_type, "frame": key.raising_frame}
         subs = {"MAX_MODEL_LEN": str(lay.get("max_model_len") or 2048)}
         template = "manager.py.in"
-    elif key.tier == "consumer":
+    elif tier == streamed:
         if entry.stream is None:
             raise UsageError(f"ledger entry {entry.id}: a consumer finding without its stream")
         if entry.stream.get("spec"):  # a report whose reproducer cannot show the bug is not written
@@ -94,7 +107,8 @@ def pytest_script(entry: Entry) -> str:
     """A pytest in vLLM's test style (tests/v1/...), built from vLLM's public classes only:
     it fails where the bug is and passes where it is not. Consumer-tier classes for now."""
     lay, key = entry.layout, entry.key
-    if key.tier != "consumer" or entry.stream is None:
+    tier, _, streamed = _tier(key.tier)
+    if tier != streamed or entry.stream is None:
         raise UsageError(f"no pytest reproducer for a {key.tier}-tier entry yet")
     kinds = {g["kind"] for g in lay.get("groups", [])}
     if not kinds <= {"full_attention", "sliding_window"}:

@@ -142,10 +142,12 @@ def scale(stream: Stream, k: int, found_block: int, real_block: int) -> Stream:
 
 
 def candidates(entry, found: Layout, real: Layout, name: str) -> list[tuple[str, Layout]]:
-    """``real`` as the class's tier runs it: itself, or (consumer) once per stream scale."""
+    """``real`` as the class's tier runs it: itself, or (the stream's tier, consumer) once per stream scale."""
+    from kvproof.tiers import registry
+
     if found.dcp > 1 and real.dcp == 1:
         real = replace(real, dcp=found.dcp)
-    if entry.key.tier != "consumer":
+    if entry.key.tier != str(registry.streamed()):
         return [(name, real)]
     stream = Stream.from_dict(entry.stream) if entry.stream else Stream(requests=(Req(),))
     own = real.speculative

@@ -44,25 +44,16 @@ def rewrite(path: Path, layout: Layout) -> None:
 # release list, src/kvproof/facts.py, as `kvproof env releases` prints it) must have one for the tiers
 # below; a release outside the list (an overlay, a patched checkout) need not.
 
-BRIDGE_TIERS = ("function", "manager")  # every file, every managed release
-
-
-def engine_recipe(layout: Layout) -> bool:
-    """Whether the file stores an engine recipe (what an engine replay boots: the ``engine.ci``
-    files by default, every such file with KVPROOF_ENGINE_ALL=1)."""
-    return bool(((layout.meta or {}).get("engine") or {}).get("recipe"))
-
-
 def required_tiers(layout: Layout, release: str) -> tuple[str, ...]:
-    """The tiers ``layout`` must record an expectation for on ``release``: the bridge tiers on
-    every managed release; the engine tier, for a file with an engine recipe, on the managed
-    releases with their own CPU wheel (a python-only release cannot boot an engine: its boots
-    are ERROR, which is never recorded). None for a release outside the release list."""
+    """The tiers ``layout`` must record an expectation for on ``release`` (each member's
+    ``expected``: the bridge tiers on every managed release; the engine tier, for a file with an
+    engine recipe, on the managed releases with their own CPU wheel). None for a release outside
+    the release list."""
     from kvproof import facts
+    from kvproof.tiers import registry
     if release not in facts.MANAGED_RELEASES:
         return ()
-    engine = ("engine",) if engine_recipe(layout) and release in facts.CPU_RELEASES else ()
-    return BRIDGE_TIERS + engine
+    return tuple(str(m.tier) for m in registry.runners() if m.expected(layout, release))
 
 
 def missing_expectations(named: list[tuple[str, Layout]]) -> list[str]:

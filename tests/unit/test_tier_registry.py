@@ -198,3 +198,14 @@ def test_the_health_probe_asks_each_member(monkeypatch):
     rows[:] = [row(Verdict.FAIL, resolved=False), row(Verdict.ERROR)]
     assert health.probe(SimpleNamespace(name="e")).steps == {"derive": "ok", "function": "FAIL: m", "manager": "ok",
                                         "consumer": "ERROR: m"}
+
+
+def test_a_corpus_files_required_expectations_are_the_members(monkeypatch):
+    """kvproof.corpus.required_tiers asks each member (``expected``), names no tier itself."""
+    from kvproof import corpus, facts
+
+    release = facts.MANAGED_RELEASES[-1]
+    assert corpus.required_tiers(LAYOUT, release) == ("function", "manager")
+    monkeypatch.setattr(registry.runner(Tier.CONSUMER), "expected", lambda layout, release: True)
+    assert corpus.required_tiers(LAYOUT, release) == ("function", "manager", "consumer")
+    assert corpus.required_tiers(LAYOUT, "my-overlay") == ()

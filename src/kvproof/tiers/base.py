@@ -59,6 +59,10 @@ class TierRunner:
         """The row replay keeps for this tier from a runner's row that carries its result."""
         raise NotImplementedError
 
+    def expected(self, layout: Layout, release: str) -> bool:
+        """Whether a corpus file must record this tier's verdict on ``release`` (a managed one)."""
+        return False
+
     def probe_ok(self, row: Row) -> bool:
         """Whether a health probe's row shows this tier ran (beside its verdict)."""
         return True

@@ -39,6 +39,9 @@ class _Bridge(TierRunner):
     def carries(self, row: Row) -> bool:
         return row.outcome is not None
 
+    def expected(self, layout: Layout, release: str) -> bool:
+        return True  # every file, every managed release
+
 
 class FunctionTier(_Bridge):
     """The real ``resolve_kv_cache_block_sizes``, judged by the contracts without the manager."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvproof import envs
+from kvproof import envs, facts
 from kvproof.envs import Env
 from kvproof.errors import EnvError
 from kvproof.facts import release_key
@@ -41,8 +41,14 @@ class EngineRun:
     boot: BootResult | None = None
 
 
+def _raw_recipe(layout: Layout) -> dict[str, Any] | None:
+    """The engine recipe a corpus file stores (what an engine replay boots: the ``engine.ci``
+    files by default, every such file with KVPROOF_ENGINE_ALL=1)."""
+    return ((layout.meta or {}).get("engine") or {}).get("recipe") or None
+
+
 def stored_recipe(layout: Layout) -> Recipe | None:
-    raw = ((layout.meta or {}).get("engine") or {}).get("recipe")
+    raw = _raw_recipe(layout)
     return Recipe.from_dict(raw) if raw else None
 
 
@@ -132,6 +138,11 @@ class EngineTier(TierRunner):
 
     tier = Tier.ENGINE
     elsewhere = "the engine tier boots a model per layout; run it with `kvproof replay FILE --tier engine`"
+
+    def expected(self, layout: Layout, release: str) -> bool:
+        # a file with a recipe, on the releases with their own CPU wheel (a python-only release
+        # cannot boot an engine: its boots are ERROR, which is never recorded)
+        return _raw_recipe(layout) is not None and release in facts.CPU_RELEASES
 
     def judge(self, layout: Layout, result: BootResult) -> Judgement:
         """A boot, judged by what real vLLM did (``classify.engine_verdict``: its live layout)."""
