@@ -241,13 +241,14 @@ def test_an_unregistered_oracle_id_is_an_error():
 
 def _drafters() -> tuple[set[str], set[str]]:
     """consumer/drafters.py (a vLLM-side module, read statically): the methods with a draft config
-    (DRAFT_HF_CONFIGS) and those ``build`` handles without one (``drafts.method == "..."``)."""
+    (DRAFT_HF_CONFIGS) and those ``build`` handles without one (``drafts.method == "..."``; the
+    construction is its ``_build``, which ``build`` memoises)."""
     tree = ast.parse((SRC / "consumer" / "drafters.py").read_text())
     configs, handled = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "DRAFT_HF_CONFIGS" for t in node.targets):
             configs = {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
-        if isinstance(node, ast.FunctionDef) and node.name == "build":
+        if isinstance(node, ast.FunctionDef) and node.name in ("build", "_build"):
             for c in ast.walk(node):
                 if isinstance(c, ast.Compare) and isinstance(c.left, ast.Attribute) and c.left.attr == "method":
                     handled |= {e.value for e in c.comparators if isinstance(e, ast.Constant)}

@@ -26,7 +26,8 @@ REVIEWED = {
     "src/kvproof/bridge/build.py": [SETTING] * 7 + [REFUSED, SETTING],
     "src/kvproof/bridge/runtime.py": [SETTING, PASSED],
     "src/kvproof/consumer/configs.py": [SETTING, ENGINE, ENGINE],
-    "src/kvproof/consumer/drafters.py": [SETTING, REFUSED],  # its SpeculativeMethod literal; its validation
+    # its SpeculativeMethod literal; its validation, and the same refusal again from build's memo
+    "src/kvproof/consumer/drafters.py": [SETTING, REFUSED, REFUSED],
     "src/kvproof/consumer/harness.py": [PASSED],  # refusals.refusal: the engine's rules
     "src/kvproof/consumer/scheduler.py": [PASSED, ENGINE, ENGINE],  # CONNECTOR_SETUP_REFUSALS, SupportsHMA
     "spec/model.py": [MODEL],
