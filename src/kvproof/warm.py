@@ -60,12 +60,7 @@ def _become(req: dict, base_path: list[str], fds: list[int], imported: dict) -> 
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 -- fds 0-2 for the life of the child
     sys.stdout = open(1, "w", buffering=1 if req.get("worker") else -1, closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-    env = dict(req["env"])
-    for name, value in imported.items():
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
+    env = with_changes(req["env"], imported)
     os.environ.clear()
     os.environ.update(env)
     os.chdir(req["cwd"])
@@ -131,16 +126,33 @@ def _reap(*_) -> None:
             _WORKERS.discard(pid)
 
 
-def _exec_environ() -> dict[str, str]:
+def exec_environ() -> dict[str, str]:
     """The variables this process was started with (before site's .pth files ran)."""
     with open("/proc/self/environ", "rb") as f:
         items = [kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv]
     return {k.decode(errors="surrogateescape"): v.decode(errors="surrogateescape") for k, v in items}
 
 
+def changes_since(before: dict[str, str]) -> dict[str, str | None]:
+    """The variables start-up and imports set (name -> value) or removed (name -> None) since ``before``:
+    what a fresh interpreter's own start would do again, so a forked child must carry (also kvproof.zygote)."""
+    return {k: os.environ.get(k) for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}
+
+
+def with_changes(env: dict[str, str], changes: dict[str, str | None]) -> dict[str, str]:
+    """``env`` with ``changes`` (:func:`changes_since`) applied."""
+    out = dict(env)
+    for name, value in changes.items():
+        if value is None:
+            out.pop(name, None)
+        else:
+            out[name] = value
+    return out
+
+
 def main(prologue: str, folder: str, fd: int) -> None:
     chan = socket.socket(fileno=fd)
-    before = _exec_environ()
+    before = exec_environ()
     os.dup2(2, 1)  # the prologue's prints go to stderr
     base_path = sys.path[1:]  # sys.path[0] is this file's folder (kvproof's): never on a child's path
     sys.path[0] = folder  # where ``python repro.py`` looks first
@@ -149,7 +161,7 @@ def main(prologue: str, folder: str, fd: int) -> None:
     except Exception:  # noqa: BLE001, S110 -- the child runs the same imports again and fails as python would
         pass
     # what start-up (.pth files) and the prologue set or removed: a fresh python would do the same
-    imported = {k: os.environ.get(k) for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}
+    imported = changes_since(before)
     signal.signal(signal.SIGCHLD, _reap)
     chan.send(json.dumps({"ready": True}).encode())
     while True:

@@ -24,6 +24,8 @@ import signal
 import socket
 import sys
 
+from kvproof.warm import changes_since, exec_environ, with_changes
+
 
 def _client_gone(pid: int) -> bool:
     """The client's pid names no process of this user any more (PermissionError: reused by another's)."""
@@ -41,12 +43,7 @@ def _child(bridge, header: dict, fds: list[int], import_seconds: float, imported
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
-    env = dict(header["env"])
-    for name, value in imported.items():  # computed from variables the key holds equal to the client's
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
+    env = with_changes(header["env"], imported)  # computed from variables the key holds equal to the client's
     os.environ.clear()
     os.environ.update(env)
     client = int(header["client"])
@@ -58,19 +55,12 @@ def _child(bridge, header: dict, fds: list[int], import_seconds: float, imported
     os._exit(0)
 
 
-def _exec_environ() -> dict[str, str]:
-    """The variables this process was started with (before site's .pth files ran)."""
-    with open("/proc/self/environ", "rb") as f:
-        items = [kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv]
-    return {k.decode(errors="surrogateescape"): v.decode(errors="surrogateescape") for k, v in items}
-
-
 def main(path: str, idle: float) -> None:
     from kvproof.worker import start
-    before = _exec_environ()  # what this interpreter started with (its .pth files may set more)
+    before = exec_environ()  # what this interpreter started with (its .pth files may set more)
     _, bridge, import_seconds = start()  # exactly the worker's start-up (kvproof.worker.start)
     # what start-up, vLLM's import and Bridge set or removed: a fresh worker's would do the same
-    imported = {k: os.environ.get(k) for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}
+    imported = changes_since(before)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = f"{path}.{os.getpid()}.tmp"
