@@ -5,8 +5,9 @@ the check ``oracle:<id>`` (``OracleId.check``: the StageError type and the
 ledger's class key, so the values never change). ``kvproof.judge`` reads
 hard and soft here, and an id not registered is an error
 (``UnknownOracle``), never an observation that silently fails nothing.
-Adding an oracle: one member here, and its module (``kvproof.consumer``,
-on the ``kvproof.consumer.oracle.Oracle`` base class).
+Adding an oracle: one member here, and its module ``kvproof.consumer.<name>_oracle``
+(a ``kvproof.consumer.oracle.Oracle`` subclass with ``ids`` and an ``order``, found
+by ``kvproof.consumer.oracles.standard``); nothing else (docs/recipes.md).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ assert it finds none in the tree, and that it does find the missed step when one
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -117,36 +118,55 @@ def test_a_refusal_outside_its_range_is_no_refusal():
 
 # --- recipe 2: add an oracle ---------------------------------------------------------------
 
-def _recorded_ids(tree: ast.AST) -> tuple[set[str], set[str]]:
-    """(ids recorded, as ``OracleId.NAME`` member names or string literals): the first argument of
-    every ``<...>.rec.add(...)`` and ``<...>.report(...)`` call."""
-    members, literals = set(), set()
+def _recorded_ids(tree: ast.AST) -> tuple[set[str], set[str], set[str]]:
+    """(ids recorded, as ``OracleId.NAME`` member names or string literals; ids raised): the first
+    argument of every ``<...>.rec.add(...)`` and ``<...>.report(...)`` call, and the members whose
+    ``.check`` is a ``StageError(...)``'s first argument (the judge's and the engine tier's own)."""
+    members, literals, raised = set(), set(), set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+        if not (isinstance(node, ast.Call) and node.args):
+            continue
+        a = node.args[0]
+        if isinstance(a, ast.Attribute) and a.attr == "check" and isinstance(a.value, ast.Attribute):
+            a = a.value  # StageError(OracleId.NAME.check, ...)
+        member = a.attr if isinstance(a, ast.Attribute) and getattr(a.value, "id", "") == "OracleId" else None
+        if getattr(node.func, "id", getattr(node.func, "attr", "")) == "StageError":
+            raised |= {member} if member else set()
+            continue
+        if isinstance(node.func, ast.Attribute):
             recv = node.func.value
             recv_name = recv.attr if isinstance(recv, ast.Attribute) else getattr(recv, "id", "")
             if not ((node.func.attr == "add" and recv_name == "rec") or node.func.attr == "report"):
                 continue
-            a = node.args[0]
-            if isinstance(a, ast.Attribute) and getattr(a.value, "id", "") == "OracleId":
-                members.add(a.attr)
+            if member:
+                members.add(member)
             elif isinstance(a, ast.Constant) and isinstance(a.value, str):
                 literals.add(a.value)
-    return members, literals
+    return members, literals, raised
 
 
-def oracle_problems(root: Path = SRC, classes: list[type] | None = None) -> list[str]:
-    """An id recorded that the registry does not hold, a hard id nothing records, an Oracle plug-in
-    (``classes``: every one in kvproof.consumer) with an unregistered id or that no run builds
-    (``oracles.standard`` or ``wiring``)."""
+def _built() -> list[type]:
     from kvproof.consumer import oracles
-    from kvproof.consumer.oracle import Oracle
+    return [type(p) for p in oracles.standard(None, None)]  # type: ignore[arg-type]
 
-    members, literals = set(), set()
+
+def oracle_problems(root: Path = SRC, classes: list[type] | None = None, built: list[type] | None = None,
+                    ids: list[OracleId] | None = None) -> list[str]:
+    """Recipe 2's missed steps: an id recorded that the registry does not hold; a registered id
+    (``ids``: every member) no oracle reports (no plug-in's ``ids``, no ``rec.add``, no
+    ``StageError``), a hard one nothing records; an Oracle plug-in (``classes``: every one in
+    kvproof.consumer) with unregistered ids, that no run builds (``built``: ``oracles.standard``,
+    or ``wiring``), that declares an ``order`` but ``standard()`` does not build it, or outside a
+    ``*_oracle`` module; the standard oracles built out of their order."""
+    from kvproof.consumer.oracle import Oracle
+    from kvproof.consumer.oracles import PLUGIN_SUFFIX, declared
+
+    members, literals, raised = set(), set(), set()
     for path in sorted(root.rglob("*.py")):
         got = _recorded_ids(ast.parse(path.read_text(), str(path)))
         members |= got[0]
         literals |= got[1]
+        raised |= got[2]
     names = {o.name for o in OracleId}
     out = [f"OracleId.{m}: recorded but not registered" for m in sorted(members - names)]
     out += [f"{v!r}: recorded as a bare string, not an OracleId member" for v in sorted(literals)]
@@ -154,13 +174,24 @@ def oracle_problems(root: Path = SRC, classes: list[type] | None = None) -> list
     # ids the judge itself or another tier raises (not recorded as observations)
     elsewhere = {OracleId.IDEAL, OracleId.PREFIX_CACHING_OUTPUT, OracleId.EFFICIENCY}
     out += [f"{o}: hard but no oracle records it" for o in OracleId if o.hard and o not in recorded | elsewhere]
+    classes = _subclasses(Oracle) if classes is None else classes
+    built = _built() if built is None else built
     wiring = (root / "consumer" / "wiring.py").read_text()
-    built = {type(p) for p in oracles.standard(None, None)}  # type: ignore[arg-type]
-    for cls in _subclasses(Oracle) if classes is None else classes:
+    for cls in classes:
         if not cls.ids or any(not isinstance(i, OracleId) for i in cls.ids):
             out.append(f"{cls.__name__}: no registered ids")
         if cls not in built and not re.search(rf"\b{cls.__name__}\(", wiring):
-            out.append(f"{cls.__name__}: no run builds it")
+            out.append(f"{cls.__name__}: no run builds it (no order, not in consumer/wiring.py)")
+        if declared(cls) and cls not in built:
+            out.append(f"{cls.__name__}: order {cls.order} but standard() does not build it")
+        if declared(cls) and not cls.__module__.endswith(PLUGIN_SUFFIX):
+            out.append(f"{cls.__name__}: an order outside a plug-in module (kvproof.consumer.<name>{PLUGIN_SUFFIX})")
+    if [c.order for c in built] != sorted(c.order for c in built):
+        out.append(f"standard() builds {[c.__name__ for c in built]}: not in ascending order")
+    reporting = {i for c in classes for i in c.ids if isinstance(i, OracleId)} | recorded
+    reporting |= {OracleId[m] for m in raised & names}
+    out += [f"{o}: registered but no oracle reports it" for o in (list(OracleId) if ids is None else ids)
+            if o not in reporting]
     return out
 
 
@@ -187,6 +218,19 @@ def test_every_recorded_oracle_id_is_registered_and_every_oracle_is_built():
     assert oracle_problems() == []
 
 
+def test_the_standard_oracles_are_found_in_their_order():
+    """No list: ``standard()`` builds what the plug-in modules declare; today's six keep their order
+    (a new oracle may sit anywhere among them), and the shadow and the BlockRemoved oracle are wiring's."""
+    from kvproof.consumer import oracles
+
+    names = [c.__name__ for c in _built()]
+    today = ["HitOracle", "EfficiencyOracle", "ChainOracle", "ConnectorOracle", "EventOracle", "CoordOracle"]
+    assert [n for n in names if n in today] == today
+    assert "Shadow" not in names and "RemovalOracle" not in names
+    assert oracles.standard_classes() is oracles.standard_classes()  # found once
+    assert all(m.endswith("_oracle") for m in {c.__module__ for c in oracles.standard_classes()})
+
+
 def test_an_unbuilt_or_unregistered_oracle_is_reported(tmp_path):
     from kvproof.consumer.oracle import Oracle
 
@@ -197,11 +241,87 @@ def test_an_unbuilt_or_unregistered_oracle_is_reported(tmp_path):
 
     class Ghost(Oracle):
         ids = ()
-    got = oracle_problems(tmp_path, [Ghost])
+    got = oracle_problems(tmp_path, [Ghost], built=[])
     assert "OracleId.GHOST: recorded but not registered" in got
     assert "'stalled': recorded as a bare string, not an OracleId member" in got
-    assert "Ghost: no registered ids" in got and "Ghost: no run builds it" in got
+    assert "Ghost: no registered ids" in got and "Ghost: no run builds it (no order, not in consumer/wiring.py)" in got
     assert f"{OracleId.KV_EVENT}: hard but no oracle records it" in got  # nothing under tmp_path records it
+
+
+def test_a_registered_id_no_oracle_reports_is_reported(tmp_path):
+    """Step 2 missed (the id registered, no module written): even a soft id, which no hard-only check sees."""
+    from kvproof.consumer.efficiency_oracle import EfficiencyOracle
+
+    (tmp_path / "consumer").mkdir()
+    (tmp_path / "consumer" / "wiring.py").write_text("")
+    ids = [OracleId.EFFICIENCY, OracleId.KV_EVENT]
+    got = oracle_problems(tmp_path, [], built=[], ids=ids)
+    assert [p for p in got if "registered but" in p] == ["efficiency: registered but no oracle reports it",
+                                                        "kv_event: registered but no oracle reports it"]
+    got = oracle_problems(tmp_path, [EfficiencyOracle], built=[EfficiencyOracle], ids=ids)
+    assert [p for p in got if "registered but" in p] == ["kv_event: registered but no oracle reports it"]
+
+
+def test_an_ordered_oracle_standard_does_not_build_is_reported(tmp_path):
+    """A plug-in that declares an order must be built by standard(), in its order; an order belongs
+    in a ``*_oracle`` module."""
+    from kvproof.consumer.chain_oracle import ChainOracle
+    from kvproof.consumer.hit_oracle import HitOracle
+    from kvproof.consumer.oracle import Oracle
+
+    (tmp_path / "consumer").mkdir()
+    (tmp_path / "consumer" / "wiring.py").write_text("")
+
+    class Stray(Oracle):  # defined here: its module is no plug-in module
+        ids, order = (OracleId.HASH_CHAIN,), 5
+    got = oracle_problems(tmp_path, [HitOracle, ChainOracle, Stray], built=[ChainOracle, HitOracle])
+    assert "HitOracle: order 10 but standard() does not build it" not in got
+    assert "standard() builds ['ChainOracle', 'HitOracle']: not in ascending order" in got
+    assert "Stray: order 5 but standard() does not build it" in got
+    assert "Stray: an order outside a plug-in module (kvproof.consumer.<name>_oracle)" in got
+    got = oracle_problems(tmp_path, [HitOracle, ChainOracle], built=[HitOracle])
+    assert "ChainOracle: order 30 but standard() does not build it" in got
+
+
+def _plugin_package(tmp_path, monkeypatch, name: str, files: dict[str, str]) -> str:
+    pkg = tmp_path / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for f, text in files.items():
+        (pkg / f).write_text("from kvproof.consumer.oracle import Oracle\nfrom kvproof.oracle_ids import OracleId\n"
+                             + text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def test_a_new_plugin_module_is_found(tmp_path, monkeypatch):
+    """The recipe's whole change is a module (and an id): discovery builds the ordered class of a
+    ``*_oracle`` module, not one of another module, not one without an order of its own."""
+    from kvproof.consumer import oracles
+
+    pkg = _plugin_package(tmp_path, monkeypatch, "kvproof_plugins_found", {
+        "late_oracle.py": "class Late(Oracle):\n    ids, order = (OracleId.KV_EVENT,), 20\n"
+                          "class Heir(Late):\n    pass\n"
+                          "class Wired(Oracle):\n    ids = (OracleId.KV_EVENT,)\n",
+        "early_oracle.py": "class Early(Oracle):\n    ids, order = (OracleId.HASH_CHAIN,), 10\n",
+        "helper.py": "class Elsewhere(Oracle):\n    ids, order = (OracleId.HASH_CHAIN,), 30\n"})
+    assert [c.__name__ for c in oracles.standard_classes(pkg)] == ["Early", "Late"]
+
+
+@pytest.mark.parametrize("decl, error", [
+    ("ids, order = (OracleId.KV_EVENT,), 10", "order 10 is also"),
+    ("ids, order = (), 20", "ids () must be a non-empty tuple of OracleId members"),
+    ("ids, order = ('kv_event',), 20", "ids ('kv_event',) must be a non-empty tuple of OracleId members"),
+    ("ids, order = (OracleId.KV_EVENT,), '20'", "order '20' is not an int"),
+])
+def test_a_wrong_declaration_is_an_error_at_discovery(tmp_path, monkeypatch, decl, error):
+    from kvproof.consumer import oracles
+
+    pkg = _plugin_package(tmp_path, monkeypatch, "kvproof_plugins_bad_" + hashlib.sha1(decl.encode()).hexdigest()[:8], {
+        "a_oracle.py": "class A(Oracle):\n    ids, order = (OracleId.KV_EVENT,), 10\n",
+        "b_oracle.py": f"class B(Oracle):\n    {decl}\n"})
+    with pytest.raises(oracles.OracleDiscoveryError, match=re.escape(error)):
+        oracles.standard_classes(pkg)
 
 
 def _judged(oracle: str):

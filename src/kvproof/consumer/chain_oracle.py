@@ -16,6 +16,7 @@ class ChainOracle(Oracle):
     """Compares the hashes a request gained since the last step with the index's own chain."""
 
     ids = (OracleId.HASH_CHAIN,)
+    order = 30
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)

@@ -51,6 +51,7 @@ class ConnectorOracle(Oracle):
     """A connector's claims (``claim``) and the keys its inner pieces store and look up (``connector_call``)."""
 
     ids = (OracleId.CONNECTOR,)
+    order = 40
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)

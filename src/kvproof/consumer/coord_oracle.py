@@ -66,6 +66,7 @@ class CoordOracle(Oracle):
     """The reconciled hit of the run's hybrid coordinator, judged by ``judge``."""
 
     ids = (OracleId.PREFIX_HIT,)
+    order = 60
 
     def reconciled(self, groups: Sequence[Group], answers: dict[int, int], blocks: Any, hit: int) -> None:
         def report(rule: str, text: str) -> None:

@@ -20,6 +20,7 @@ class EfficiencyOracle(Oracle):
     """The reconciled hit per request, local and external, counted at its first schedule."""
 
     ids = (OracleId.EFFICIENCY,)
+    order = 20
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)

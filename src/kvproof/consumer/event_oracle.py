@@ -16,6 +16,7 @@ class EventOracle(Oracle):
     """Each published ``BlockStored`` against the blocks it describes."""
 
     ids = (OracleId.KV_EVENT,)
+    order = 50
 
     def event(self, ev: Any) -> None:
         """BlockStored rules, read from ``BlockPool`` (identical in 0.27, 0.28 and 0.32):

@@ -19,6 +19,7 @@ class HitOracle(Oracle):
     """Judges a hit of ``n`` tokens against the truth, the whole request, EAGLE's drop and the alignment."""
 
     ids = (OracleId.PREFIX_HIT, OracleId.SPEC_HIT)
+    order = 10
 
     def lookup(self, request: Any, n: int) -> None:
         ctx = self.ctx

@@ -2,7 +2,9 @@
 
 An oracle subclasses ``Oracle``, names the ids it reports under (``ids``, from
 ``kvproof.oracle_ids``: the registry says hard or soft), keeps its own state,
-and overrides the hooks it judges; the run's ``Oracles`` (``oracles``) hands
+and overrides the hooks it judges. Declared in a module ``<name>_oracle`` of
+this package with an ``order``, it is a standard oracle: every run builds it
+(``oracles.standard`` finds it; nothing lists it). The run's ``Oracles`` (``oracles``) hands
 every report of the spies (``spies``), the driver and the fake model runner
 to the oracles that override its hook, in their order. What several oracles
 read is one ``RunContext``: the run's facts (the result being filled, group
@@ -102,6 +104,10 @@ class Oracle:
     """One oracle: its ids, its own state, the hooks it overrides. ``report`` records an observation."""
 
     ids: ClassVar[tuple[OracleId, ...]] = ()
+    # A standard oracle's place among the run's oracles (they hear a report in ascending
+    # ``order``), declared on its own class in a ``*_oracle`` module; None: not standard (built by
+    # ``wiring`` with vLLM objects, as the shadow and the BlockRemoved oracle are). Not inherited.
+    order: ClassVar[int | None] = None
 
     def __init__(self, ctx: RunContext, rec: Recorder) -> None:
         self.ctx, self.rec = ctx, rec
