@@ -24,7 +24,9 @@ drops it: the proofs of the default run also come out PROVED unbounded.
 
 Concrete evaluation (``evaluate``) substitutes a Layout's values into the
 same expressions and the exact gcd/lcm into the two fresh integers, then
-simplifies: the model evaluated on concrete inputs, not a second resolver.
+simplifies: the model evaluated on concrete inputs, not a second resolver. A
+term evaluated often runs as Python compiled from the term itself
+(:mod:`kvproof.spec.termeval`, Z3's semantics; Z3 decides where it cannot).
 It uses an encoding whose dcp set holds the Layout's dcp, and ``concrete``
 refuses a dcp outside its encoding's set.
 """
@@ -41,7 +43,7 @@ import z3
 from kvproof.layout import Layout
 from kvproof.outcome import Outcome, StageError
 from kvproof import facts
-from kvproof.spec import lemmas
+from kvproof.spec import lemmas, termeval
 from kvproof import revisions as R
 
 MODES = facts.ALL_MAMBA_MODES  # encoded by index
@@ -310,22 +312,43 @@ def dcp_values_for(dcp: int) -> tuple[int, ...]:
     return DCP_VALUES if dcp in DCP_VALUES else dcp_set(DCP_VALUES + (dcp,))
 
 
-def layout_values(layout: Layout, x: Inputs) -> list[tuple]:
-    """(variable, value) pairs binding ``x`` to ``layout``."""
+def layout_inputs(layout: Layout, x: Inputs) -> list[tuple]:
+    """(variable, Python value) pairs binding ``x`` to ``layout``: the one reading of a Layout."""
     pairs = []
     for i, g in enumerate(layout.groups):
-        mamba = g.kind == "mamba"
-        pairs += [(x.mamba[i], z3.BoolVal(mamba)), (x.bs[i], z3.IntVal(g.block_size)),
-                  (x.pc[i], z3.BoolVal(g.prefix_cacheable is not False)),
-                  (x.sharded[i], z3.BoolVal(g.sharded)),
-                  (x.tps[i], z3.IntVal(g.tokens_per_state or 0))]
+        pairs += [(x.mamba[i], g.kind == "mamba"), (x.bs[i], g.block_size), (x.pc[i], g.prefix_cacheable is not False),
+                  (x.sharded[i], bool(g.sharded)), (x.tps[i], g.tokens_per_state or 0)]
     c = layout.cache
-    pairs += [(x.cache_bs, z3.IntVal(c.block_size)), (x.caching, z3.BoolVal(c.enable_prefix_caching)),
-              (x.connector, z3.BoolVal(layout.kv_connector is not None)),
-              (x.pmu_set, z3.BoolVal(c.prefix_match_unit is not None)),
-              (x.pmu, z3.IntVal(c.prefix_match_unit or 0)), (x.mode, z3.IntVal(MODES.index(c.mamba_cache_mode))),
-              (x.dcp, z3.IntVal(layout.dcp)), (x.max_model_len, z3.IntVal(layout.max_model_len))]
+    pairs += [(x.cache_bs, c.block_size), (x.caching, bool(c.enable_prefix_caching)),
+              (x.connector, layout.kv_connector is not None), (x.pmu_set, c.prefix_match_unit is not None),
+              (x.pmu, c.prefix_match_unit or 0), (x.mode, MODES.index(c.mamba_cache_mode)),
+              (x.dcp, layout.dcp), (x.max_model_len, layout.max_model_len)]
     return pairs
+
+
+def layout_values(layout: Layout, x: Inputs) -> list[tuple]:
+    """(variable, Z3 value) pairs binding ``x`` to ``layout``."""
+    return [(v, _z3val(p)) for v, p in layout_inputs(layout, x)]
+
+
+_CONSTS: dict = {}
+
+
+def _z3val(p):
+    """A Python int or bool as a Z3 value (memoised: block sizes and flags repeat)."""
+    key = (type(p), p)  # True == 1: the type keeps Bool and Int apart
+    if key not in _CONSTS:
+        _CONSTS[key] = z3.BoolVal(p) if isinstance(p, bool) else z3.IntVal(p)
+    return _CONSTS[key]
+
+
+def _py(v):
+    """A Z3 value as a Python int or bool."""
+    if z3.is_int_value(v):
+        return v.as_long()
+    if z3.is_true(v) or z3.is_false(v):
+        return z3.is_true(v)
+    raise ValueError(f"not a concrete value: {v}")
 
 
 _VECS: dict = {}
@@ -372,30 +395,56 @@ def _compiled(enc: Encoding) -> dict:
             return z3.substitute(lemmas.arithmetic(term), *to_var)
 
         unit = r.unit if r.unit is not None else z3.IntVal(0)
-        c.update(names=[str(v) for v in xs], ids=[v.get_id() for v in xs], dcp_index=xs.index(enc.x.dcp),
-                 out=comp(_VEC(r.S, r.H, r.err, unit, *r.eff)), comp=comp, formulas={})
+        c.update(names=[str(v) for v in xs], ids=[v.get_id() for v in xs], pyids=[id(v) for v in xs],
+                 dcp_index=xs.index(enc.x.dcp), comp=comp, formulas={}, fast={}, asked={}, nodes={})
+        c["formulas"]["out"] = comp(_VEC(r.S, r.H, r.err, unit, *r.eff))
         if r.L is not None:
-            c["pre"] = comp(_VEC(*r.eff, *[z3.If(m, 1, 0) for m in r.hashing]))
-            c["facts"] = comp(z3.And(r.gcd_lcm_facts))
+            c["formulas"]["pre"] = comp(_VEC(*r.eff, *[z3.If(m, 1, 0) for m in r.hashing]))
+            c["formulas"]["facts"] = comp(z3.And(r.gcd_lcm_facts))
     return c
 
 
-def _ints(term) -> list[int]:
-    v = z3.simplify(term)
-    return [v.arg(i).as_long() for i in range(v.num_args())]
+# A compiled term (kvproof.spec.termeval) costs a few ms once and saves ~80 us per evaluation
+# over substitute_vars + simplify: terms asked this often are compiled, the rest stay with Z3.
+COMPILE_AFTER = 16
+
+
+def _at(c: dict, key: str, vals: list):
+    """Compiled term ``key`` at Python values ``vals``: an int, a bool, or a list of ints (a _VEC)."""
+    fast = c["fast"].get(key)
+    if fast is None and key not in c["fast"]:
+        c["asked"][key] = c["asked"].get(key, 0) + 1
+        if c["asked"][key] >= COMPILE_AFTER:
+            fast = c["fast"][key] = termeval.try_compile(c["formulas"][key], c["nodes"])
+    if fast is not None:
+        try:
+            out = fast(vals)
+            return list(out) if type(out) is tuple else out
+        except termeval.Undefined:
+            pass  # a division by zero on the way: Z3 says what the term is
+    v = z3.simplify(z3.substitute_vars(c["formulas"][key], *[_z3val(p) for p in vals]))
+    if z3.is_true(v) or z3.is_false(v):
+        return z3.is_true(v)
+    if z3.is_int_value(v):
+        return v.as_long()
+    if z3.is_app(v) and v.decl().kind() == z3.Z3_OP_DT_CONSTRUCTOR:
+        text = v.sexpr()  # "(vec 16 16 0 ...)": one call, not two per field
+        if text.count("(") == 1:
+            return [int(t) for t in text.strip("()").split()[1:]]
+        return [v.arg(i).as_long() for i in range(v.num_args())]  # a negative field prints as (- k)
+    return None  # not a constant: no formula is true there
 
 
 def concrete(enc: Encoding, subs: list[tuple], check_facts: bool = True) -> tuple[dict, list[tuple]]:
     """Evaluate the encoding on concrete inputs; returns (values, full substitution).
 
-    ``subs`` binds every input variable; its dcp must be in the encoding's
-    dcp set (``times`` is exact only there). The exact gcd/lcm replace the
-    fresh variables, and the gcd/lcm lemma facts are evaluated at them: a
-    fact that is False here is an unsound lemma. Values: S, H, err, eff, unit
-    (one group: the unitary coordinator's block size; None for several),
-    members (several groups: which groups the GCD ranges over).
+    ``subs`` binds every input variable to a Z3 value; its dcp must be in the
+    encoding's dcp set (``times`` is exact only there). The exact gcd/lcm
+    replace the fresh variables, and the gcd/lcm lemma facts are evaluated at
+    them: a fact that is False here is an unsound lemma. Values: S, H, err,
+    eff, unit (one group: the unitary coordinator's block size; None for
+    several), members (several groups: which groups the GCD ranges over).
     """
-    r = enc.r
     c = _compiled(enc)
     by_id = {k.get_id(): v for k, v in subs}  # the same variables (str() of each costs ~0.1 ms)
     try:
@@ -403,27 +452,40 @@ def concrete(enc: Encoding, subs: list[tuple], check_facts: bool = True) -> tupl
     except KeyError:  # bound by other terms of the same names (a solver model's constants)
         by_name = {str(k): v for k, v in subs}
         vals = [by_name[nm] for nm in c["names"]]
-    dcp = vals[c["dcp_index"]].as_long()
+    out = _point(enc, [_py(v) for v in vals], check_facts)
+    subs = list(subs)
+    if enc.r.L is not None:
+        subs += [(enc.r.L, z3.IntVal(out["_vals"][-2])), (enc.r.G, z3.IntVal(out["_vals"][-1]))]
+    return out, subs
+
+
+def concrete_layout(enc: Encoding, layout: Layout, check_facts: bool = True) -> dict:
+    """:func:`concrete` at a Layout's values (read with :func:`layout_inputs`, no Z3 value built)."""
+    c = _compiled(enc)
+    by_id = {id(v): p for v, p in layout_inputs(layout, enc.x)}
+    return _point(enc, [by_id[i] for i in c["pyids"]], check_facts)
+
+
+def _point(enc: Encoding, vals: list, check_facts: bool) -> dict:
+    r = enc.r
+    c = _compiled(enc)
+    dcp = vals[c["dcp_index"]]
     if dcp not in enc.dcp_values:
         raise ValueError(f"dcp={dcp} is outside this encoding's dcp set {enc.dcp_values}")
-    subs = list(subs)
     members = None
     if r.L is not None:
-        filler = [z3.IntVal(1), z3.IntVal(1)]
-        pre = _ints(z3.substitute_vars(c["pre"], *vals, *filler))
+        pre = _at(c, "pre", vals + [1, 1])
         eff, members = pre[:enc.x.n], [bool(m) for m in pre[enc.x.n:]]
         chosen = [e for e, m in zip(eff, members) if m]
-        LG = [z3.IntVal(math.lcm(*eff)), z3.IntVal(math.gcd(*chosen))]
-        vals = vals + LG
-        subs += [(r.L, LG[0]), (r.G, LG[1])]
-        if check_facts and not z3.is_true(z3.simplify(z3.substitute_vars(c["facts"], *vals))):
+        vals = vals + [math.lcm(*eff), math.gcd(*chosen)]
+        if check_facts and _at(c, "facts", vals) is not True:
+            subs = [(v, _z3val(p)) for v, p in zip(enc.x.variables() + [r.L, r.G], vals)]
             bad = [f for f in r.gcd_lcm_facts if value(f, subs) is not True]
             raise AssertionError(f"lemma instance false at eff={eff} members={members}: {bad[:3]}")
-    out_vals = _ints(z3.substitute_vars(c["out"], *vals))
-    out = {"S": out_vals[0], "H": out_vals[1], "err": out_vals[2],
-           "unit": out_vals[3] if r.unit is not None else None, "eff": out_vals[4:], "members": members,
-           "_vals": vals}
-    return out, subs
+    out_vals = _at(c, "out", vals)
+    return {"S": out_vals[0], "H": out_vals[1], "err": out_vals[2],
+            "unit": out_vals[3] if r.unit is not None else None, "eff": out_vals[4:], "members": members,
+            "_vals": vals}
 
 
 def holds(enc: Encoding, formula_key: str, formula, subs: list[tuple]) -> bool:
@@ -437,7 +499,7 @@ def holds_at(enc: Encoding, formula_key: str, formula, vals: list) -> bool:
     c = _compiled(enc)
     if formula_key not in c["formulas"]:
         c["formulas"][formula_key] = c["comp"](formula)
-    return z3.is_true(z3.simplify(z3.substitute_vars(c["formulas"][formula_key], *vals)))
+    return _at(c, formula_key, vals) is True
 
 
 def evaluate(layout: Layout, revision: str) -> Outcome:
@@ -454,7 +516,7 @@ def evaluate(layout: Layout, revision: str) -> Outcome:
     if why:
         return Outcome(**base, expressible=False, not_expressible=why)
     enc = encoding(revision, len(layout.groups), dcp_values_for(layout.dcp))
-    vals, _ = concrete(enc, layout_values(layout, enc.x))
+    vals = concrete_layout(enc, layout)
     base["group_block_sizes"] = vals["eff"]
     if vals["err"] != ERR_NONE:
         bs = vals["S"]

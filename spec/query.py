@@ -271,8 +271,7 @@ def _evaluated(enc, layout: Layout) -> list:
         k = layout.content_hash()
     vals = memo.get(k)
     if vals is None:
-        out, _ = M.concrete(enc, M.layout_values(layout, enc.x), check_facts=False)
-        vals = memo[k] = out["_vals"]
+        vals = memo[k] = M.concrete_layout(enc, layout, check_facts=False)["_vals"]
     return vals
 
 

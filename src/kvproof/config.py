@@ -26,6 +26,7 @@ from :mod:`kvproof.facts`.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 from collections.abc import Mapping
@@ -45,6 +46,7 @@ SSM_STATE_DTYPE = "float32"
 SOURCE_KEY = "_kvproof_source"  # where a reference config.json's values come from (stripped before vLLM reads it)
 
 
+@functools.lru_cache(maxsize=None)
 def models_dir() -> Path:
     """``spec/models/``: one HF ``config.json`` per reference architecture (package data of kvproof.spec).
 
@@ -375,6 +377,16 @@ def _list(value: Any, name: str) -> list:
     return list(value)
 
 
+@functools.lru_cache(maxsize=None)
+def _default_fields() -> tuple:
+    return tuple(Config().to_dict().items())
+
+
+def _defaults() -> dict[str, Any]:
+    """The default Config's fields (a fresh dict: callers may merge into it)."""
+    return dict(_default_fields())
+
+
 def _parse(data: Any, revision: str | None) -> Config:
     if not isinstance(data, Mapping):
         raise LayoutError(f"a config must be a JSON object, got {type(data).__name__}")
@@ -386,7 +398,7 @@ def _parse(data: Any, revision: str | None) -> Config:
     rev_note = f" in vLLM {revision}" if revision else ""
     if data.get("model") is not None:
         return _parse_model(data)
-    d = {**Config().to_dict(), **data}
+    d = {**_defaults(), **data}
     family = _choice(d["family"], "family", FAMILIES)
     pattern = _str(d["pattern"], "pattern")
     bad = sorted(set(pattern) - set(_PATTERN_CHARS[family]))
@@ -439,7 +451,8 @@ def _parse(data: Any, revision: str | None) -> Config:
 
 def _parse_model(data: Mapping[str, Any]) -> Config:
     """A real model: ``model`` and ``flags`` only (the engine settings are the flags)."""
-    extra = sorted(k for k, v in data.items() if k not in ("model", "flags") and v != Config().to_dict()[k])
+    defaults = _defaults()
+    extra = sorted(k for k, v in data.items() if k not in ("model", "flags") and v != defaults[k])
     if extra:
         raise LayoutError(f"{extra[0]} is a tiny-family knob; with model, give engine settings as vllm serve "
                           f"flags (e.g. \"flags\": [\"--block-size\", \"64\"])")

@@ -407,8 +407,16 @@ def load_table(release: str) -> tuple[TableRow, ...]:
 def _table_rows(release: str, path: Path) -> tuple[TableRow, ...]:
     from kvproof.inputs import parse_json, read_text
     data = parse_json(read_text(path), str(path))
-    return tuple(TableRow(release, Config.from_dict(e["config"]),
-                          Layout.from_dict(e["layout"]) if e["layout"] else None,
+    layouts: dict[str, Layout] = {}  # a table repeats each derived layout over 4-8 Configs: parse it once
+
+    def layout(d: dict | None) -> Layout | None:
+        if not d:
+            return None
+        key = json.dumps(d, sort_keys=True)
+        if key not in layouts:
+            layouts[key] = Layout.from_dict(d)
+        return layouts[key]
+    return tuple(TableRow(release, Config.from_dict(e["config"]), layout(e["layout"]),
                           e["scheduler_block_size"], e["hash_block_size"], e["error"], e.get("seconds"))
                  for e in data["entries"])
 
