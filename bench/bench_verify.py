@@ -1,13 +1,14 @@
 """Bench the proof run: proof time per revision x N, and time to the 0.27 counterexample.
 
     PYTHONPATH=src python bench/bench_verify.py [--max-n 16] [--timeout 60] [--out bench/results/verify.md]
-    .venv/bin/python bench/bench_verify.py --whole [--before REF] [--out bench/results/verify_whole.md]
+    .venv/bin/python bench/bench_verify.py --whole [--before REF] [--rounds 3] [--out bench/results/verify_whole.md]
 
 ``--whole`` times the whole ``kvproof verify`` (what ``make verify`` runs:
 drift, solver queries, induction, reachability labels, baseline) as a
 process, side by side: the code at ``--before`` (default: the commit before
 issue 45's proof-run work) from a ``git worktree``, then this checkout cold
-(an empty result cache) and warm (the cache the cold run filled). Both caches
+(an empty result cache), ``--rounds`` times in turn, and at the end this
+checkout warm (the cache the last cold run filled). Both caches
 are temporary folders (KVPROOF_CACHE_HOME); the environments are the user's.
 Runs are sequential; the load average is printed beside them.
 
@@ -22,7 +23,9 @@ from __future__ import annotations
 import os
 import platform
 import re
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,12 +74,15 @@ def _tree_for(worktree: Path, into: Path) -> Path:
 def _verify(cwd: Path, env: dict, out: Path) -> dict:
     t0 = time.monotonic()
     load = os.getloadavg()[0]
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run([sys.executable, "-m", "kvproof", "verify", "--quiet", "--out", str(out)], cwd=cwd, env=env,
                        capture_output=True, text=True)
     total = time.monotonic() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)  # the run and its workers
     m = re.search(r"wall ([\d.]+) s(?: \(solver ([\d.]+) s(?:; (\d+) of (\d+) results from the cache)?)?", p.stdout)
     exit_line = next((ln for ln in p.stdout.splitlines() if ln.startswith("exit ")), f"exit {p.returncode}")
-    return {"process": total, "wall": float(m.group(1)) if m else None,
+    return {"process": total, "cpu": cpu, "wall": float(m.group(1)) if m else None,
             "solver": float(m.group(2)) if m and m.group(2) else (float(m.group(1)) if m else None),
             "cache": f"{m.group(3)} of {m.group(4)}" if m and m.group(3) else "-", "exit": exit_line,
             "load": load, "code": p.returncode, "tail": (p.stdout + p.stderr)[-2000:]}
@@ -96,28 +102,37 @@ def whole(args) -> int:
         path = _tree_for(wt, tmp / "before-path")
         env = dict(os.environ, PYTHONPATH=str(path), KVPROOF_ENV_HOME=env_home,
                    KVPROOF_CACHE_HOME=str(tmp / "cache-before"))
-        rows.append((f"before ({sha})", _verify(wt, env, tmp / "out-before")))
-        env = dict(os.environ, KVPROOF_ENV_HOME=env_home, KVPROOF_CACHE_HOME=str(tmp / "cache-after"))
-        env.pop("PYTHONPATH", None)
-        rows.append(("after, cold cache", _verify(here, env, tmp / "out-cold")))
-        rows.append(("after, warm cache", _verify(here, env, tmp / "out-warm")))
+        after = dict(os.environ, KVPROOF_ENV_HOME=env_home)
+        after.pop("PYTHONPATH", None)
+        # before and after cold in turn, each with an empty cache: a pair shares the machine's speed
+        # of the moment (it drifts by up to 1.5x here), so the ratio is taken pair by pair
+        for i in range(args.rounds):
+            rows.append((f"before ({sha})", _verify(wt, dict(env, KVPROOF_CACHE_HOME=str(tmp / f"cb{i}")),
+                                                   tmp / "out-before")))
+            rows.append(("after, cold cache", _verify(here, dict(after, KVPROOF_CACHE_HOME=str(tmp / f"ca{i}")),
+                                                      tmp / "out-cold")))
+        rows.append(("after, warm cache", _verify(here, dict(after, KVPROOF_CACHE_HOME=str(tmp / f"ca{i}")),
+                                                  tmp / "out-warm")))
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(tmp / "before")], capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
-    base = rows[0][1]["process"]
+    pairs = [(rows[i][1], rows[i + 1][1]) for i in range(0, 2 * args.rounds, 2)]
+    wall_ratio = statistics.median(b["process"] / a["process"] for b, a in pairs)
+    cpu_ratio = statistics.median(b["cpu"] / a["cpu"] for b, a in pairs)
     lines = ["# bench: the whole proof run (`kvproof verify`, what `make verify` runs)", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
              f"z3 {__import__('z3').get_version_string()}; default settings (5 revisions x N = 1..8, induction, "
              "drift over the installed environments, baseline). Runs one after another; the 1-min load average "
              "at each start is read by the script (a shared machine: compare within this table).",
-             f"Command: `.venv/bin/python bench/bench_verify.py --whole --before {ref}`", "",
-             "| run | process wall (s) | printed wall (s) | solver phase (s) | results from the cache | "
-             "load | before / this | exit |",
-             "|---|---:|---:|---:|---|---:|---:|---|"]
+             f"Command: `.venv/bin/python bench/bench_verify.py --whole --before {ref} --rounds {args.rounds}`", "",
+             f"**before / after cold, median of {args.rounds} pairs: {wall_ratio:.2f}x wall, {cpu_ratio:.2f}x CPU** "
+             "(each pair run back to back; the ratio is taken within a pair)", "",
+             "| run | process wall (s) | CPU s (run + workers) | printed wall (s) | solver phase (s) | "
+             "results from the cache | load | exit |",
+             "|---|---:|---:|---:|---:|---|---:|---|"]
     for name, r in rows:
-        ratio = f"{base / r['process']:.1f}x" if r["process"] else "-"
-        lines.append(f"| {name} | {r['process']:.1f} | {r['wall'] if r['wall'] is not None else '-'} | "
-                     f"{r['solver'] if r['solver'] is not None else '-'} | {r['cache']} | {r['load']:.2f} | {ratio} | "
+        lines.append(f"| {name} | {r['process']:.1f} | {r['cpu']:.1f} | {r['wall'] if r['wall'] is not None else '-'} | "
+                     f"{r['solver'] if r['solver'] is not None else '-'} | {r['cache']} | {r['load']:.2f} | "
                      f"{r['exit']} |")
     lines += ["", "Before, the printed wall was the solver phase only; now it is the whole run (drift, solver, "
               "labels, baseline) with the solver phase in brackets. Process wall adds interpreter start-up and "
@@ -137,6 +152,7 @@ def main(argv=None) -> int:
     ap = Parser(prog="bench_verify.py")
     ap.add_argument("--whole", action="store_true", help="time the whole kvproof verify: before, cold, warm")
     ap.add_argument("--before", default=None, help="--whole: git ref of the before run")
+    ap.add_argument("--rounds", type=int, default=3, help="--whole: before/after pairs (the ratio is their median)")
     ap.add_argument("--max-n", type=int, default=16)
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--jobs", type=int, default=1, help="1 = timings without CPU contention")

@@ -54,3 +54,21 @@ def test_candidates_the_layout_type_refuses_are_skipped():
         yield replace(lay, groups=())  # no groups: Layout.from_dict refuses it
         yield from halves_and_ones(lay)
     assert size(shrink(START, bad, size, even)) == 10
+
+
+def test_a_lazy_still_builds_candidates_only_up_to_the_move():
+    """The round's list is built as far as ``still`` reads it; a batch ``still`` (a list) gets them all."""
+    made = []
+
+    def counted(lay):
+        for cand in halves_and_ones(lay):
+            made.append(size(cand))
+            yield cand
+
+    def lazy(cands):
+        return (size(c) % 2 == 0 for c in cands)
+    shrink(START, counted, size, lazy, rounds=1)
+    assert made == [95, 32]  # 1 never built: 32 was the move
+    made.clear()
+    shrink(START, counted, size, even, rounds=1)
+    assert made == [95, 32, 1]
