@@ -121,8 +121,7 @@ class Host:
 
     def worker(self, env: dict[str, str], path: list[str]) -> ForkedProc:
         """A ``kvproof.worker`` forked from the host: its pipes, as ``subprocess.Popen`` gives them."""
-        pipes = [os.pipe() for _ in range(3)]  # stdin, stdout, stderr
-        theirs, ours = [pipes[0][0], pipes[1][1], pipes[2][1]], [pipes[0][1], pipes[1][0], pipes[2][0]]
+        theirs, ours = ForkedProc.pipes()
         try:
             reply = self._ask({"worker": True, "cwd": os.getcwd(), "env": env, "path": path}, theirs, _WORKER_START_S)
         except BaseException:
@@ -132,8 +131,7 @@ class Host:
         finally:
             for fd in theirs:
                 os.close(fd)
-        return ForkedProc(int(reply["pid"]), os.fdopen(ours[0], "w", buffering=1), os.fdopen(ours[1], "r"),
-                          os.fdopen(ours[2], "r", errors="replace"))
+        return ForkedProc.of(int(reply["pid"]), ours)
 
     def stop(self) -> None:
         """EOF on the host's channel: it ends by itself (python's exit with vLLM loaded takes ~2 s)."""

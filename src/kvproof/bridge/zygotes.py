@@ -84,6 +84,18 @@ class ForkedProc:
         self.pid, self.stdin, self.stdout, self.stderr = pid, stdin, stdout, stderr
         self.returncode: int | None = None
 
+    @staticmethod
+    def pipes() -> tuple[list[int], list[int]]:
+        """Three pipes for a worker to be forked: (its stdin, stdout, stderr ends; ours)."""
+        p = [os.pipe() for _ in range(3)]
+        return [p[0][0], p[1][1], p[2][1]], [p[0][1], p[1][0], p[2][0]]
+
+    @classmethod
+    def of(cls, pid: int, ours: list[int]) -> ForkedProc:
+        """The forked worker ``pid`` behind our ends of :meth:`pipes`, as ``subprocess.Popen`` gives them."""
+        return cls(pid, os.fdopen(ours[0], "w", buffering=1), os.fdopen(ours[1], "r"),
+                   os.fdopen(ours[2], "r", errors="replace"))
+
     def poll(self) -> int | None:
         if self.returncode is None:
             try:
@@ -191,8 +203,7 @@ def fork_worker(python: Path, env: dict[str, str], module: str = "kvproof.zygote
             return None
     except OSError:
         return None
-    pipes = [os.pipe() for _ in range(3)]  # stdin, stdout, stderr
-    theirs, ours = [pipes[0][0], pipes[1][1], pipes[2][1]], [pipes[0][1], pipes[1][0], pipes[2][0]]
+    theirs, ours = ForkedProc.pipes()
     header = json.dumps({"client": os.getpid(), "env": env}).encode()
     reply = ""
     try:
@@ -209,5 +220,4 @@ def fork_worker(python: Path, env: dict[str, str], module: str = "kvproof.zygote
         for fd in ours:
             os.close(fd)
         return None
-    return ForkedProc(int(reply), os.fdopen(ours[0], "w", buffering=1), os.fdopen(ours[1], "r"),
-                      os.fdopen(ours[2], "r", errors="replace"))
+    return ForkedProc.of(int(reply), ours)
