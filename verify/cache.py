@@ -91,7 +91,7 @@ def plain(x: Any) -> Any:
 def _definite(result: dict) -> bool:
     """True when neither the result nor any obligation in it is UNKNOWN (only those are stored)."""
     def bad(s) -> bool:
-        return plain(s) not in ("PROVED", "COUNTEREXAMPLE", "WARNING", "LABELLED")
+        return plain(s) not in ("PROVED", "COUNTEREXAMPLE", "WARNING", "LABELLED", "MINIMISED")
     if bad(result.get("status")):
         return False
     return not any(bad(o.get("status")) for o in result.get("obligations") or [])

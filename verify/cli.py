@@ -42,6 +42,7 @@ from kvproof.verify.runner import Pool
 from kvproof import corpus as corpus_io
 from kvproof.cliutil import Parser, guarded
 from kvproof.errors import UsageError
+from kvproof.layout import Layout
 from kvproof.settings import settings
 from kvproof.verdicts import ProofStatus
 
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace) -> dict:
     ltasks: dict[int, tuple] = {}
     labels_done: dict[tuple, tuple] = {}
     # the workers' seconds per kind of task (a phase breakdown of the solver phase; cached: 0)
-    spent = {"bounded": 0.0, "induction": 0.0, "label": 0.0}
+    spent = {"bounded": 0.0, "induction": 0.0, "label": 0.0, "corpus": 0.0}
 
     def count(kind, result):
         if not result.get("cached"):
@@ -209,7 +210,28 @@ def run(args: argparse.Namespace) -> dict:
         ltasks[tid] = (rev, p.key, task)
         return [(tid, {"label": task, "timeout": args.timeout})]
 
+    ctasks: dict[int, tuple] = {}
+    corpus_done: dict[tuple, tuple] = {}
+
+    def csubmit(rev, p):
+        """The chain's first witnesses minimised in a worker that holds the revision's encodings
+        (``write_corpus`` publishes them; the parent would build the encodings again, cold)."""
+        if args.no_corpus:
+            return []
+        out = []
+        mine = [r for (rv, key, _), r in rows.items() if rv == rev and key == p.key]
+        for (_, key, premise), w in sorted(first_witnesses(mine).items()):
+            tid = next_id[0]
+            next_id[0] += 1
+            task = corpus_task(rev, key, premise, w["layout"], args)
+            ctasks[tid] = ((rev, key, premise), task)
+            out.append((tid, {"corpus": task, "timeout": args.timeout}))
+        return out
+
     def chain_done(c):
+        return csubmit(*c) + _chain_done(c)
+
+    def _chain_done(c):
         rev, p = c
         if args.no_induction:
             return lsubmit(rev, p)
@@ -230,6 +252,12 @@ def run(args: argparse.Namespace) -> dict:
         return [submit(rev, p, ns[0], "engine")]
 
     def on_result(tid, result):
+        if tid in ctasks:
+            where, task = ctasks.pop(tid)
+            count("corpus", result)
+            if result.get("status") == "MINIMISED":  # else (killed, failed) the parent minimises it
+                corpus_done[where] = (task, result["layout"])
+            return []
         if tid in ltasks:
             rev, key, task = ltasks.pop(tid)
             count("label", result)
@@ -285,6 +313,7 @@ def run(args: argparse.Namespace) -> dict:
         progress.end()
     wall = time.monotonic() - t0
     args.labels_done = labels_done
+    args.corpus_done = corpus_done
     return {"rows": [rows[k] for k in sorted(rows, key=lambda k: (k[0], k[1], k[2]))], "wall_seconds": wall,
             "solver_seconds": wall, "killed": pool.killed, "workers_started": pool.started,
             "induction": {} if args.no_induction else induction, "worker_seconds": spent}
@@ -336,11 +365,11 @@ def label(result: dict, args) -> list[dict]:
     return props
 
 
-def write_corpus(result: dict, folders: list[Path], args) -> list[dict]:
-    """Minimise the first witness of each (revision, property, premise) and publish it into ``folders``."""
-    written = []
+def first_witnesses(rows) -> dict[tuple, dict]:
+    """(revision, property, premise) -> the smallest-N safety counterexample's ``n`` and ``layout``
+    (a free one only where the same row has no engine one: that is the stronger statement)."""
     firsts: dict[tuple, dict] = {}
-    for row in result["rows"]:
+    for row in rows:
         if row["kind"] != "safety":
             continue
         for premise in ("engine", "free"):
@@ -348,13 +377,37 @@ def write_corpus(result: dict, folders: list[Path], args) -> list[dict]:
             if not r or status(r["status"]) != CEX or not r.get("layout"):
                 continue
             if premise == "free" and status(row.get("engine", {}).get("status")) == CEX:
-                continue  # the engine one is the stronger statement
+                continue
             key = (row["revision"], row["property"], premise)
             if key not in firsts or row["n"] < firsts[key]["n"]:
                 firsts[key] = {"n": row["n"], "layout": r["layout"]}
+    return firsts
+
+
+def corpus_task(rev: str, key: str, premise: str, layout: dict, args) -> dict:
+    """One first witness's minimisation (``minimise_corpus``'s arguments), for a worker or the parent."""
+    return {"revision": rev, "property": key, "premise": premise, "layout": layout, "max_block": args.max_block,
+            "dcp_values": list(args.dcp_values), "seconds": CORPUS_SECONDS}
+
+
+CORPUS_SECONDS = 10  # each first witness's minimisation, at most
+
+
+def write_corpus(result: dict, folders: list[Path], args) -> list[dict]:
+    """Minimise the first witness of each (revision, property, premise) and publish it into ``folders``.
+    A minimisation a worker made for the same task (``args.corpus_done``) is taken as it is."""
+    written = []
+    firsts = first_witnesses(result["rows"])
+    done = getattr(args, "corpus_done", {})
     labels = {(p["revision"], p["property"]): p for p in result.get("properties", [])}
     for (rev, key, premise), w in sorted(firsts.items()):
-        lay = minimise_corpus(w["layout"], rev, key, premise, args.max_block, args.dcp_values, seconds=10)
+        task = corpus_task(rev, key, premise, w["layout"], args)
+        got = done.get((rev, key, premise))
+        if got is not None and got[0] == task:
+            lay = Layout.from_dict(got[1])
+        else:
+            lay = minimise_corpus(w["layout"], rev, key, premise, args.max_block, args.dcp_values,
+                                  seconds=CORPUS_SECONDS)
         contract = key.split("[")[0]
         meta = {"revision": rev, "contract": contract, "premise": premise, "found_by": "z3", "property": key,
                 "scenario": key.split("[")[1].rstrip("]")}

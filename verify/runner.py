@@ -12,9 +12,11 @@ without a worker, and a definite result a worker computes is stored with the
 worker's loaded kvproof sources as its dependencies. Workers start on the
 first task the cache does not answer.
 
-A task ``{"label": ...}`` is one finding's reachability label (``run_label``):
-the run hands it over when a chain ends with a witness, so labels are computed
-on the workers while other queries still run (and reuse the worker's encodings).
+A task ``{"label": ...}`` is one finding's reachability label (``run_label``),
+and ``{"corpus": ...}`` one first witness's minimisation for the corpus copy
+(``run_corpus``): the run hands them over when a chain ends with a witness, so
+they are computed on the workers while other queries still run (and reuse the
+worker's encodings).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def _serve(conn) -> None:
         try:
             if "label" in spec:  # a finding's reachability label (kvproof.verify.reachability)
                 result, extra = run_label(spec["label"]), label_sources()
+            elif "corpus" in spec:  # a first witness minimised for the corpus copy
+                result = run_corpus(spec["corpus"])
             else:
                 result = run_query(spec)
         except Exception as err:  # noqa: BLE001 -- a model bug: report it as UNKNOWN with the reason
@@ -63,10 +67,19 @@ def run_label(task: dict) -> dict:
             "seconds": time.monotonic() - t0}
 
 
+def run_corpus(task: dict) -> dict:
+    """One corpus task (``kvproof.verify.cli.corpus_task``) -> the minimised layout."""
+    from kvproof.spec.query import minimise_corpus
+    t0 = time.monotonic()
+    lay = minimise_corpus(task["layout"], task["revision"], task["property"], task["premise"], task["max_block"],
+                          task["dcp_values"], seconds=task["seconds"])
+    return {"status": "MINIMISED", "layout": lay.to_dict(), "seconds": time.monotonic() - t0}
+
+
 def affinity(spec: dict) -> str | None:
     """The revision a task works on: a worker that solved that revision before holds its encodings,
     induction context and derivation tables in memory (kvproof.spec.model/induction memos)."""
-    return spec.get("revision") or (spec.get("label") or {}).get("revision")
+    return spec.get("revision") or (spec.get("label") or spec.get("corpus") or {}).get("revision")
 
 
 class _Worker:

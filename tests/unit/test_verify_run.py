@@ -108,3 +108,57 @@ def test_drift_check():
     assert check_fingerprint("469eaaf1263a0d92", "0.27.0")["stale"] is False
     d = check_fingerprint("ffffffffffffffff", "0.40.0")
     assert d["stale"] and "model is stale for vLLM 0.40.0" in d["message"]
+
+
+def test_workers_minimise_the_corpus_copies_as_the_parent_would(tmp_path):
+    """Each chain's first witnesses are minimised on a worker (worker_seconds["corpus"]); the files
+    published are the ones minimise_corpus gives in this process for the same first witnesses."""
+    from types import SimpleNamespace
+
+    from kvproof.spec.model import DCP_VALUES, MAX_BLOCK
+    from kvproof.spec.query import minimise_corpus
+    from kvproof.verify.cli import CORPUS_SECONDS, first_witnesses
+
+    assert main(["--revisions", "0.27", "--properties", HYBRID_ALIGN, "--max-groups", "3", "--no-baseline",
+                 "--out", str(tmp_path / "out"), "--no-drift", "--quiet", "--no-cache"]) == 1
+    rep = json.loads((tmp_path / "out" / "verify.json").read_text())
+    assert rep["worker_seconds"]["corpus"] > 0
+    firsts = first_witnesses(rep["rows"])
+    assert firsts and all(rev == "0.27" for rev, _, _ in firsts)
+    args = SimpleNamespace(max_block=MAX_BLOCK, dcp_values=DCP_VALUES)
+    want = {minimise_corpus(w["layout"], rev, key, premise, args.max_block, args.dcp_values,
+                            seconds=CORPUS_SECONDS).content_hash() for (rev, key, premise), w in firsts.items()}
+    got = {f.stem for f in (tmp_path / "out" / "counterexamples").glob("*.json")}
+    assert got == want
+
+
+def test_a_corpus_task_minimises_as_the_parent_and_write_corpus_takes_it():
+    """run_corpus (the worker's side) gives minimise_corpus's layout for a witness padded to 4 groups;
+    write_corpus publishes a worker's minimisation of the same task as it is, without redoing it."""
+    from types import SimpleNamespace
+
+    from kvproof.spec.model import DCP_VALUES, MAX_BLOCK
+    from kvproof.spec.query import minimise_corpus, pad
+    from kvproof.verify.cli import CORPUS_SECONDS, corpus_task, write_corpus
+    from kvproof.verify.runner import run_corpus
+
+    r = Query("0.27", BY_KEY[HYBRID_ALIGN], 2, "engine").run(30)
+    assert r.status == COUNTEREXAMPLE
+    padded = pad(r.layout, 4)
+    args = SimpleNamespace(max_block=MAX_BLOCK, dcp_values=DCP_VALUES)
+    task = corpus_task("0.27", HYBRID_ALIGN, "engine", padded, args)
+    got = Layout.from_dict(run_corpus(task)["layout"])
+    want = minimise_corpus(padded, "0.27", HYBRID_ALIGN, "engine", MAX_BLOCK, DCP_VALUES, seconds=CORPUS_SECONDS)
+    assert got.content_hash() == want.content_hash() and len(got.groups) < 4
+
+    row = {"kind": "safety", "revision": "0.27", "property": HYBRID_ALIGN, "n": 4,
+           "engine": {"status": str(COUNTEREXAMPLE), "layout": padded}}
+    marker = Layout.from_dict(padded)  # what "the worker" returned (unshrunk): published as it is
+    args.corpus_done = {("0.27", HYBRID_ALIGN, "engine"): (task, marker.to_dict())}
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as d:
+        written = write_corpus({"rows": [row]}, [Path(d)], args)
+        assert [Path(w["path"]).stem for w in written] == [marker.with_meta(
+            revision="0.27", contract="hybrid.group_multiple_of_hash", premise="engine", found_by="z3",
+            property=HYBRID_ALIGN, scenario="align").content_hash()]
