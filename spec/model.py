@@ -343,12 +343,12 @@ def _z3val(p):
 
 
 def _py(v):
-    """A Z3 value as a Python int or bool."""
+    """A Z3 value (an Int or Bool constant) as a Python int or bool; ValueError for anything else."""
     if z3.is_int_value(v):
         return v.as_long()
     if z3.is_true(v) or z3.is_false(v):
         return z3.is_true(v)
-    raise ValueError(f"not a concrete value: {v}")
+    raise ValueError(f"model term did not reduce to a constant: {v}")
 
 
 _VECS: dict = {}
@@ -367,14 +367,7 @@ def _VEC(*terms):
 def value(term, subs) -> Any:
     """One model term (Int or Bool) at concrete inputs ``subs``, as a Python int or bool."""
     term = lemmas.arithmetic(term)
-    v = z3.simplify(z3.substitute(term, *subs)) if subs else z3.simplify(term)
-    if z3.is_int_value(v):
-        return v.as_long()
-    if z3.is_true(v):
-        return True
-    if z3.is_false(v):
-        return False
-    raise ValueError(f"model term did not reduce to a constant: {v}")
+    return _py(z3.simplify(z3.substitute(term, *subs)) if subs else z3.simplify(term))
 
 
 def _compiled(enc: Encoding) -> dict:
@@ -423,16 +416,15 @@ def _at(c: dict, key: str, vals: list):
         except termeval.Undefined:
             pass  # a division by zero on the way: Z3 says what the term is
     v = z3.simplify(z3.substitute_vars(c["formulas"][key], *[_z3val(p) for p in vals]))
-    if z3.is_true(v) or z3.is_false(v):
-        return z3.is_true(v)
-    if z3.is_int_value(v):
-        return v.as_long()
     if z3.is_app(v) and v.decl().kind() == z3.Z3_OP_DT_CONSTRUCTOR:
         text = v.sexpr()  # "(vec 16 16 0 ...)": one call, not two per field
         if text.count("(") == 1:
             return [int(t) for t in text.strip("()").split()[1:]]
-        return [v.arg(i).as_long() for i in range(v.num_args())]  # a negative field prints as (- k)
-    return None  # not a constant: no formula is true there
+        return [_py(v.arg(i)) for i in range(v.num_args())]  # a negative field prints as (- k)
+    try:
+        return _py(v)
+    except ValueError:
+        return None  # not a constant: no formula is true there
 
 
 def concrete(enc: Encoding, subs: list[tuple], check_facts: bool = True) -> tuple[dict, list[tuple]]:

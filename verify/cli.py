@@ -32,12 +32,12 @@ from pathlib import Path
 from kvproof.spec import model as M
 from kvproof import revisions as R
 from kvproof.spec.properties import PROPERTIES
-from kvproof.spec.query import minimise_corpus, pad
+from kvproof.spec.query import pad
 from kvproof.verify import baseline as B
 from kvproof.verify import reachability, report
 from kvproof.verify.drift import check_envs
 from kvproof.verify.report import CEX, PROVED, UNKNOWN, WITNESS, status
-from kvproof.verify.runner import Pool
+from kvproof.verify.runner import Pool, run_corpus
 
 from kvproof import corpus as corpus_io
 from kvproof.cliutil import Parser, guarded
@@ -403,11 +403,7 @@ def write_corpus(result: dict, folders: list[Path], args) -> list[dict]:
     for (rev, key, premise), w in sorted(firsts.items()):
         task = corpus_task(rev, key, premise, w["layout"], args)
         got = done.get((rev, key, premise))
-        if got is not None and got[0] == task:
-            lay = Layout.from_dict(got[1])
-        else:
-            lay = minimise_corpus(w["layout"], rev, key, premise, args.max_block, args.dcp_values,
-                                  seconds=CORPUS_SECONDS)
+        lay = Layout.from_dict(got[1] if got is not None and got[0] == task else run_corpus(task)["layout"])
         contract = key.split("[")[0]
         meta = {"revision": rev, "contract": contract, "premise": premise, "found_by": "z3", "property": key,
                 "scenario": key.split("[")[1].rstrip("]")}

@@ -68,7 +68,8 @@ def _valid(cur: Layout, candidates: Callable[[Layout], Iterable[Layout]],
 
 
 class _Lazy(Sequence):
-    """A round's candidate list, built as far as it is read: a lazy ``still`` stops at the first move,
+    """A round's candidate list, built as far as it is read (Sequence's own ``__iter__`` reads it
+    index by index): a lazy ``still`` stops at the first move,
     and most candidates of a round (about five in six in the proof run) are then never built."""
 
     def __init__(self, it: Iterator[Layout]) -> None:
@@ -92,15 +93,6 @@ class _Lazy(Sequence):
     def __bool__(self) -> bool:
         self._fill(1)
         return bool(self._got)
-
-    def __iter__(self) -> Iterator[Layout]:
-        i = 0
-        while True:
-            self._fill(i + 1)
-            if i >= len(self._got):
-                return
-            yield self._got[i]
-            i += 1
 
 
 def _verdicts(verdicts: Iterable[bool], deadline: float | None) -> Iterable[bool]:
