@@ -23,6 +23,7 @@ from kvproof.bridge.client import Worker
 from kvproof.cliutil import Parser, add_vllm
 from kvproof.fsio import atomic_write
 from kvproof.layout import Layout
+from kvproof.tiers import client
 
 KINDS = ("full_attention", "sliding_window", "mla", "mamba", "hidden_state")
 
@@ -46,18 +47,18 @@ def bench_release(release: str, n: int, naive: int) -> dict:
     with Worker(env) as w:
         start = time.perf_counter() - t0
         import_s = w.info.get("import_seconds", 0.0)
-        w.run(layouts[:50], manager=True)  # warm the config cache and code paths
+        client.outcomes(w, layouts[:50], manager=True)  # warm the config cache and code paths
         t = time.perf_counter()
-        w.run(layouts, manager=False)
+        client.outcomes(w, layouts, manager=False)
         resolver_us = (time.perf_counter() - t) / n * 1e6
         t = time.perf_counter()
-        w.run(layouts, manager=True)
+        client.outcomes(w, layouts, manager=True)
         manager_us = (time.perf_counter() - t) / n * 1e6
     naive_s = []
     for layout in layouts[:naive]:
         t = time.perf_counter()
         with Worker(env) as w:
-            w.run([layout])
+            client.outcomes(w, [layout])
         naive_s.append(time.perf_counter() - t)
     return {"release": release, "start_s": start, "import_s": import_s,
             "resolver_us": resolver_us, "manager_us": manager_us, "naive_s": statistics.median(naive_s),

@@ -35,6 +35,7 @@ from kvproof.cliutil import Parser, add_vllm, guarded
 from kvproof.config import Config, models_dir, reference_models
 from kvproof.derivation import reference_flags, speculative_flag_sets
 from kvproof.fsio import atomic_write
+from kvproof.tiers import client
 
 OUT = "bench/results/derive.md"
 
@@ -49,9 +50,9 @@ def _main(argv) -> int:
     configs = [Config(model=m, flags=reference_flags(m, ())) for m in reference_models()]
     spec_configs = [Config(model=m, flags=f) for m in reference_models() for f in speculative_flag_sets(m)]
     with Worker(envs.find(args.vllm)) as w:
-        w.derive(configs)  # warm: imports and model classes
-        results = w.derive(configs)
-        spec_results = w.derive(spec_configs)  # once: the classes are warm
+        client.derive(w, configs)  # warm: imports and model classes
+        results = client.derive(w, configs)
+        spec_results = client.derive(w, spec_configs)  # once: the classes are warm
     ok = [r for r in results if r.error is None]
     lines = [f"# bench: reference models derived at real dimensions on vLLM {args.vllm}", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "

@@ -11,7 +11,7 @@ them (``kvproof.fuzz.differential.campaign_corpus``, with the release capabiliti
 harness recorded in its stats files and the campaign's premise). Every decodable input
 runs at the consumer tier on every release of the chain (``--vllm``, oldest first;
 default: the project's whole release list), one worker call per release
-(``kvproof.consumer.client.run_many``), and ``kvproof.differential.pairs`` compares each
+(``kvproof.tiers.client.consumed_on``), and ``kvproof.differential.pairs`` compares each
 consecutive pair admission by admission (``differential.diff``; ``--margin`` tokens a
 request may lose). The table gives, per pair, the inputs and admissions compared, the
 runs not compared by reason and the regressions;
@@ -20,7 +20,7 @@ or scheduler-block>]||``) the ledger's id or NEW and its worst admission (corpus
 file, request, hit before -> after of the reusable tokens, drafts, scheduler
 block before -> after), with that input's layout and stream; and the share of
 inputs whose stream carries speculative drafts, by method. Each pair's regressing inputs
-run once more on both releases (``differential.reproduce`` with ``run_each``) and each class
+run once more on both releases (``differential.reproduce`` with ``consumed_on``) and each class
 says how many of its admissions regress again. The inputs the judge passes
 on a release and FAILs on the next (compare's ``newly_failing``) are counted per pair and
 listed by the class a campaign on the newer release would key them with. The classes, their
@@ -67,11 +67,11 @@ from kvproof.cliutil import Parser, add_vllm, guarded  # noqa: E402
 from kvproof.compare import new_classes, print_report  # noqa: E402
 from kvproof import differential  # noqa: E402
 from kvproof.differential import FailingClass, Input, Pair, RegressionClass, diff  # noqa: E402
-from kvproof.consumer.client import run_each, run_many  # noqa: E402
 from kvproof.errors import KvproofError, UsageError  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
 from kvproof.fuzz.differential import campaign_corpus, describe_campaign  # noqa: E402
 from kvproof import facts  # noqa: E402
+from kvproof.tiers.client import consumed_on  # noqa: E402
 
 PROG = "bench_differential.py"
 DEFAULT_OUT = ROOT / "bench" / "results" / "differential.md"
@@ -138,16 +138,23 @@ def generated_corpus(n: int, share: float, seed: int, method: str | None) -> dic
 
 
 # --- the chain --------------------------------------------------------------------
+def on_release(envs: Sequence[Any], layouts: Sequence[Any]) -> list[list]:
+    """The chain's step, one release a call (timed apart): ``consumed_on``; a seam of its own,
+    apart from the rerun's, for the tests' stand-in."""
+    return consumed_on(envs, layouts)
+
+
 def run_chain(items: Sequence[tuple], releases: Sequence[str], found: dict[str, Any],
               runner: Callable | None = None) -> tuple[dict[str, list], dict[str, float]]:
-    """Every input on every release, one worker call per release (``run_many``), oldest first:
-    (runs, wall s)."""
-    runner = runner or run_many
+    """Every input on every release, one worker call per release (``runner``: ``consumed_on``'s
+    shape, one environment a call), oldest first: (runs, wall s)."""
+    runner = runner or on_release
+    layouts = [lay.with_stream(st) for lay, st in items]
     runs: dict[str, list] = {}
     walls: dict[str, float] = {}
     for rel in releases:
         t0 = time.monotonic()
-        runs[rel] = runner(items, found[rel])
+        [runs[rel]] = runner([found[rel]], layouts)
         walls[rel] = time.monotonic() - t0
         print(f"[{PROG}] {rel}: {len(items)} inputs in {walls[rel]:.0f} s", flush=True)
     return runs, walls
@@ -156,9 +163,9 @@ def run_chain(items: Sequence[tuple], releases: Sequence[str], found: dict[str, 
 def confirm(pairs: Sequence[Pair], found_classes: Sequence[RegressionClass], found: dict[str, Any], margin: int,
             runner: Callable | None = None) -> float:
     """``differential.reproduce``: each pair's regressing inputs once more on both releases
-    (``run_each``: one call, the two imports overlapped). The seconds it took."""
+    (``consumed_on``: one call, the two imports overlapped). The seconds it took."""
     t0 = time.monotonic()
-    differential.reproduce(pairs, found_classes, found, margin, runner or run_each)
+    differential.reproduce(pairs, found_classes, found, margin, runner or consumed_on)
     return time.monotonic() - t0
 
 
@@ -356,7 +363,7 @@ def _main(argv: Sequence[str] | None) -> int:
     print(f"[{PROG}] {len(picked)} inputs from {corpus['files']} " + ("generated" if campaign is None else "corpus files")
           + f"; {' -> '.join(releases)}", flush=True)
     items = [(lay, st) for _, _, lay, st in picked]
-    runs, walls = run_chain(items, releases, found, run_many)
+    runs, walls = run_chain(items, releases, found, on_release)
     pairs = differential.pairs([Input(sha, lay, st) for sha, _, lay, st in picked], runs, args.margin)
     from kvproof.findings.ledger import Ledger
 
@@ -366,7 +373,7 @@ def _main(argv: Sequence[str] | None) -> int:
     assert len(chain.regressions) == sum(len(p.report.regressions) for p in pairs)
     assert len(chain.newly_failing) == sum(len(p.report.newly_failing) for p in pairs)
     found_classes = [c for p in pairs for c in differential.regression_classes(p.found, ledger)]
-    confirm_s = confirm(pairs, found_classes, found, args.margin, run_each)
+    confirm_s = confirm(pairs, found_classes, found, args.margin, consumed_on)
     meta = {"command": command, "started": started, "load": (load0, os.getloadavg()[0]),
             "wall": time.monotonic() - t0, "campaign_wall": ran["wall"] if ran else 0.0, "ran": ran, "confirm_s": confirm_s,
             "campaign": campaign, "premise": args.premise, "max": args.max}

@@ -24,7 +24,7 @@ from kvproof.bridge.client import Worker  # noqa: E402
 from kvproof.cliutil import Parser, add_vllm  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
 from kvproof.replay import core  # noqa: E402
-from kvproof.tiers import boots, classify, synth  # noqa: E402
+from kvproof.tiers import boots, classify, client, synth  # noqa: E402
 from kvproof.tiers.families import SEED_HIDDEN_STATES, Recipe  # noqa: E402
 
 SEED_SW = Recipe(family="nemotron_h", pattern="M*M-", sliding_window=64, kv_cache_dtype="fp8",
@@ -37,15 +37,15 @@ def bench_bridge(env: envs.Env, layouts: list, repeat: int = 200) -> dict:
     t0 = time.perf_counter()
     with Worker(env) as w:
         start = time.perf_counter() - t0
-        w.run(layouts, manager=True)  # first config builds and lazy imports: paid before either timing
+        client.outcomes(w, layouts, manager=True)  # first config builds and lazy imports: paid before either timing
         t1 = time.perf_counter()
         for _ in range(repeat // len(layouts) + 1):
-            w.run(layouts, manager=False)
+            client.outcomes(w, layouts, manager=False)
         n = (repeat // len(layouts) + 1) * len(layouts)
         function_us = (time.perf_counter() - t1) / n * 1e6
         t2 = time.perf_counter()
         for _ in range(repeat // len(layouts) + 1):
-            w.run(layouts, manager=True)
+            client.outcomes(w, layouts, manager=True)
         manager_us = (time.perf_counter() - t2) / n * 1e6
     return {"start_s": start, "import_s": w.info.get("import_seconds"), "function_us": function_us,
             "manager_us": manager_us}

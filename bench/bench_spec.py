@@ -28,10 +28,10 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from kvproof import envs  # noqa: E402
 from kvproof.cliutil import Parser, add_vllm, guarded  # noqa: E402
-from kvproof.consumer.client import run_many  # noqa: E402
 from kvproof.consumer.stream import Req, Stream  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
 from kvproof.layout import Layout  # noqa: E402
+from kvproof.tiers.client import consumed_on  # noqa: E402
 
 
 def field_formula(n: int, b: int) -> int:
@@ -80,7 +80,8 @@ def _main(argv: list[str] | None) -> int:
     load0, t0 = os.getloadavg()[0], time.monotonic()
     table: dict[str, dict] = {}
     for release, env in zip(releases, found):
-        for key, res in zip(keys, run_many(items, env)):
+        [results] = consumed_on([env], [lay.with_stream(st) for lay, st in items])
+        for key, res in zip(keys, results):
             if res.not_expressible or res.harness_error or res.setup_error or len(res.hits) < 2:
                 cell = "n/a: " + (res.not_expressible or res.harness_error or res.setup_error or "no second hit")[:60]
             elif any(o.oracle == "exception" for o in res.observations):

@@ -78,15 +78,15 @@ def regression(layout: Layout, releases: list[str], stream=None, margin: int = 0
     kind follows from its loss in another shows both)."""
     from kvproof import envs, facts
     from kvproof.differential import diff
-    from kvproof.consumer.client import run_each
     from kvproof.consumer.stream import default_stream
     from kvproof.judge import judge_consumer
+    from kvproof.tiers.client import consumed_on
 
     rels = sorted(dict.fromkeys(releases), key=facts.release_key)
     if len(rels) < 2:
         raise UsageError("--regression: name at least two releases (--vllm), oldest first or not")
     item = (layout, stream or default_stream(layout))
-    runs = dict(zip(rels, run_each([item], [envs.find(r) for r in rels])))
+    runs = dict(zip(rels, consumed_on([envs.find(r) for r in rels], [layout.with_stream(item[1])])))
     classes = diff([item], runs, margin).classes()
     keys = sorted(classes)
     if cause is not None:

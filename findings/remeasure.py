@@ -69,8 +69,8 @@ def _before(e: Entry) -> str | None:
 
 
 def _regressions(entries: list[Entry], release: str) -> list[Remeasured]:
-    from kvproof.consumer.client import run_each
     from kvproof.judge import judge_consumer
+    from kvproof.tiers.client import consumed_on
 
     from kvproof.errors import EnvError
 
@@ -83,7 +83,7 @@ def _regressions(entries: list[Entry], release: str) -> list[Remeasured]:
             out += [Remeasured(e, release, "-", False, f"not measured: {err}") for e in mine]
             continue
         items = [_input(e) for e in mine]
-        old, new = run_each(items, [envs.find(before), envs.find(release)])
+        old, new = consumed_on([envs.find(before), envs.find(release)], [lay.with_stream(st) for lay, st in items])
         for e, item, a, b in zip(mine, items, old, new):
             rep = diff([item], {before: [a], release: [b]}, 0)
             # the entry's own cause (what lost the hit, issue 44); another cause is another class

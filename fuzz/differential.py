@@ -6,8 +6,8 @@ decoded the way the harness decodes them (``kvproof.fuzz.consumers.decode_choice
 through ``PyFDP``, with the release capabilities the harness recorded in its
 stats files and the campaign's premise): each input runs on the campaign's
 release and on ``--diff-against`` (default: the newest managed release older
-than the campaign's; ``none``: off), one worker call per release (``run_each``: ``run_many``
-with both vLLM imports at once).
+than the campaign's; ``none``: off), one worker call per release (``tiers.client.consumed_on``:
+both releases' workers started together, their vLLM imports at once).
 Files are named by their content's SHA-1; a file compared against a release is
 not compared against it again, so each epoch takes files no earlier epoch
 compared, in name order, and a restart resumes. Runs are not always
@@ -40,7 +40,7 @@ from kvproof import facts
 
 from kvproof import envs
 from kvproof.differential import Regression, diff
-from kvproof.consumer.client import run_each
+from kvproof.tiers.client import consumed_on
 from kvproof.errors import EnvError, KvproofError, UsageError
 from kvproof.fsio import atomic_write
 
@@ -174,7 +174,7 @@ class Differential:
 
     def __init__(self, workdir: Path, corpus: Path, crash_dir: Path, release: str, version: str, env: Any,
                  against: str, against_env: Any, premise: str = "engine", limit: int = DEFAULT_MAX,
-                 started: float | None = None, runner: Callable = run_each) -> None:
+                 started: float | None = None, runner: Callable = consumed_on) -> None:
         self.workdir, self.corpus, self.crash_dir = Path(workdir), Path(corpus), Path(crash_dir)
         self.release, self.version, self.env = release, version, env
         self.against, self.against_env = against, against_env
@@ -226,7 +226,8 @@ class Differential:
             order = [self.release, self.against] if self.against_newer else [self.against, self.release]
             try:
                 runs = dict(zip(order, self.runner(
-                    items, [self.env if rel == self.release else self.against_env for rel in order])))
+                    [self.env if rel == self.release else self.against_env for rel in order],
+                    [lay.with_stream(st) for lay, st in items])))
             except (KvproofError, OSError) as err:
                 print(f"{self.tag} epoch {n}: not run ({err}); the campaign goes on", flush=True)
                 return None
@@ -267,7 +268,8 @@ class Differential:
         inputs = list({(id(lay), id(st)): (lay, st) for _, lay, st, _ in found}.values())
         try:
             again = dict(zip(order, self.runner(
-                inputs, [self.env if rel == self.release else self.against_env for rel in order])))
+                [self.env if rel == self.release else self.against_env for rel in order],
+                [lay.with_stream(st) for lay, st in inputs])))
         except (KvproofError, OSError):
             return [], len(found)  # unconfirmed: not counted
         rep = diff(inputs, {order[0]: again[order[0]], order[1]: again[order[1]]}, margin=0)

@@ -7,7 +7,9 @@ silently skipping; a bare `pytest` on a machine without them skips.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import Iterator
 
 import pytest
 
@@ -16,6 +18,7 @@ from kvproof.bridge.client import Worker
 from kvproof.errors import EnvError
 from kvproof.settings import settings
 from kvproof import facts
+from kvproof.verdicts import Tier
 
 # A closed worker's process serves the test process's next worker of the same release and
 # variables (kvproof.bridge.client.POOL; tests/integration/test_worker_pool.py): most tests start
@@ -32,6 +35,18 @@ RELEASES: tuple[str, ...] = tuple(envs.resolve(list(settings().releases)))
 # Of those, the releases with their own CPU wheel: the tiers that need the release's compiled
 # kernels (engine boots) or a measured table per release (derive).
 CPU_RELEASES: tuple[str, ...] = tuple(r for r in RELEASES if r in facts.CPU_RELEASES)
+
+
+@contextlib.contextmanager
+def consumer_worker(env: envs.Env) -> Iterator[Worker]:
+    """A started worker of ``env`` with the consumer tier's time limit (``tiers.client.start``), closed after."""
+    from kvproof.tiers import client
+
+    [w] = client.start([env], (Tier.CONSUMER,))
+    try:
+        yield w
+    finally:
+        w.close()
 
 
 def require_env(release: str) -> envs.Env:

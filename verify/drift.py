@@ -264,10 +264,15 @@ def conformance(worker, revision: str, layouts: Sequence[tuple[str, object]], sh
     With ``base_worker`` (the base release), a disagreement the base shares is
     marked pre-existing (a model gap, not this overlay's change) and shrunk last.
     """
+    from kvproof.tiers import client
+
+    def real_of(w, cands):  # the real resolver alone: the model's subject
+        return client.outcomes(w, cands, manager=False)
+
     model = Model(revision)
     lays = [lay for _, lay in layouts]
-    real = worker.run(lays, manager=False)
-    base = base_worker.run(lays, manager=False) if base_worker is not None else [None] * len(lays)
+    real = real_of(worker, lays)
+    base = real_of(base_worker, lays) if base_worker is not None else [None] * len(lays)
     agree, dis, ne = 0, [], 0
     for (name, lay), o, b in zip(layouts, real, base):
         if not o.expressible:
@@ -281,7 +286,7 @@ def conformance(worker, revision: str, layouts: Sequence[tuple[str, object]], sh
     dis.sort(key=lambda d: (d[4], _size(d[1])))
 
     def still(cands):
-        outs = worker.run(cands, manager=False)
+        outs = real_of(worker, cands)
         return [o.expressible and summary(o) != model(c) for c, o in zip(cands, outs)]
 
     shown, sigs = [], set()
@@ -289,12 +294,12 @@ def conformance(worker, revision: str, layouts: Sequence[tuple[str, object]], sh
         if len(shown) >= show or (deadline is not None and time.monotonic() > deadline and shown):
             break
         small = shrink(lay, still)
-        o = worker.run([small], manager=False)[0]
+        o = real_of(worker, [small])[0]
         g, w = summary(o), model(small)
         if (g, w, small.summary()) in sigs:
             continue
         sigs.add((g, w, small.summary()))
-        b = summary(base_worker.run([small], manager=False)[0]) if base_worker is not None else None
+        b = summary(real_of(base_worker, [small])[0]) if base_worker is not None else None
         shown.append({"from": name, "layout": small.summary(), "layout_json": small.to_dict(), "real": g,
                       "model": w, "base": b, "pre_existing": b is not None and b != w,
                       "original": lay.summary()})

@@ -23,7 +23,7 @@ from kvproof.derivation import (Derived, DeriveError, _revision, config_key, enu
                                 model_configs, table_dir, table_entry)
 from kvproof.envs import Env
 from kvproof.layout import Layout
-from kvproof.tiers import registry
+from kvproof.tiers import client, registry
 from kvproof.tiers.batch import batch, config_key as input_config_key, layout_key
 from kvproof.tiers.row import Row  # the runner's row type, named checking.Row by its callers
 from kvproof.verdicts import Tier, Verdict
@@ -131,13 +131,11 @@ def derive_all(release: str, configs: Sequence[Config], worker: Any = None, chun
     """Like :func:`derive_many`, keeping the resolver's result and timings; ``chunk`` configs per call."""
     from kvproof import envs
     own = worker is None
-    w = worker or Worker(envs.find(release))
+    w = worker or start_all([envs.find(release)])[0]
     try:
-        if own:
-            w.start()
         out: list[Derived] = []
         for i in range(0, len(configs), chunk):
-            out.extend(w.derive(configs[i:i + chunk]))
+            out.extend(client.derive(w, configs[i:i + chunk]))
         return out
     finally:
         if own:

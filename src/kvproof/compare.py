@@ -31,13 +31,13 @@ from typing import Any, Sequence
 
 from kvproof import envs
 from kvproof.cliutil import Parser, add_vllm, guarded
-from kvproof.consumer.client import run_many
 from kvproof.consumer.stream import stream_for
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream, random_stream
 from kvproof.errors import LayoutError, UsageError
 from kvproof.fsio import atomic_write
 from kvproof.inputs import load_files, parse_json
+from kvproof.tiers.client import consumed_on
 from kvproof.differential import Found, Report, diff, ledgered, regression_classes
 from kvproof.layout import Layout
 from kvproof import facts
@@ -196,7 +196,9 @@ def _body(argv: Sequence[str] | None) -> int:
     else:
         items = load_inputs(args.inputs) + generated(args.generated, args.spec_share, args.seed, args.spec_method,
                                                            args.connectors)
-        runs = {rel: run_many(items, envs.find(rel)) for rel in args.releases}
+        layouts = [lay.with_stream(st) for lay, st in items]
+        # one release at a time: one worker each, started and closed in turn
+        runs = {rel: consumed_on([envs.find(rel)], layouts)[0] for rel in args.releases}
     rep = diff(items, runs, args.margin)
     from kvproof.findings.ledger import Ledger
     ledger = Ledger.load()

@@ -140,16 +140,16 @@ def derived_example(choice: Choice, release: str):
 
 def explain(line: str, envs_to_run: Sequence) -> tuple[list[int], int, list[ReleaseAnswer]]:
     """Every choice, through every given environment's real vLLM; the ones that print ``line``."""
-    from kvproof.bridge.client import start_all
+    from kvproof.tiers import client
 
     sizes, hash_size = parse(line)
     answers = []
-    workers = start_all(envs_to_run)
+    workers = client.start(envs_to_run)
     try:
         for w in workers:
             release = w.info["vllm"].split("+")[0]
             choices = candidates(sizes, hash_size, release)
-            outcomes = w.run([c.layout for c in choices], manager=True) if choices else []
+            outcomes = client.outcomes(w, [c.layout for c in choices]) if choices else []
             ans = ReleaseAnswer(release, len(choices))
             for c, o in zip(choices, outcomes):
                 if printed(o, sizes, hash_size):

@@ -62,22 +62,23 @@ def probe_key(manifest: dict) -> str:
 
 def probe(env) -> Health:
     """Derive the probe Config and run the probe layout at every tier in one worker of ``env``."""
-    from kvproof.bridge.client import Worker
+    from kvproof.bridge.client import Worker, start_all
     from kvproof.tiers.batch import batch, layout_key
 
     t0 = time.monotonic()
     health = Health()
     layout = Layout.from_dict(PROBE_LAYOUT)
-    worker = Worker(env)
+    workers: list[Worker] = []
     try:
-        worker.start()
-        answers = batch(worker, [Config()], [layout], TIERS)
+        workers = start_all([env])  # closes the worker itself when it cannot start
+        answers = batch(workers[0], [Config()], [layout], TIERS)
     except Exception as err:  # noqa: BLE001 - a worker that cannot start is the answer
         health.steps["worker"] = f"{type(err).__name__}: {err}"
         health.seconds = time.monotonic() - t0
         return health
     finally:
-        worker.close()
+        for w in workers:
+            w.close()
     d = answers.derivation(Config())
     health.steps["derive"] = "ok" if d.layout is not None else (d.error.line() if d.error else "no layout")
     # one row per reply part (the bridge's: the function and manager tiers'; the consumer's)

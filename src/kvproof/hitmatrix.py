@@ -23,12 +23,12 @@ from typing import Sequence
 
 from kvproof.config import Config, reference_models
 from kvproof.bridge.client import Worker
-from kvproof.consumer.client import consume
 from kvproof.consumer.stream import default_stream
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream
 from kvproof.derivation import MODEL_FLAG_SETS, Derived, config_key, model_flag_sets, model_rows_here
 from kvproof.layout import Layout
+from kvproof.tiers import client
 
 
 def speculative_configs() -> list[Config]:
@@ -89,8 +89,8 @@ def build(releases: Sequence[str], fresh: bool = False, jobs: int | None = None
     derived: dict[str, list[Derived]] = {}
 
     def derive_one(rel: str) -> list[Derived]:
-        w = workers[rel] = Worker(envs.find(rel))
-        w.start()
+        [w] = client.start([envs.find(rel)])
+        workers[rel] = w
         return derived_on(rel, configs, fresh, w)
 
     try:
@@ -105,7 +105,7 @@ def build(releases: Sequence[str], fresh: bool = False, jobs: int | None = None
         cells: dict[str, list[Cell]] = {}
         for rel in releases:
             todo = [(i, d.layout) for i, d in enumerate(derived[rel]) if d.layout is not None and streams[i]]
-            results = consume(workers[rel], [(lay, streams[i]) for i, lay in todo]) if todo else []
+            results = client.consumed(workers[rel], [lay.with_stream(streams[i]) for i, lay in todo]) if todo else []
             by_i = {i: res for (i, _), res in zip(todo, results)}
             cells[rel] = [Cell(d.layout, by_i.get(i)) for i, d in enumerate(derived[rel])]
     finally:

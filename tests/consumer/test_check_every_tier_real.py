@@ -19,13 +19,13 @@ import pytest
 
 from kvproof import checking, cli
 from kvproof.config import Config
-from kvproof.consumer.client import ConsumerWorker
+from kvproof.tiers.client import consumed
 from kvproof.consumer.stream import default_stream
 from kvproof.judge import judge_consumer
 from kvproof.layout import Layout
 from kvproof.verdicts import Tier, Verdict
 
-from conftest import require_env, worker_for
+from conftest import consumer_worker, require_env, worker_for
 
 pytestmark = pytest.mark.integration
 
@@ -58,8 +58,8 @@ def test_kimi_style_layout_file_gets_the_consumer_warn_on_032(tmp_path, capsys):
     assert "r2 0/6912/6915" in consumer["note"] and "987 tokens lost per request" in consumer["note"], consumer["note"]
     # the same WARN, word for word, as the consumer tier run directly (test_efficiency_real.py)
     layout = Layout.from_dict(KIMI_STYLE)
-    with ConsumerWorker(require_env("0.32.0")) as cw:
-        [res] = cw.run([(layout, default_stream(layout))])
+    with consumer_worker(require_env("0.32.0")) as cw:
+        [res] = consumed(cw, [layout.with_stream(default_stream(layout))])
     assert judge_consumer(res, layout).note == consumer["note"]
     # the opt-out: the function and manager tiers only, the answer a Layout used to get
     rc, rows = _check(capsys, str(f), "--vllm", "0.32.0", "--no-consumer")

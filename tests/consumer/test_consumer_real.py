@@ -8,14 +8,14 @@ import textwrap
 
 import pytest
 
-from kvproof.bridge.client import worker_env
-from kvproof.consumer import ConsumerWorker, default_stream
-from kvproof.consumer.stream import Req, Stream
+from kvproof.bridge.client import Worker, worker_env
+from kvproof.tiers import client
+from kvproof.consumer.stream import Req, Stream, default_stream
 from kvproof.judge import above_ideal, judge_consumer
 from kvproof.layout import Layout
 from kvproof import facts
 from kvproof.revisions import revision_for
-from kvproof.verdicts import Verdict
+from kvproof.verdicts import Tier, Verdict
 
 from conftest import require_env
 
@@ -34,7 +34,7 @@ TRUTH = [0, 150, 200, 219]
 SEED = {"groups": [{"kind": "mamba", "block_size": 544, "count": 4}, {"kind": "hidden_state", "block_size": 181}],
         "cache": {"block_size": 181, "enable_prefix_caching": True, "mamba_cache_mode": "align"}}
 
-_workers: dict[str, ConsumerWorker] = {}
+_workers: dict[str, Worker] = {}
 
 
 def consumer_verdict(res, layout=None):
@@ -46,14 +46,14 @@ def consumer_verdict(res, layout=None):
 def cw(request):
     release = request.param
     if release not in _workers:
-        w = ConsumerWorker(require_env(release))
-        _workers[release] = w.__enter__()
-        request.addfinalizer(lambda: w.__exit__(None, None, None))
+        [w] = client.start([require_env(release)], (Tier.CONSUMER,))
+        _workers[release] = w
+        request.addfinalizer(w.close)
     return _workers[release]
 
 
 def test_normal_hybrid_runs_clean_with_hand_computed_efficiency(cw):
-    [res] = cw.run([(Layout.from_dict(HYBRID), STREAM)])
+    [res] = client.consumed(cw, [Layout.from_dict(HYBRID).with_stream(STREAM)])
     hard = [o for o in res.observations if o.oracle not in ("efficiency",)]
     assert hard == [], hard
     assert (res.scheduler_block_size, res.hash_block_size) == (32, 16)
@@ -92,7 +92,7 @@ def test_connectors_clean_or_not_expressible(cw, connector):
     layout = Layout.from_dict(dict(HYBRID, kv_connector=connector))
     if connector == facts.HIDDEN_STATES_CONNECTOR:  # it needs its own hidden-state group
         layout = Layout.from_dict(dict(SEED, kv_connector=connector))
-    [res] = cw.run([(layout, STREAM)])
+    [res] = client.consumed(cw, [layout.with_stream(STREAM)])
     verdict, _, reason = consumer_verdict(res, layout)
     if connector == facts.HIDDEN_STATES_CONNECTOR and _seed_bug(release):
         assert verdict == Verdict.FAIL  # the seed bug: hash = LCM, the coordinator asserts
@@ -111,7 +111,7 @@ def test_seed_layout(cw, connector):
     (not a pairing bug) and the offload jobs complete (no stall). 0.27: the seed assertion."""
     release = cw.info["vllm"]
     layout = Layout.from_dict(dict(SEED, kv_connector=connector))
-    [res] = cw.run([(layout, default_stream(layout))])
+    [res] = client.consumed(cw, [layout.with_stream(default_stream(layout))])
     verdict, _, reason = consumer_verdict(res, layout)
     if _seed_bug(release):  # 0.27: hash = LCM -> coordinator / offloading config assert
         assert res.hash_block_size == 98464, res.hash_block_size
@@ -148,7 +148,7 @@ def test_offload_jobs_complete_under_tensor_parallelism(cw):
     KVOutputAggregator sums their kv_connector_worker_meta), so stores complete and a later
     request that waits on them runs."""
     layout = Layout.from_dict(OFFLOAD_TP2)
-    [res] = cw.run([(layout, SAME_PROMPT_LATER)])
+    [res] = client.consumed(cw, [layout.with_stream(SAME_PROMPT_LATER)])
     verdict, _, reason = consumer_verdict(res, layout)
     assert not res.by("stalled"), res.observations
     assert verdict in (Verdict.OK, Verdict.WARN), reason
@@ -222,7 +222,7 @@ SAME_PROMPT_MUCH_LATER = Stream((176,), (Req(0, 176, 1, 0, 4), Req(0, 176, 0, 40
 def test_async_connector_load_counts_as_external_hit(cw, prefix_caching):
     layout = Layout.from_dict(dict(OFFLOAD_DCP1, cache=dict(OFFLOAD_DCP1["cache"],
                                                             enable_prefix_caching=prefix_caching)))
-    [res] = cw.run([(layout, SAME_PROMPT_MUCH_LATER)])
+    [res] = client.consumed(cw, [layout.with_stream(SAME_PROMPT_MUCH_LATER)])
     assert not [o for o in res.observations if o.oracle != "efficiency"], res.observations
     r1 = res.hits[1]
     assert r1["truth"] == 175

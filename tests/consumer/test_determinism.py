@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from kvproof.consumer import ConsumerWorker
+from kvproof.tiers.client import consumed
 from kvproof.consumer.stream import Stream
 from kvproof.layout import Layout
 
-from conftest import require_env
+from conftest import consumer_worker, require_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.consumer]
 
@@ -42,9 +42,9 @@ def _hits(res):
 
 def test_offloading_connector_runs_repeat_exactly():
     env = require_env("0.27.0")  # where this input varied most; 0.33.0 varies with the seed too
-    with ConsumerWorker(env) as w:
-        runs = [_hits(w.run([(LAYOUT, STREAM)])[0]) for _ in range(3)]
-    with ConsumerWorker(env) as w:  # a second process: another interpreter, the same hashes
-        runs.append(_hits(w.run([(LAYOUT, STREAM)])[0]))
+    with consumer_worker(env) as w:
+        runs = [_hits(consumed(w, [LAYOUT.with_stream(STREAM)])[0]) for _ in range(3)]
+    with consumer_worker(env) as w:  # a second process: another interpreter, the same hashes
+        runs.append(_hits(consumed(w, [LAYOUT.with_stream(STREAM)])[0]))
     assert any(ext for _, _, ext in runs[0]), runs[0]  # the connector loaded something
     assert all(r == runs[0] for r in runs), runs

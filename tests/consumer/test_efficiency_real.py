@@ -12,12 +12,13 @@ import re
 
 import pytest
 
-from kvproof.consumer import ConsumerWorker, default_stream
+from kvproof.consumer.stream import default_stream
+from kvproof.tiers.client import consumed
 from kvproof.judge import judge_consumer
 from kvproof.layout import Layout
 from kvproof.verdicts import Verdict
 
-from conftest import require_env
+from conftest import consumer_worker, require_env
 
 pytestmark = pytest.mark.integration
 
@@ -29,8 +30,8 @@ KIMI_STYLE = {"groups": [{"kind": "mla", "block_size": 1536}, {"kind": "mamba", 
 
 def test_kimi_style_lcm_hits_warn_with_measured_and_ideal_on_032():
     layout = Layout.from_dict(KIMI_STYLE)
-    with ConsumerWorker(require_env("0.32.0")) as cw:
-        [res] = cw.run([(layout, default_stream(layout))])
+    with consumer_worker(require_env("0.32.0")) as cw:
+        [res] = consumed(cw, [layout.with_stream(default_stream(layout))])
     assert (res.scheduler_block_size, res.hash_block_size, res.alignment) == (13824, 384, 13824)
     j = judge_consumer(res, layout)
     assert j.verdict == Verdict.WARN and j.contract == "efficiency.consumer_prefix_reuse", j.line()

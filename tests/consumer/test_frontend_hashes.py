@@ -11,9 +11,9 @@ import dataclasses
 
 import pytest
 
-from conftest import RELEASES, require_env
+from conftest import RELEASES, consumer_worker, require_env
 from kvproof import facts
-from kvproof.consumer import ConsumerWorker
+from kvproof.tiers.client import consumed
 from kvproof.consumer.drafts import Drafts
 from kvproof.consumer.stream import default_stream
 from kvproof.judge import judge_consumer
@@ -49,8 +49,8 @@ def test_a_frontend_hashing_by_the_published_config_changes_nothing(release):
     env = require_env(release)
     cases = list(_cases())
     items = [x for lay, s in cases for x in ((lay, s), (lay, dataclasses.replace(s, hasher="frontend")))]
-    with ConsumerWorker(env) as w:
-        results = w.run(items)
+    with consumer_worker(env) as w:
+        results = consumed(w, [lay.with_stream(s) for lay, s in items])
     takes = facts.release_key(release) >= facts.release_key(SINCE)
     for k in range(0, len(items), 2):
         (lay, s), engine, front = items[k], results[k], results[k + 1]
@@ -77,8 +77,8 @@ def test_a_frontend_that_breaks_the_config_is_shown_not_judged(release):
     env = require_env(release)
     s = dataclasses.replace(default_stream(OFFLOAD), spec=Drafts("eagle3", 2))
     items = [(OFFLOAD, dataclasses.replace(s, hasher=h)) for h in facts.CONTRACT_BREAKING_HASHERS]
-    with ConsumerWorker(env) as w:
-        results = w.run(items)
+    with consumer_worker(env) as w:
+        results = consumed(w, [lay.with_stream(s) for lay, s in items])
     seen = {}
     for (lay, st), res in zip(items, results):
         j = judge_consumer(res, lay)

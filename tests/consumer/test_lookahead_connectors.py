@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import RELEASES, require_env
+from conftest import RELEASES, consumer_worker, require_env
 from kvproof import facts
-from kvproof.consumer import ConsumerWorker
+from kvproof.tiers.client import consumed
 from kvproof.consumer.drafts import Drafts
 from kvproof.consumer.stream import Req, Stream
 from kvproof.judge import above_ideal, judge_consumer
@@ -42,8 +42,8 @@ def runs(request):
         pytest.skip(f"no release from {SINCE} under test")
     env = require_env(request.param)
     items = [(replace(lay, kv_connector=c), STREAM) for lay in LAYOUTS for c in CONNECTORS]
-    with ConsumerWorker(env) as w:
-        return request.param, items, w.run(items)
+    with consumer_worker(env) as w:
+        return request.param, items, consumed(w, [lay.with_stream(s) for lay, s in items])
 
 
 def test_lookahead_hashes_follow_the_connector(runs):

@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from conftest import RELEASES, require_env
-from kvproof.consumer import ConsumerWorker
+from conftest import RELEASES, consumer_worker, require_env
+from kvproof.tiers.client import consumed
 from kvproof.consumer.stream import Stream, default_stream
 from kvproof.judge import above_ideal, judge_consumer
 from kvproof.layout import Layout
@@ -31,8 +31,8 @@ def _stream(offload: str) -> Stream:
 @pytest.mark.parametrize("release", RELEASES)
 def test_both_offload_modes_load_from_the_cpu(release):
     env = require_env(release)
-    with ConsumerWorker(env) as w:
-        eager, lazy = w.run([(LAYOUT, _stream("eager")), (LAYOUT, _stream("lazy"))])
+    with consumer_worker(env) as w:
+        eager, lazy = consumed(w, [LAYOUT.with_stream(_stream("eager")), LAYOUT.with_stream(_stream("lazy"))])
     for mode, res in (("eager", eager), ("lazy", lazy)):
         j = judge_consumer(res, LAYOUT)
         assert j.verdict < Verdict.LATENT, (release, mode, j.line())

@@ -14,9 +14,9 @@ import dataclasses
 
 import pytest
 
-from conftest import RELEASES, require_env
+from conftest import RELEASES, consumer_worker, require_env
 from kvproof.classkey import class_key
-from kvproof.consumer import ConsumerWorker
+from kvproof.tiers.client import consumed
 from kvproof.consumer.stream import Req, Stream
 from kvproof.judge import above_ideal, judge_consumer
 from kvproof.layout import Layout
@@ -45,8 +45,8 @@ def test_a_preemption_storm_preempts_finishes_and_is_judged(release):
     env = require_env(release)
     items = [(_layout(n, c), STORM) for n in LAYOUTS for c in CONNECTORS]
     items += [(_layout("full", "SimpleCPUOffloadConnector"), dataclasses.replace(STORM, offload="lazy"))]
-    with ConsumerWorker(env) as w:
-        results = w.run(items)
+    with consumer_worker(env) as w:
+        results = consumed(w, [lay.with_stream(s) for lay, s in items])
     for (lay, st), res in zip(items, results):
         j = judge_consumer(res, lay)
         what = (release, lay.content_hash(), lay.kv_connector, st.offload, j.line())
@@ -66,8 +66,8 @@ def test_a_mamba_next_turn_hits_the_prompt_state_and_no_further_than_it_shares(r
     lay = _layout("mamba", None)
     # r0: a 100-token prompt decoding 60 tokens; r1, after it finished: its prompt, outputs and 10 more
     turn = Stream((100,), (Req(0, 100, 0, 0, 60), Req(suffix_len=10, arrival=70, max_tokens=2, extends=0)))
-    with ConsumerWorker(env) as w:
-        (res,) = w.run([(lay, turn)])
+    with consumer_worker(env) as w:
+        (res,) = consumed(w, [lay.with_stream(turn)])
     j = judge_consumer(res, lay)
     assert j.verdict <= Verdict.WARN, (release, j.line())
     r1 = next(h for h in res.hits if h["req"] == 1)

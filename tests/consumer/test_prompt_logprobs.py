@@ -9,9 +9,9 @@ import dataclasses
 
 import pytest
 
-from conftest import RELEASES, require_env
+from conftest import RELEASES, consumer_worker, require_env
 from kvproof import facts
-from kvproof.consumer import ConsumerWorker
+from kvproof.tiers.client import consumed
 from kvproof.consumer.stream import Req, Stream
 from kvproof.judge import above_ideal, ideal_hit, judge_consumer
 from kvproof.layout import Layout
@@ -33,8 +33,8 @@ def test_prompt_logprobs_limit_the_hit(release):
     env = require_env(release)
     conn = dataclasses.replace(LAYOUT, kv_connector="SimpleCPUOffloadConnector")
     items = [(LAYOUT, _stream(None)), (LAYOUT, _stream(0)), (LAYOUT, _stream(100)), (conn, _stream(100))]
-    with ConsumerWorker(env) as w:
-        results = w.run(items)
+    with consumer_worker(env) as w:
+        results = consumed(w, [lay.with_stream(s) for lay, s in items])
     capped = facts.release_key(release) >= facts.release_key(CAP_FROM)
     expected = [192, 0, 96 if capped else 0, 96 if capped else 0]
     for (lay, st), res, want in zip(items, results, expected):

@@ -7,14 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from kvproof.consumer import ConsumerWorker
+from kvproof.tiers.client import consumed
 from kvproof.consumer.drafts import Drafts
 from kvproof.consumer.stream import Req, Stream
 from kvproof.judge import above_ideal, ideal_hit, judge_consumer
 from kvproof.layout import Layout
 from kvproof.verdicts import Verdict
 
-from conftest import RELEASES, require_env
+from conftest import RELEASES, consumer_worker, require_env
 from kvproof import facts
 
 pytestmark = [pytest.mark.integration, pytest.mark.consumer]
@@ -47,8 +47,8 @@ def runs(request):
     items = [(lay, replace(STREAM, spec=d)) for lay in (FULL, HYBRID) for d in [None] + METHODS]
     items += [(FULL, replace(STREAM, spec=d)) for d in MTP + PARALLEL]
     items += [(lay, STREAM) for lay in SPEC_LAYOUTS]
-    with ConsumerWorker(env) as w:
-        return request.param, items, w.run(items)
+    with consumer_worker(env) as w:
+        return request.param, items, consumed(w, [lay.with_stream(s) for lay, s in items])
 
 
 def test_drafts_are_scheduled_verified_and_rolled_back(runs):

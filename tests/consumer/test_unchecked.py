@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import RELEASES, require_env
-from kvproof.consumer import ConsumerWorker
+from conftest import RELEASES, consumer_worker, require_env
+from kvproof.tiers.client import consumed
 from kvproof.consumer.stream import default_stream
 from kvproof.judge import judge_consumer
 from kvproof.layout import Layout
@@ -22,8 +22,8 @@ SUFFIX = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 1
 @pytest.mark.parametrize("release", RELEASES[-1:])
 def test_an_unmodelled_drafter_is_unchecked_not_a_vllm_verdict(release):
     env = require_env(release)
-    with ConsumerWorker(env) as w:
-        res, = w.run([(SUFFIX, default_stream(SUFFIX))])
+    with consumer_worker(env) as w:
+        res, = consumed(w, [SUFFIX.with_stream(default_stream(SUFFIX))])
     j = judge_consumer(res, SUFFIX)
     assert j.verdict is Verdict.UNCHECKED, j.line()
     assert "suffix" in (res.unchecked or "") and "lifted by" in res.unchecked

@@ -12,24 +12,25 @@ import dataclasses
 
 import pytest
 
-from kvproof.consumer import ConsumerWorker, default_stream
-from kvproof.consumer.stream import Req, Stream
+from kvproof.bridge.client import Worker
+from kvproof.consumer.stream import Req, Stream, default_stream
 from kvproof.judge import judge_consumer
 from kvproof.layout import Layout
-from kvproof.verdicts import Verdict
+from kvproof.tiers import client
+from kvproof.verdicts import Tier, Verdict
 
 from conftest import require_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.consumer]
 SIMPLE = "SimpleCPUOffloadConnector"  # in 0.27.0, 0.28.0 and 0.32.0
 
-_workers: dict[str, ConsumerWorker] = {}
+_workers: dict[str, Worker] = {}
 
 
 def _run(release: str, layout: Layout, stream: Stream):
     if release not in _workers:
-        _workers[release] = ConsumerWorker(require_env(release)).__enter__()
-    [res] = _workers[release].run([(layout, stream)])
+        [_workers[release]] = client.start([require_env(release)], (Tier.CONSUMER,))
+    [res] = client.consumed(_workers[release], [layout.with_stream(stream)])
     return res
 
 
@@ -37,7 +38,7 @@ def _run(release: str, layout: Layout, stream: Stream):
 def _close_workers():
     yield
     for w in _workers.values():
-        w.__exit__(None, None, None)
+        w.close()
     _workers.clear()
 
 

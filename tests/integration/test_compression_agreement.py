@@ -31,6 +31,7 @@ from kvproof.fuzz.provider import PyFDP
 from kvproof.judge import judge
 from kvproof.layout import Layout
 from kvproof.spec import evaluate
+from kvproof.tiers.client import outcomes
 from kvproof.verdicts import Tier, Verdict
 
 pytestmark = pytest.mark.integration
@@ -63,7 +64,7 @@ def test_compressed_attention_agrees_with_real_0_32(premise):
         pytest.skip("0.32.0 is not among KVPROOF_RELEASES")
     lays = compressed_layouts(premise)
     assert len(lays) >= N // 2, f"the decoder made only {len(lays)} compressed-attention layouts"
-    real = worker_for("0.32.0").run(lays, manager=True)
+    real = outcomes(worker_for("0.32.0"), lays, manager=True)
     model_bad, verdicts, manager_bad, no_pmu_refusals = [], {}, [], []
     for lay, out in zip(lays, real):
         assert out.expressible, f"0.32.0 cannot express {lay.summary()}: {out.not_expressible}"
@@ -101,7 +102,7 @@ def test_older_releases_cannot_express_attention_compression(release):
     lays = [x for x in compressed_layouts("engine", 300, seed=6)
             if all(g.prefix_cacheable is None and g.dcp_sharded is None for g in x.groups)][:50]
     assert len(lays) >= 10
-    outs = worker_for(release).run(lays, manager=False)
+    outs = outcomes(worker_for(release), lays, manager=False)
     assert [judge(lay, out).verdict for lay, out in zip(lays, outs)] == [Verdict.NOT_EXPRESSIBLE] * len(lays)
     assert all("tokens_per_state" in out.not_expressible for out in outs), outs[0].not_expressible
 

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from kvproof.spec import drift, evaluate, revision_for
 from layout_strategies import layouts
 from kvproof.bridge import client
+from kvproof.tiers.client import outcomes
 from conftest import require_env
 
 pytestmark = pytest.mark.integration
@@ -109,7 +110,7 @@ def corpus_of_layouts():
 def test_model_agrees_with_vllm(worker, corpus_of_layouts):
     release, w = worker
     batch = corpus_of_layouts
-    real = w.run(batch, manager=False)
+    real = outcomes(w, batch, manager=False)
     bad, skipped, compared = compare(release, real, batch)
     if bad:
         _fail(release, bad)
@@ -122,7 +123,7 @@ def test_seed_layout_agrees(worker):
     release, w = worker
     seed = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 544, "count": 4},
                                         {"kind": "hidden_state", "block_size": 181}]})
-    real = w.run([seed], manager=False)
+    real = outcomes(w, [seed], manager=False)
     bad, _, compared = compare(release, real, [seed])
     if bad:
         _fail(release, bad)
@@ -164,7 +165,7 @@ def test_model_agrees_with_vllm_on_dcp_outside_default_set(worker):
     """dcp 6 and 16 (not in DCP_VALUES): the model scales by the real dcp, as vLLM does."""
     release, w = worker
     batch = odd_dcp_layouts()
-    real = w.run(batch, manager=False)
+    real = outcomes(w, batch, manager=False)
     bad, skipped, compared = compare(release, real, batch)
     if bad:
         _fail(release, bad)
@@ -184,7 +185,7 @@ def test_unitary_block_size_agrees_with_vllm(worker):
     batch = [Layout.from_dict({"groups": [{"kind": kind, "block_size": 16}], "dcp": dcp,
                                "cache": {"block_size": cache_bs}})
              for kind in ("mamba", "full_attention") for dcp in (1, 2, 4, 8, 6) for cache_bs in (16, 32)]
-    real = w.run(batch, manager=True)
+    real = outcomes(w, batch, manager=True)
     assert len(real) == len(batch), (len(real), len(batch))
     checked = 0
     for lay, r in zip(batch, real):
@@ -215,7 +216,7 @@ def test_wrong_model_edit_is_caught(worker, corpus_of_layouts, monkeypatch):
         swap = swap[::-1]
     wrong = dataclasses.replace(rev, branches=(rev.branches - swap[0]) | swap[1])
     batch = corpus_of_layouts[:600]
-    real = w.run(batch, manager=False)
+    real = outcomes(w, batch, manager=False)
     monkeypatch.setitem(R.REVISIONS, rev.name, wrong)
     M.clear_encodings()
     try:
@@ -235,7 +236,7 @@ def test_z3_counterexample_replays_as_real_assertion(worker):
     release, w = worker
     r = Query("0.27", BY_KEY["hybrid.group_multiple_of_hash[align]"], 2, "engine").run(30)
     assert r.status == COUNTEREXAMPLE
-    out = w.run([Layout.from_dict(r.layout)], manager=True)[0]
+    out = outcomes(w, [Layout.from_dict(r.layout)], manager=True)[0]
     if revision_for(release) == "0.27":
         assert out.manager_error is not None and out.manager_error.type == "AssertionError", out
         assert "divisible by hash_block_size" in out.manager_error.message

@@ -31,6 +31,7 @@ from kvproof import facts
 from kvproof.spec import premise
 from kvproof.spec.properties import BY_KEY
 from kvproof.revisions import revision_for
+from kvproof.tiers.client import derive
 from conftest import RELEASES as TEST_RELEASES, worker_for
 
 RELEASES = ("0.27.0", "0.28.0", "0.32.0")  # tiny-family tables
@@ -155,7 +156,7 @@ def test_table_entries_derive_the_same_on_real_vllm(release, workers):
     chosen = {r.config: r for r in rng.sample(plain, min(SAMPLE, len(plain))) + rng.sample(real, min(1, len(real)))
               + _witness_rows(release)}
     assert chosen, f"nothing to re-derive on {release}: no toy table, no reference-model table, no witness"
-    live = worker_for(release).derive(list(chosen))
+    live = derive(worker_for(release), list(chosen))
     compared = 0
     for d in live:
         row = chosen[d.config]

@@ -18,6 +18,7 @@ from kvproof import envs, facts
 from kvproof.layout import Layout
 from kvproof.spec import fold as FD
 from kvproof.spec import revision_for
+from kvproof.tiers.client import outcomes
 from kvproof import revisions as R
 from conftest import RELEASES, require_env
 
@@ -92,7 +93,7 @@ def test_fold_agrees_with_the_real_resolver_up_to_32_groups(release, batch, work
     w = workers(release) if require_env(release) else None
     rev = revision_for(release)
     todo = [lay for lay in batch if not R.not_expressible(lay, rev)]
-    real = w.run(todo, manager=False)
+    real = outcomes(w, todo, manager=False)
     bad, compared, longest = [], 0, 0
     for lay, o in zip(todo, real):
         if not o.expressible:

@@ -14,7 +14,6 @@ from kvproof.findings.reproducers import script
 from test_worker_zygote import _answers
 
 from kvproof.bridge import warm
-from kvproof.consumer import ConsumerWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.consumer]
 
@@ -28,7 +27,7 @@ def test_a_worker_forked_from_the_warm_python_answers_as_a_fresh_one(monkeypatch
     repro.write_text(script(Ledger.load().find("9a8b69482973")))  # a consumer reproducer's imports
     with warm.Hosts(repro) as hosts:
         # a second fork of the same host: nothing of the first survives into it
-        got = [_answers(env, hosts.worker(env, ConsumerWorker)) for _ in range(2)]
+        got = [_answers(env, hosts.worker(env)) for _ in range(2)]
     assert fresh.pop("kind") == "Popen" and [g.pop("kind") for g in got] == ["ForkedProc"] * 2
     for g in got:
         diff = {k for k in set(fresh["environ"]) | set(g["environ"]) if fresh["environ"].get(k) != g["environ"].get(k)}

@@ -13,9 +13,9 @@ from conftest import RELEASES, require_env
 from kvproof.bridge import zygotes
 from kvproof.bridge.client import Worker
 from kvproof.config import Config
-from kvproof.consumer import ConsumerWorker
 from kvproof.consumer.stream import default_stream
 from kvproof.layout import Layout
+from kvproof.tiers import client
 
 pytestmark = [pytest.mark.integration, pytest.mark.consumer]
 
@@ -45,15 +45,15 @@ def _plain(x):
 
 
 def _answers(env, started=None) -> dict:
-    """Every op's answer of a fresh ConsumerWorker of ``env``, or of ``started`` (a live one), closed after."""
-    with (contextlib.closing(started) if started is not None else ConsumerWorker(env)) as w:
+    """Every op's answer of a fresh Worker of ``env``, or of ``started`` (a live one), closed after."""
+    with (contextlib.closing(started) if started is not None else Worker(env)) as w:
         kind = type(w.proc).__name__
         info = _plain(w.info)
         environ = w.call({"op": "environ"})["environ"]  # the variables after vLLM's import
         environ.pop("KVPROOF_WORKER_ZYGOTE")  # the one variable the two runs set apart
-        run = [o.to_dict() for o in Worker.run(w, LAYOUTS)]
-        derived = [d.raw for d in w.derive([Config(model="gemma2")])]
-        consumed = [r.to_dict() for r in w.run([(lay, default_stream(lay)) for lay in LAYOUTS[:2]])]
+        run = [o.to_dict() for o in client.outcomes(w, LAYOUTS)]
+        derived = [d.raw for d in client.derive(w, [Config(model="gemma2")])]
+        consumed = [r.to_dict() for r in client.consumed(w, [lay.with_stream(default_stream(lay)) for lay in LAYOUTS[:2]])]
     return {"kind": kind, "info": info, "environ": environ, "run": _plain(run), "derived": _plain(derived), "consumed": _plain(consumed)}
 
 
@@ -83,12 +83,12 @@ def test_a_dead_worker_or_zygote_is_replaced(monkeypatch):
         w.proc.kill()
         assert w.proc.wait(timeout=10) == -1
     with Worker(env) as w:  # the zygote forks another
-        assert isinstance(w.proc, zygotes.ForkedProc) and w.run(LAYOUTS[:1])[0].to_dict()
+        assert isinstance(w.proc, zygotes.ForkedProc) and client.outcomes(w, LAYOUTS[:1])[0].to_dict()
     k = zygotes.key(env.python, __import__("kvproof.bridge.client", fromlist=["x"]).worker_env())
     pidfile = zygotes.home() / f"{k}.pid"
     os.kill(int(pidfile.read_text()), 9)
     with Worker(env) as w:  # its socket is stale: a new zygote (or a plain worker) serves
-        assert w.run(LAYOUTS[:1])
+        assert client.outcomes(w, LAYOUTS[:1])
 
 
 def _fake_env(tmp_path):

@@ -13,12 +13,12 @@ import pytest
 
 from kvproof import envs, facts
 from kvproof.classkey import ClassKey
-from kvproof.consumer.client import run_each
 from kvproof.consumer.stream import Stream, default_stream
 from kvproof.differential import diff, first_bad_release
 from kvproof.findings.ledger import Ledger
 from kvproof.judge import judge_consumer
 from kvproof.layout import Layout
+from kvproof.tiers.client import consumed_on
 
 from conftest import RELEASES, require_env
 
@@ -58,7 +58,7 @@ def test_each_regression_entry_regresses_in_its_class_on_real_vllm(pair):
     for e in entries:
         lay = Layout.from_dict(e.layout)
         items.append((lay, Stream.from_dict(e.stream) if e.stream else default_stream(lay)))
-    runs = dict(zip(pair, run_each(items, [envs.find(r) for r in pair])))
+    runs = dict(zip(pair, consumed_on([envs.find(r) for r in pair], [lay.with_stream(st) for lay, st in items])))
     for k, (e, item) in enumerate(zip(entries, items)):
         rep = diff([item], {r: [runs[r][k]] for r in pair}, margin=0)
         # the entry's class, and any other class of the same input is an entry of its own (one input

@@ -1,6 +1,6 @@
 """bench/bench_differential.py without vLLM: a campaign folder as the consumers harness leaves it
 (stats with the release's capabilities, a corpus of byte files), decoded the harness's way, run
-on a release chain by a runner that stands in for ``run_many`` (each request hits its whole
+on a release chain by a runner that stands in for ``tiers.client.consumed_on`` (each request hits its whole
 prompt, except where a test makes one release hit less), compared with ``differential.diff`` and
 written as the table. The real worker runs in ``make bench`` (the Makefile's BENCH settings)."""
 
@@ -55,7 +55,8 @@ def campaign(tmp_path: Path, n: int, seed: int = 0) -> tuple[Path, list[tuple]]:
 
 
 class Runner:
-    """Stands in for ``run_many``: on ``worse`` a stream with drafts hits one token less on every
+    """Stands in for ``tiers.client.consumed_on`` on one release (``__call__``: the chain) or two
+    (``each``: the rerun of the regressing inputs): on ``worse`` a stream with drafts hits one token less on every
     request (``blocks``: and that release built another scheduler block); ``refuse`` releases
     cannot express the first input; on ``fail`` the first two inputs meet a hard oracle."""
 
@@ -65,18 +66,18 @@ class Runner:
         self.calls: list[str] = []
         self.reruns: list[list[str]] = []
 
-    def each(self, items, envs):
-        """Stands in for ``run_each`` (the script's rerun of the regressing inputs)."""
+    def each(self, envs, layouts):
         self.reruns.append(list(envs))
-        return [self.run(items, env) for env in envs]
+        return [self.run(layouts, env) for env in envs]
 
-    def __call__(self, items, env):
+    def __call__(self, envs, layouts):
+        (env,) = envs  # the chain: one release a call
         self.calls.append(env)
-        return self.run(items, env)
+        return [self.run(layouts, env)]
 
-    def run(self, items, env):
+    def run(self, layouts, env):
         out = []
-        for j, (_, st) in enumerate(items):
+        for j, st in enumerate(lay.stream for lay in layouts):
             res = ConsumerResult("x", env, scheduler_block_size=32 if self.blocks and env == self.worse else 16)
             if j == 0 and env in self.refuse:
                 res.not_expressible = "not on this release"
@@ -89,8 +90,8 @@ class Runner:
 
 def run_script(monkeypatch, bench, runner, argv):
     monkeypatch.setattr(bench.envs, "find", lambda rel: rel)  # the release stands in for its environment
-    monkeypatch.setattr(bench, "run_many", runner)
-    monkeypatch.setattr(bench, "run_each", runner.each)
+    monkeypatch.setattr(bench, "on_release", runner)
+    monkeypatch.setattr(bench, "consumed_on", runner.each)
     assert bench._main(argv) == 0
 
 

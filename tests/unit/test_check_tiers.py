@@ -325,23 +325,31 @@ def test_a_reordered_batch_reply_still_matches_each_input():
 
 
 def test_every_worker_call_goes_through_the_keyed_door():
-    """issue 43 item 3: run (function/manager), derive and the consumer tier are the batch op, each
-    answer matched to its input by key: the reversing worker still gives each its own, in order."""
+    """issue 43 item 3: the one client (kvproof.tiers.client: the function/manager Outcome, the
+    consumer result, derive) is the batch op, each answer matched to its input by key: the
+    reversing worker still gives each its own, in order; a call reads one reply part."""
     from kvproof.config import Config
-    from kvproof.consumer.client import consume
+    from kvproof.stream import Stream
+    from kvproof.tiers import client
 
     kimi, fa = Layout.from_dict(KIMI_STYLE), Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
                                                                "cache": {"block_size": 16}})
     w = _ReversingWorker({})
-    got = w.run([kimi, fa, kimi], manager=False)
+    got = client.outcomes(w, [kimi, fa, kimi], manager=False)
     assert [o.layout_hash for o in got] == [kimi.content_hash(), fa.content_hash(), kimi.content_hash()]
     assert len(w.sent["layouts"]) == 2 and w.sent["tiers"] == ["function"]
+    assert client.outcomes(w, [fa])[0].manager_attempted and w.sent["tiers"] == ["function", "manager"]
     s3, s5 = ({"prefixes": [40], "requests": [{"prefix": 0, "prefix_len": 40}], "max_num_seqs": n} for n in (3, 5))
-    from kvproof.stream import Stream
-    res = consume(w, [(fa, Stream.from_dict(s5)), (kimi, Stream.from_dict(s3)), (fa, Stream.from_dict(s5))])
+    five, three = fa.with_stream(Stream.from_dict(s5)), kimi.with_stream(Stream.from_dict(s3))
+    res = client.consumed(w, [five, three, five])
     assert [r.layout_hash for r in res] == ["5", "3", "5"] and w.sent["tiers"] == ["consumer"]
+    assert len(w.sent["layouts"]) == 2
+    rows = client.results(w, [three, fa], ("consumer",))  # the Result around the tier's own record
+    assert [r.tier for r in rows] == [Tier.CONSUMER] * 2 and [r.payload.layout_hash for r in rows] == ["3", "-"]
+    with pytest.raises(ValueError, match="one reply part"):
+        client.results(w, [fa], ("function", "consumer"))
     a, c = Config(), Config(block_size=32)
     derive = {json.dumps(a.to_dict(), sort_keys=True): {"ok": True, "layout": KIMI_STYLE},
               json.dumps(c.to_dict(), sort_keys=True): {"ok": True, "layout": fa.to_dict()}}
-    d = _ReversingWorker(derive).derive([c, a, c])
+    d = client.derive(_ReversingWorker(derive), [c, a, c])
     assert [x.config for x in d] == [c, a, c] and [x.layout for x in d] == [fa, kimi, fa]

@@ -124,11 +124,12 @@ def test_reproduce_counts_the_admissions_that_regress_again_on_a_rerun():
     classes = [c for p in pairs for c in differential.regression_classes(p.found, None)]
     calls = []
 
-    def rerun(items, envs):
-        """The rerun: "a" hits back on 0.29.0 (a connector's transfer at another step), "b" does not."""
-        calls.append((len(items), list(envs)))
-        older = [_res(64) for _ in items]
-        newer = [_res(64 if st.spec.method == "eagle" else 32) for _, st in items]
+    def rerun(envs, layouts):
+        """The rerun (``tiers.client.consumed_on``'s shape, each Layout under its stream): "a" hits
+        back on 0.29.0 (a connector's transfer at another step), "b" does not."""
+        calls.append((len(layouts), list(envs)))
+        older = [_res(64) for _ in layouts]
+        newer = [_res(64 if lay.stream.spec.method == "eagle" else 32) for lay in layouts]
         return older, newer
 
     differential.reproduce(pairs, classes, {"0.28.0": "env28", "0.29.0": "env29", "0.30.0": "env30"}, 0, rerun)

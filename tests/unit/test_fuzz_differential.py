@@ -67,20 +67,21 @@ def campaign_folder(tmp_path: Path, files: list[bytes]) -> tuple[Path, Path]:
 
 
 class Runner:
-    """Stands in for ``run_each``: each request hits its whole prompt on every release, except
-    that on ``worse`` a stream with drafts hits one token less on every request."""
+    """Stands in for ``tiers.client.consumed_on``: each request hits its whole prompt on every
+    release, except that on ``worse`` a stream with drafts hits one token less on every request.
+    ``calls``: (env, the (Layout, Stream) pairs it was given, each Layout without its stream)."""
 
     def __init__(self, worse: str | None = None) -> None:
         self.worse = worse
         self.calls: list[tuple[str, list]] = []
 
-    def __call__(self, items, envs):
-        return [self.one(items, env) for env in envs]
+    def __call__(self, envs, layouts):
+        return [self.one(layouts, env) for env in envs]
 
-    def one(self, items, env):
-        self.calls.append((env, list(items)))
+    def one(self, layouts, env):
+        self.calls.append((env, [(lay.with_stream(None), lay.stream) for lay in layouts]))
         out = []
-        for _, st in items:
+        for st in (lay.stream for lay in layouts):
             res = ConsumerResult("x", env)
             res.hits = prompt_hits(st, worse=env == self.worse)
             out.append(res)

@@ -40,11 +40,13 @@ def _classes(tmp_path: Path, sigs: list[str]) -> list[dict]:
 
 
 class FakeWorker:
-    def run(self, layouts, manager=True):
-        return list(layouts)
+    """The base release's worker: the rule below reads only the judged outcomes (judge_outcomes is set)."""
 
 
 def test_contract_fuzz_counts_only_classes_new_on_the_base(tmp_path, monkeypatch):
+    from kvproof.tiers import client
+
+    monkeypatch.setattr(client, "outcomes", lambda worker, layouts, manager=True: list(layouts))
     sig = "FAIL:function:ValueError:tokens_per_state"
     classes = _classes(tmp_path, [sig])
     monkeypatch.setattr(L, "fuzz_classes", lambda *a, **k: (1, classes, "", 3.0))

@@ -190,7 +190,7 @@ def test_the_health_probe_asks_each_member(monkeypatch):
 
     rows = []
     answers = SimpleNamespace(derivation=lambda c: SimpleNamespace(layout=LAYOUT, error=None), rows=lambda *a: rows)
-    monkeypatch.setattr(client, "Worker", lambda env: SimpleNamespace(start=lambda: None, close=lambda: None))
+    monkeypatch.setattr(client, "start_all", lambda envs: [SimpleNamespace(close=lambda: None) for _ in envs])
     monkeypatch.setattr(batch_mod, "batch", lambda *a: answers)
     assert health.TIERS == registry.worker_tiers()
     rows[:] = [row(Verdict.OK, resolved=True), row(Verdict.WARN)]

@@ -1,6 +1,6 @@
 """The bridge client: drives a worker process inside a vLLM environment.
 
-One worker per environment imports vLLM once (3-15 s); each ``run`` then
+One worker per environment imports vLLM once (3-15 s); each ``batch`` call then
 evaluates a batch of Layouts at microseconds apiece. The client itself never
 imports vLLM, so one CLI can drive several releases side by side.
 """
@@ -16,16 +16,10 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from kvproof.envs import Env
 from kvproof.errors import BridgeError
-from kvproof.layout import Layout
-from kvproof.outcome import Outcome
-
-if TYPE_CHECKING:
-    from kvproof.config import Config
-    from kvproof.derivation import Derived
 from kvproof.settings import settings
 
 MAPPED = ("spec", "verify", "fuzz", "findings")  # top-level folders pyproject maps into the package
@@ -159,7 +153,8 @@ atexit.register(POOL.close)
 
 
 class Worker:
-    """A live worker: ``with Worker(env) as w: outcomes = w.run(layouts)``."""
+    """A live worker process of one release: spawn, handshake, ``batch`` (its one door), close.
+    What a reply means per tier, and which answer is whose, is ``kvproof.tiers``' (``tiers.client``)."""
 
     MODULE = "kvproof.worker"  # the JSON-lines server run inside the environment
 
@@ -265,19 +260,6 @@ class Worker:
         parts = {p: reply.get(p) or {} for p in ("derived", "outcomes", "consumer")}
         return dict(reply, keys=ckeys + lkeys, **parts)
 
-    def run(self, layouts: Sequence[Layout] | Iterable[Layout], manager: bool = True) -> list[Outcome]:
-        """The function tier (and the manager tier with ``manager``) of each layout, in order."""
-        reply = self.batch(layouts=[layout.to_dict() for layout in layouts],
-                           tiers=("function", "manager") if manager else ("function",))
-        return [Outcome.from_dict(answer(reply["outcomes"], k, "outcome")) for k in reply["keys"]]
-
-    def derive(self, configs: Sequence["Config"] | Iterable["Config"]) -> list["Derived"]:
-        """Run Configs through the release's own derivation (kvproof.bridge.derive), in order."""
-        from kvproof.derivation import Derived
-        batch = list(configs)
-        reply = self.batch(configs=[c.to_dict() for c in batch])
-        return [Derived.from_reply(c, answer(reply["derived"], k, "derivation")) for c, k in zip(batch, reply["keys"])]
-
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             if self._key is not None:
@@ -324,9 +306,10 @@ def spawn_all(workers: Sequence[Worker]) -> None:
         raise errors[0]
 
 
-def start_all(envs: Sequence[Env], kind: type[Worker] = Worker) -> list[Worker]:
-    """Start one worker (of ``kind``) per environment, importing vLLM in parallel."""
-    workers = [kind(env) for env in envs]
+def start_all(envs: Sequence[Env], timeout: float | None = None) -> list[Worker]:
+    """Start one worker per environment (each call's limit ``timeout`` s, default the Worker's),
+    importing vLLM in parallel."""
+    workers = [Worker(env) if timeout is None else Worker(env, timeout) for env in envs]
     try:
         spawn_all(workers)
         for w in workers:

@@ -17,14 +17,13 @@ share; their ids, hard or soft, are ``kvproof.oracle_ids``), ``oracles``
 ``efficiency_oracle`` (a measurement, into ``efficiency``), ``observations``
 (what they record), ``truth`` (the ground truth: computed tokens, the hash index).
 ``result`` (ConsumerResult; ``kvproof.judge.judge_consumer`` gives its
-verdict), ``worker`` (the in-env process), ``client`` (``run``/``run_many``
-from any Python). Its atheris target and the shrinker of what a campaign stores sit
+verdict), ``worker`` (the in-env process). It is driven from any Python through the
+one client of a release's worker, ``kvproof.tiers.client``. Its atheris target and the shrinker of what a campaign stores sit
 above it, in ``kvproof.fuzz.consumers`` and ``kvproof.fuzz.minimize``.
 
-    from kvproof.consumer import run
-    result = run(layout, stream, env)   # env: kvproof.envs.Env
+    from kvproof.tiers import client
+    [result] = client.on(env, [layout.with_stream(stream)], ("consumer",))   # env: kvproof.envs.Env
 """
 
-from kvproof.consumer.client import ConsumerWorker, run, run_many  # noqa: F401
 from kvproof.consumer.result import ConsumerResult  # noqa: F401
 from kvproof.consumer.stream import Stream, default_stream  # noqa: F401

@@ -17,11 +17,10 @@ PROG = "kvproof consumer"
 
 def _body(argv: Sequence[str] | None) -> int:
     from kvproof import envs
-    from kvproof.consumer.client import run
     from kvproof.consumer.stream import Stream, stream_for
-    from kvproof.judge import judge_consumer
     from kvproof.inputs import read_text
     from kvproof.layout import Layout
+    from kvproof.tiers import client, registry
     from kvproof.verdicts import Verdict
 
     p = Parser(prog=PROG, description="Drive the real scheduler, prefix cache, KV events and connector.")
@@ -35,8 +34,9 @@ def _body(argv: Sequence[str] | None) -> int:
     # a consumer finding carries its stream (Layout.stream); else the default one
     stream = Stream.from_json(read_text(args.stream), where=args.stream) if args.stream else stream_for(layout)
     env = envs.find(args.vllm)
-    result = run(layout, stream, env)
-    j = judge_consumer(result, layout)
+    tier = registry.streamed()  # the consumer tier: its one client call, then its member's judge
+    [result] = client.on(env, [layout.with_stream(stream)], (tier,))
+    j = registry.runner(tier).judge(layout, result)
     verdict, tier, reason = j.verdict, j.tier, j.line() or j.note
     if args.json:
         print(json.dumps(dict(result.to_dict(), verdict=str(verdict), tier=str(tier), reason=reason), indent=1))

@@ -184,19 +184,19 @@ def failing_classes(failing: Sequence[Failing], ledger: Any) -> list[FailingClas
 
 def reproduce(chain: Sequence[Pair], classes: Sequence[RegressionClass], envs: dict[str, Any], margin: int,
               runner: Callable | None = None) -> None:
-    """Run each pair's regressing inputs once more on both releases (``runner``, ``run_each``'s
-    shape: the inputs, both environments, one call) and ``diff`` them again: each class of that
+    """Run each pair's regressing inputs once more on both releases (``runner``,
+    ``tiers.client.consumed_on``'s shape: both environments, the Layouts with their streams, one call) and ``diff`` them again: each class of that
     pair gets ``reproduced``, its admissions that regress again (the same input, request,
     admission and class). A connector whose asynchronous transfers finish at another step can
     hit otherwise on a rerun of one release."""
     if runner is None:
-        from kvproof.consumer.client import run_each as runner
+        from kvproof.tiers.client import consumed_on as runner
     for p in chain:
         mine = [c for c in classes if (c.previous, c.release) == (p.previous, p.release)]
         if not mine:
             continue
         sub = list({f.name: Input(f.name, f.layout, f.stream) for f in p.found}.values())
-        older, newer = runner([(lay, st) for _, lay, st in sub], [envs[p.previous], envs[p.release]])
+        older, newer = runner([envs[p.previous], envs[p.release]], [lay.with_stream(st) for _, lay, st in sub])
         again = set()
         for (name, lay, st), a, b in zip(sub, older, newer):
             rep = diff([(lay, st)], {p.previous: [a], p.release: [b]}, margin)

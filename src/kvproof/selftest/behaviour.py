@@ -38,11 +38,12 @@ class ConsumerJudged:
 def judge_consumer_results(layouts: Sequence[Layout], results) -> list[ConsumerJudged]:
     from kvproof.classkey import class_key
     from kvproof.fuzz.oracle import CLASSED
-    from kvproof.judge import judge_consumer
+    from kvproof.tiers import registry
 
+    member = registry.runner(registry.streamed())  # the consumer tier's own judge
     out = []
     for lay, r in zip(layouts, results):
-        j = judge_consumer(r, lay)
+        j = member.judge(lay, r)
         key = class_key(j, lay).id if j.verdict in CLASSED else ""
         hits = tuple((h.get("req"), h.get("hit"), h.get("external")) for h in r.hits) + (r.events_stored,)
         out.append(ConsumerJudged(j.verdict.name, key, (j.line() or j.note or "")[:200], hits))
@@ -61,15 +62,17 @@ def consumer_new(base: ConsumerJudged, got: ConsumerJudged) -> str:
 
 
 def start_consumers(env_list: Sequence[Env]) -> list:
-    """One worker per environment (its ``run``: the consumer tier), importing vLLM in parallel."""
-    from kvproof.bridge.client import start_all
-    from kvproof.consumer.client import ConsumerWorker
+    """One worker per environment for the consumer tier, importing vLLM in parallel."""
+    from kvproof.tiers import client, registry
 
-    return start_all(list(env_list), ConsumerWorker)
+    return client.start(list(env_list), (registry.streamed(),))
 
 
 def run_consumers(worker, items: Sequence[tuple[str, Layout, object]]) -> list[ConsumerJudged]:
-    got = worker.run([(lay, s) for _, lay, s in items])
+    """The consumer tier on (name, Layout, Stream) ``items`` (each Layout under its Stream), judged."""
+    from kvproof.tiers import client
+
+    got = client.consumed(worker, [lay.with_stream(s) for _, lay, s in items])
     return judge_consumer_results([lay for _, lay, _ in items], got)
 
 

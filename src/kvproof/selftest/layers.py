@@ -179,8 +179,10 @@ def contracts(env: Env, seconds: int, workdir: Path, base_worker) -> Catch:
         return failed
     if not lays:
         return Catch("contracts", False, dt, "clean: no FAIL class")
+    from kvproof.tiers import client
+
     t = time.monotonic()
-    base = judge_outcomes([lay for _, lay in lays], base_worker.run([lay for _, lay in lays], manager=True))
+    base = judge_outcomes([lay for _, lay in lays], client.outcomes(base_worker, [lay for _, lay in lays]))
     dt += time.monotonic() - t
     # the overlay FAILed each stored Layout (that is why it is stored); its signature is in the meta
     new = [(c, lay) for (c, lay), b in zip(lays, base)

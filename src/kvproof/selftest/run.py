@@ -200,6 +200,7 @@ def _main(argv: Sequence[str] | None) -> int:
 def resolver_steps(args, mutants, cells_of, made_of, base, where, scratch) -> None:
     """Steps 2-3: the bridge batch (replay, probe, conformance), contract fuzz, the consumer tier."""
     from kvproof.bridge.client import Worker
+    from kvproof.tiers import client
     from kvproof.verify.drift import Model, fuzzed_layouts
 
     corpus = inputs.load_layouts([args.corpus or str(where.corpus)])
@@ -218,7 +219,7 @@ def resolver_steps(args, mutants, cells_of, made_of, base, where, scratch) -> No
         model = Model(revision)
         expected = [model(lay) for lay in layouts]
         base_worker.handshake()
-        base_j = L.judge_outcomes(layouts, base_worker.run(layouts, manager=True))
+        base_j = L.judge_outcomes(layouts, client.outcomes(base_worker, layouts))
         gaps = sum(1 for b, m in zip(base_j, expected) if b.expressible and b.pair != m)
         print(f"{PROG}: base verdicts and model:{revision} in {time.monotonic() - t:.0f} s ({gaps} layouts where the "
               f"base itself disagrees with the model: ignored by conformance)", flush=True)
