@@ -34,9 +34,9 @@ def _body(argv: Sequence[str] | None) -> int:
     # a consumer finding carries its stream (Layout.stream); else the default one
     stream = Stream.from_json(read_text(args.stream), where=args.stream) if args.stream else stream_for(layout)
     env = envs.find(args.vllm)
-    tier = registry.streamed()  # the consumer tier: its one client call, then its member's judge
-    [result] = client.on(env, [layout.with_stream(stream)], (tier,))
-    j = registry.runner(tier).judge(layout, result)
+    consumer = registry.streamed()  # the consumer tier: its one client call, then its member's judge
+    [result] = client.on(env, [layout.with_stream(stream)], (consumer,))
+    j = registry.runner(consumer).judge(layout, result)
     verdict, tier, reason = j.verdict, j.tier, j.line() or j.note
     if args.json:
         print(json.dumps(dict(result.to_dict(), verdict=str(verdict), tier=str(tier), reason=reason), indent=1))
