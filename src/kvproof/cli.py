@@ -37,6 +37,7 @@ DELEGATED = {
     "bisect": ("kvproof.replay.bisect", "first managed release where a counterexample stops failing"),
     "selftest": ("kvproof.selftest.run", "seeded vLLM mutants: which layer catches each (kill matrix)"),
     "findings": ("kvproof.findings.cli", "the ledger of known finding classes (list, show, add, report)"),
+    "consumer": ("kvproof.consume", "one layout through the real scheduler, prefix cache, KV events and connector"),
     "compare": ("kvproof.compare", "release differential: the same layouts and streams on two releases, hit by hit"),
     "drift-consumers": ("kvproof.verify.consumer_drift", "which vLLM consumer functions a release changed (drift alarm)"),
 }

@@ -13,10 +13,6 @@ still a dependency, only a hidden one (the inputs <-> layout circle was one).
       circle either (the facts in spec/ made layout -> spec -> layout one). (The tangle was 12 edges: spec/strategies imported fuzz,
       consumer.fuzz sat below fuzz, bridge imported consumer.compat, the tier
       runner read the ledger that findings' reports run it for.)
-      A package's ``__main__`` (``python -m kvproof.consumer``) is a node of its own: a command
-      nothing imports, above every folder, as ``kvproof.cli`` is (the consumer command drives
-      the tier client, which reads the consumer folder's result type: no library module of
-      the folder depends on the tiers).
 (b) The input types' modules (``INPUT_TYPES``: Layout, Config, Stream with
     its Drafts, and ``kvproof.reading`` they parse through) import only the
     standard library, ``kvproof.errors``, ``kvproof.facts`` and each
@@ -29,7 +25,7 @@ still a dependency, only a hidden one (the inputs <-> layout circle was one).
     fresh interpreter. Stream and Drafts are top-level modules (``kvproof.stream``,
     ``kvproof.drafts``: a Layout holds its Stream, issue 43 item 2); the consumer tier's
     ``kvproof.consumer.stream`` (which draws, shrinks and defaults streams) is only checked for
-    z3: importing it runs ``consumer/__init__``, which loads the consumer result type.
+    z3: importing it runs ``consumer/__init__``, which loads the consumer client.
 """
 
 from __future__ import annotations
@@ -139,17 +135,9 @@ def test_no_file_level_circle():
     assert not _on_circles(edges), f"modules that import each other in a circle: {sorted(_on_circles(edges))}"
 
 
-def _node(m: str, known: dict[str, Path]) -> str:
-    """A module's folder-level node: its subpackage, else itself (a top-level module, a ``__main__``)."""
-    return m if m.endswith(".__main__") else _folder(m, known) or m
-
-
 def test_no_folder_level_circle():
     known = _all()
-    mains = {m for m in known if m.endswith(".__main__")}
-    importers = {m for m, path in known.items() if _kvproof(_imports(m, path, known)) & mains}
-    assert not importers, f"a __main__ is a command, imported by nothing: {sorted(importers)}"
-    found = _on_circles(_edges(lambda m: _node(m, known)))
+    found = _on_circles(_edges(lambda m: _folder(m, known) or m))
     assert not found, f"folder -> folder edges on a circle: {sorted(found)}"
 
 

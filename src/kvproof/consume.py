@@ -1,4 +1,5 @@
-"""``python -m kvproof.consumer LAYOUT.json [--stream STREAM.json] --vllm R [--json]``.
+"""``kvproof consumer LAYOUT.json [--stream STREAM.json] --vllm R [--json]``: one layout through the
+consumer tier (the release's worker, then the tier's judge); a command, above the tiers it drives.
 
 Exit codes: 0 no FAIL/ERROR (OK, WARN, REJECTED, NOT_EXPRESSIBLE), 1 FAIL or
 ERROR at the consumer tier, 2 usage or input error (one line on stderr).
