@@ -25,7 +25,8 @@ class Removals:
     def __init__(self, cache: set) -> None:
         res = ConsumerResult("x", "v")
         self.queue: list = []
-        self.oracle = RemovalOracle(None, Recorder(res.observations, res.counts), "GPU", lambda: set(cache),
+        self.oracle = RemovalOracle(None, Recorder(res.observations, res.counts), "GPU",
+                                    lambda entries: entries - set(cache),
                                     lambda: list(self.queue))
         self.seen = res.observations
 

@@ -30,6 +30,35 @@ from kvproof import facts
 MAX_MODEL_LEN_CEILING = 1 << 20
 
 
+def kv_cache_tensors(groups: list, pages: list[int], num_blocks: int) -> list:
+    """The tensors the engine's ``get_kv_cache_config_from_groups`` lays out for groups of one layer
+    each (a page of ``pages[i]`` bytes), in the release's own shape. The offload connectors size
+    their pools from them (``SimpleCPUOffloadScheduler._derive_cpu_config``, ``build_offloading_config``):
+    a pool is ``cpu_bytes_to_use`` over the GPU cache's bytes, read as ``kv_cache_tensors[0].size``.
+
+    0.29+ (``KVCacheTensor.layers``): one backing allocation the groups alias from byte 0 (a block id
+    is one group's at a time); each group's tensor is sized as the whole of it, the largest group's
+    bytes per block x ``num_blocks``. <= 0.28 (``shared_by``), the general case: one tensor per
+    layer index, shared by that layer of every group, ``page x num_blocks``, no block stride (the
+    connector then sums the tensors). Real models have one page size across groups (vLLM pads them
+    equal); a layout's pages may differ, and the largest is the allocation's block."""
+    block = max(pages)
+    layer_names = [g.layer_names[0] for g in groups]
+    if "layers" not in kvi.KVCacheTensor.__dataclass_fields__:
+        return [kvi.KVCacheTensor(size=block * num_blocks, shared_by=layer_names)]
+    return [kvi.KVCacheTensor(**kwargs_for(kvi.KVCacheTensor, size=block * num_blocks, layers=[name],
+                                           layer_stride=page * num_blocks, block_stride=page, offset=0))
+            for name, page in zip(layer_names, pages)]
+
+
+def kv_cache_bytes(kv_cfg: Any) -> int:
+    """The GPU KV cache's bytes: the one allocation 0.29+ tensors each describe, else their sum."""
+    tensors = kv_cfg.kv_cache_tensors
+    if tensors and "layers" in kvi.KVCacheTensor.__dataclass_fields__:
+        return tensors[0].size
+    return sum(t.size for t in tensors)
+
+
 class EngineConfigs:
     """One per process: caches the model config (its first build imports and inspects)."""
 
@@ -61,19 +90,14 @@ class EngineConfigs:
 
     def kv_cache_config(self, layout: Layout, num_blocks: int) -> Any:
         mode = layout.cache.mamba_cache_mode
-        groups, tensors = [], []
+        groups, pages = [], []
         for i, g in enumerate(layout.groups):
             spec = self.builder.spec(g, mode)
-            name = f"model.layers.{i}.attn"
-            groups.append(kvi.KVCacheGroupSpec([name], spec, **kwargs_for(kvi.KVCacheGroupSpec,
-                                                                          is_eagle_group=bool(g.eagle))))
-            page = spec.page_size_bytes
-            # layer-outermost placement; field names differ by release (shared_by <= 0.28, layers 0.32)
-            tensors.append(kvi.KVCacheTensor(**kwargs_for(
-                kvi.KVCacheTensor, size=page * num_blocks, shared_by=[name], layers=[name],
-                layer_stride=page * num_blocks, block_stride=page)))
-        return kvi.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups,
-                                 **kwargs_for(kvi.KVCacheConfig, **self.retention()))
+            groups.append(kvi.KVCacheGroupSpec([f"model.layers.{i}.attn"], spec, **kwargs_for(
+                kvi.KVCacheGroupSpec, is_eagle_group=bool(g.eagle))))
+            pages.append(spec.page_size_bytes)
+        return kvi.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=kv_cache_tensors(groups, pages, num_blocks),
+                                 kv_cache_groups=groups, **kwargs_for(kvi.KVCacheConfig, **self.retention()))
 
     def retention(self) -> dict:
         """The retention interval the engine puts in KVCacheConfig: its CacheConfig's (the release's

@@ -33,11 +33,11 @@ class RemovalOracle(Oracle):
 
     ids = (OracleId.KV_EVENT,)
 
-    def __init__(self, ctx: Any, rec: Any, medium: str, present: Callable[[], set[Key]],
+    def __init__(self, ctx: Any, rec: Any, medium: str, absent: Callable[[set[Key]], set[Key]],
                  queued: Callable[[], Sequence[Any]]) -> None:
         super().__init__(ctx, rec)
         self.medium = medium
-        self.present = present  # () -> the (group, hash) entries the pool's cache holds now
+        self.absent = absent  # (entries) -> those the pool's cache no longer holds
         self.queued = queued  # () -> events the pool has queued but not yet handed out
         self.announced: set[Key] = set()
         self.ever: set[Key] = set()
@@ -75,7 +75,7 @@ class RemovalOracle(Oracle):
             self.apply(ev, view, judge=False)
         if not view:
             return
-        stale = view - self.present()
+        stale = self.absent(view)
         if stale:
             g = sorted(stale, key=repr)[0][0]
             self.bad("removed-missing", f"{len(stale)} (group, hash) entries announced by BlockStored "

@@ -18,7 +18,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 
 from kvproof.consumer import sizing
 from kvproof.bridge.compat import kwargs_for
-from kvproof.consumer.configs import EngineConfigs
+from kvproof.consumer.configs import EngineConfigs, kv_cache_bytes
 from kvproof.consumer.failures import exc_line, own_error, raised
 from kvproof.consumer.result import RunState
 from kvproof.consumer.stream import Stream
@@ -32,7 +32,7 @@ def build(configs: EngineConfigs, st: RunState, layout: Layout, stream: Stream) 
     num_blocks = sizing.num_blocks(layout, stream)
     try:
         kv_cfg = configs.kv_cache_config(layout, num_blocks)
-        vcfg = configs.vllm_config(layout, stream, num_blocks, gpu_bytes=sum(t.size for t in kv_cfg.kv_cache_tensors))
+        vcfg = configs.vllm_config(layout, stream, num_blocks, gpu_bytes=kv_cache_bytes(kv_cfg))
     except Unchecked as err:  # kvproof's gap, never a fact about vLLM
         st.res.unchecked = str(err)
         return None

@@ -62,6 +62,8 @@ class HashIndex:
         self.where: dict[Any, tuple[int, list[int]]] = {}
         self.chains: dict[str, list[Any]] = {}
         self.width = 0  # bytes of one hash
+        # value -> what locate found: ``where`` only grows (setdefault), so a found range stays found
+        self.found: dict[Any, tuple[int, int, list[int], int | None]] = {}
 
     def extend(self, key: str, tokens: list[int]) -> list[Any]:
         chain = self.chains.setdefault(key, [])
@@ -84,6 +86,17 @@ class HashIndex:
 
     def locate(self, value: Any) -> tuple[int, int, list[int], int | None] | None:
         """(start, end, tokens, group) of the prefix range a hash (or hash+group key) names."""
+        try:
+            got = self.found.get(value)
+        except TypeError:  # unhashable: located afresh
+            return self._locate(value)
+        if got is None:
+            got = self._locate(value)
+            if got is not None:
+                self.found[value] = got
+        return got
+
+    def _locate(self, value: Any) -> tuple[int, int, list[int], int | None] | None:
         if isinstance(value, int):
             got = self.where.get(value)
             return None if got is None else (got[0] - self.h, got[0], got[1], None)

@@ -65,14 +65,29 @@ def removals(pool: Any, ctx: RunContext, rec: Recorder) -> RemovalOracle | None:
         return None
     medium = getattr(pool, "medium", None) or "GPU"
 
-    def present() -> set:
+    known: dict = {}  # packed key -> (group, hash as events carry it): vLLM's conversion, once per key
+    where: dict = {}  # (group, hash) -> the packed key it came from
+
+    def absent(entries: set) -> set:
+        """Of ``entries``, those the pool's cache no longer holds: each looked up by the key it came
+        from; the cache is walked (a new key converted once) only when one is not found there."""
         m = pool.cached_block_hash_to_block._cache  # reset_prefix_cache replaces the map
-        return {(kv_cache_utils.get_group_id(k), kv_cache_utils.maybe_convert_block_hash(
-            kv_cache_utils.get_block_hash(k))) for k in m}
+        left = {e for e in entries if where.get(e) not in m}
+        if not left:
+            return left
+        held = set()
+        for k in m:
+            e = known.get(k)
+            if e is None:
+                e = known[k] = (kv_cache_utils.get_group_id(k),
+                                kv_cache_utils.maybe_convert_block_hash(kv_cache_utils.get_block_hash(k)))
+            where[e] = k
+            held.add(e)
+        return left - held
 
     def queued() -> list:
         return list(getattr(pool, "kv_event_queue", None) or ())
-    return RemovalOracle(ctx, rec, medium, present, queued)
+    return RemovalOracle(ctx, rec, medium, absent, queued)
 
 
 def hash_block(hash_fn: Any) -> Any:
