@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvproof.bridge.client import worker_env
+from kvproof.tiers import client
 from kvproof.layout import Layout
 from conftest import require_env
 
@@ -171,9 +172,9 @@ def test_contracts_campaign_stores_a_class_the_ledger_lacks_and_keeps_going(tmp_
     from kvproof.judge import judge
     from kvproof.verdicts import Verdict
 
-    bad = workers("0.27.0").run([layout])[0]
+    bad = client.outcomes(workers("0.27.0"), [layout])[0]
     assert judge(layout, bad).verdict == Verdict.FAIL
-    good = workers("0.28.0").run([layout])[0]
+    good = client.outcomes(workers("0.28.0"), [layout])[0]
     assert good.manager_error is None and judge(layout, good).verdict < Verdict.LATENT
     book = Ledger.load(ledger)
     book.add(Entry(key=ClassKey.parse(c["key"]), status=Status.FIXED, title="seed", why="test", fixed_in="0.28.0"))

@@ -5,6 +5,7 @@ import pytest
 from kvproof.judge import judge
 from kvproof.layout import Layout
 from kvproof.verdicts import Tier, Verdict
+from kvproof.tiers import client
 
 pytestmark = pytest.mark.integration
 
@@ -17,7 +18,7 @@ SEED_MESSAGE = ("Each KV cache group's real block_size must be divisible by hash
 
 
 def test_seed_fails_on_0_27_with_the_coordinator_assertion(workers):
-    [out] = workers("0.27.0").run([SEED])
+    [out] = client.outcomes(workers("0.27.0"), [SEED])
     assert out.vllm_version == "0.27.0"
     assert (out.scheduler_block_size, out.hash_block_size) == (98464, 98464)
     assert out.manager_error is not None and out.manager_error.type == "AssertionError"
@@ -30,7 +31,7 @@ def test_seed_fails_on_0_27_with_the_coordinator_assertion(workers):
 
 @pytest.mark.parametrize("release", ["0.28.0", "0.32.0"])
 def test_seed_passes_on_fixed_releases_with_hash_1_warning(workers, release):
-    [out] = workers(release).run([SEED])
+    [out] = client.outcomes(workers(release), [SEED])
     assert (out.scheduler_block_size, out.hash_block_size) == (98464, 1)
     assert out.manager_error is None and out.coordinator == "HybridKVCacheCoordinator"
     j = judge(SEED, out)
@@ -44,7 +45,7 @@ def test_bad_prefix_match_unit_is_the_resolvers_value_error(workers, release):
     lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 32},
                                        {"kind": "mamba", "block_size": 16}],
                             "cache": {"block_size": 16, "prefix_match_unit": 5}})
-    [out] = workers(release).run([lay])
+    [out] = client.outcomes(workers(release), [lay])
     assert out.resolver_error is not None and out.resolver_error.type == "ValueError"
     assert "prefix_match_unit=5" in out.resolver_error.message
     assert judge(lay, out).verdict == Verdict.REJECTED
@@ -53,9 +54,9 @@ def test_bad_prefix_match_unit_is_the_resolvers_value_error(workers, release):
 def test_fields_a_release_lacks_are_not_expressible(workers):
     lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16},
                                        {"kind": "mamba", "block_size": 32, "tokens_per_state": 4}]})
-    [old] = workers("0.27.0").run([lay])
+    [old] = client.outcomes(workers("0.27.0"), [lay])
     assert not old.expressible and "not expressible in vLLM 0.27.0" in old.not_expressible
-    [new] = workers("0.32.0").run([lay])
+    [new] = client.outcomes(workers("0.32.0"), [lay])
     assert new.expressible
 
 

@@ -31,6 +31,7 @@ from kvproof.tiers.families import Recipe
 from kvproof.settings import settings
 from kvproof import facts
 from kvproof.verdicts import Tier, Verdict
+from kvproof.tiers import client
 
 from conftest import RELEASES, require_env
 
@@ -68,7 +69,7 @@ def test_corpus_files_are_named_by_content_hash():
 def test_bridge_tiers(workers, path, release, tier):
     lay = _load(path)
     expected = _expected(lay, release, tier)
-    [out] = workers(release).run([lay], manager=(tier == Tier.MANAGER))
+    [out] = client.outcomes(workers(release), [lay], manager=(tier == Tier.MANAGER))
     if tier == Tier.FUNCTION:
         out = classify.function_outcome(out)
     j = judge(lay, out, tier)

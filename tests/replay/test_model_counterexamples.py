@@ -14,6 +14,7 @@ from kvproof import contracts, envs
 from kvproof.layout import Layout
 from kvproof.errors import EnvError
 from kvproof.spec import revision_for
+from kvproof.tiers import client
 
 from conftest import RELEASES
 
@@ -57,7 +58,7 @@ def test_model_counterexample_is_real_on_its_release(request, workers, path):
     release = _release_of(path)
     if release is None:
         pytest.skip(f"revision {meta['revision']} has no managed vLLM environment (model-only finding)")
-    [out] = workers(release).run([lay])
+    [out] = client.outcomes(workers(release), [lay])
     assert out.expressible, out.not_expressible
     violated = {v.contract.id for v in contracts.check(lay, out)}
     assert meta["contract"] in violated, (

@@ -25,7 +25,7 @@ still a dependency, only a hidden one (the inputs <-> layout circle was one).
     fresh interpreter. Stream and Drafts are top-level modules (``kvproof.stream``,
     ``kvproof.drafts``: a Layout holds its Stream, issue 43 item 2); the consumer tier's
     ``kvproof.consumer.stream`` (which draws, shrinks and defaults streams) is only checked for
-    z3: importing it runs ``consumer/__init__``, which loads the consumer client.
+    z3: importing it runs ``consumer/__init__``, which loads the consumer result type.
 """
 
 from __future__ import annotations
