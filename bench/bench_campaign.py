@@ -1,14 +1,17 @@
 """Where a consumer campaign's time goes, against vLLM's own time on the same inputs
 -> bench/results/campaign_profile.md.
 
-    .venv/bin/python bench/bench_campaign.py [--vllm 0.32.0 --vllm 0.33.0] [--n 300] [--out FILE]
+    .venv/bin/python bench/bench_campaign.py [--vllm 0.32.0 --vllm 0.33.0] [--n 300 | --campaign-seconds S]
+                                             [--before REV] [--out FILE]
 
 Per release, in its vLLM environment (one subprocess, one core): the consumers target
 (``kvproof.fuzz.consumers.Target``, as ``kvproof fuzz --target consumers`` builds it, without
-libFuzzer's loop and without coverage instrumentation) takes ``--n`` seeded random inputs under
-cProfile. The table splits the time per input: vLLM's own (the cumulative time inside the real
-``Scheduler.__init__`` (coordinator, block pool, connector), ``schedule``, ``update_from_output``,
-``add_request``/``finish_requests`` and ``Request.__init__``: the physical limit, what a campaign
+libFuzzer's loop and without coverage instrumentation) takes ``--n`` seeded random inputs, or with
+``--campaign-seconds S`` what a real S-second campaign ran (its corpus and real-model seeds; that
+campaign's own execs/s is a column), under cProfile. The table splits the time per input: vLLM's
+own (the cumulative time inside the real ``Scheduler.__init__`` (coordinator, block pool,
+connector), ``schedule``, ``update_from_output``, ``add_request``/``finish_requests`` and
+``Request.__init__``: the physical limit, what a campaign
 cannot go below without running less of vLLM), kvproof's config building, the driver and oracles
 around the steps, judging and the campaign's bookkeeping. Start-up (vLLM's import, the warm-up
 runs) is timed apart. The machine's load average is read before and after (2 shared cores:
@@ -45,10 +48,11 @@ from kvproof.fuzz.consumers import Target
 target = Target(Path(tempfile.mkdtemp(prefix="kvproof-bench-campaign-")))
 start = time.perf_counter() - t0
 rng = random.Random(seed)
-inputs = [rng.randbytes(rng.randint(8, 200)) for _ in range(n)]
 if folders:  # a campaign's own inputs: its corpus and the real-model seeds it started from
     inputs = [p.read_bytes() for d in folders for p in sorted(Path(d).iterdir()) if p.is_file()]
     n = len(inputs)
+else:
+    inputs = [rng.randbytes(rng.randint(8, 200)) for _ in range(n)]
 prof = cProfile.Profile()
 t1 = time.perf_counter()
 prof.enable()

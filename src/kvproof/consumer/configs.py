@@ -28,6 +28,9 @@ from kvproof.layout import Layout
 from kvproof import facts
 
 MAX_MODEL_LEN_CEILING = 1 << 20
+# 0.29+: a KVCacheTensor names its ``layers`` and describes (a region of) the one backing allocation,
+# sized as the whole; <= 0.28 it names the layers it is ``shared_by``, sized as its own share
+ONE_ALLOCATION = "layers" in kvi.KVCacheTensor.__dataclass_fields__
 
 
 def kv_cache_tensors(groups: list, pages: list[int], num_blocks: int) -> list:
@@ -44,7 +47,7 @@ def kv_cache_tensors(groups: list, pages: list[int], num_blocks: int) -> list:
     equal); a layout's pages may differ, and the largest is the allocation's block."""
     block = max(pages)
     layer_names = [g.layer_names[0] for g in groups]
-    if "layers" not in kvi.KVCacheTensor.__dataclass_fields__:
+    if not ONE_ALLOCATION:
         return [kvi.KVCacheTensor(size=block * num_blocks, shared_by=layer_names)]
     return [kvi.KVCacheTensor(**kwargs_for(kvi.KVCacheTensor, size=block * num_blocks, layers=[name],
                                            layer_stride=page * num_blocks, block_stride=page, offset=0))
@@ -54,9 +57,7 @@ def kv_cache_tensors(groups: list, pages: list[int], num_blocks: int) -> list:
 def kv_cache_bytes(kv_cfg: Any) -> int:
     """The GPU KV cache's bytes: the one allocation 0.29+ tensors each describe, else their sum."""
     tensors = kv_cfg.kv_cache_tensors
-    if tensors and "layers" in kvi.KVCacheTensor.__dataclass_fields__:
-        return tensors[0].size
-    return sum(t.size for t in tensors)
+    return tensors[0].size if tensors and ONE_ALLOCATION else sum(t.size for t in tensors)
 
 
 class EngineConfigs:
