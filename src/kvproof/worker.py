@@ -1,16 +1,17 @@
 """The one worker of a release: every tier inside its vLLM environment, served over a pipe.
 
-Derive (``kvproof.bridge.derive``), the function and manager tiers (``kvproof.bridge.runtime.Bridge``)
-and the consumer tier (``kvproof.consumer.worker``) in one process. It sits above both
+Derive (``kvproof.bridge.derive``) and every part a tier asks for, answered by the serving function
+its member names (``kvproof.bridge.runtime.outcomes``, ``kvproof.consumer.worker.answers``), in one process. It sits above both
 folders: the bridge and the consumer tier import nothing of it (it is started by name,
 ``python -m kvproof.worker``, by ``kvproof.bridge.client.Worker``).
 
 Protocol: one JSON object per line on stdin, one reply per line on stdout.
   {"op": "info"}                                   -> {"vllm": ..., "fingerprint": ...}
   {"op": "environ"}                                -> {"environ": {...}} (the process's variables)
-  {"op": "batch", "configs": [{"key", "config"}], "layouts": [{"key", "layout"}], "tiers": [...]}
-      -> {"derived": {key: ...}, "outcomes": {key: ...}, "consumer": {key: ...}}: the configs
-         derived, then the given layouts and the derived ones at the tiers, in one round trip;
+  {"op": "batch", "configs": [{"key", "config"}], "layouts": [{"key", "layout"}],
+   "asks": {part: {"serve": "kvproof.mod:fn", "with": {...}}}}
+      -> {"derived": {key: ...}, part: {key: ...}, ...}: the configs derived, then the given
+         layouts and the derived ones answered by each part's serving function, in one round trip;
          every answer under its input's key (a derived layout's under its config's). The one
          door for every tier (kvproof.bridge.client.Worker.batch): no reply is matched by position.
 One process per release serves every tier: no second vLLM import for the consumer tier.
@@ -42,10 +43,12 @@ def handle(bridge: Any, request: dict, import_seconds: float = 0.0) -> dict:
 
 
 def batch(bridge: Any, request: dict) -> dict:
-    """Derive ``configs``; run ``layouts`` and each derived layout at ``tiers`` (tier values):
-    function/manager through the bridge, consumer under each layout's own stream or the default.
-    Each input comes as ``{"key": ..., "config"|"layout": ...}``; every answer is filed under its
-    input's key (a derived layout's under its config's), so the client never matches by position."""
+    """Derive ``configs``; answer each of ``asks`` (reply part -> ``{"serve": "kvproof.x:f",
+    "with": {...}}``, built by the tier registry, ``kvproof.tiers.registry.asks``) with its serving
+    function over ``layouts`` and each derived layout. Each input comes as ``{"key": ..., "config"|
+    "layout": ...}``; every answer is filed under its input's key (a derived layout's under its
+    config's), so the client never matches by position. The worker names no tier: which code
+    answers a part is the registry's to say."""
     from kvproof.layout import Layout
     derived: dict[str, dict] = {}
     if request.get("configs"):
@@ -53,16 +56,18 @@ def batch(bridge: Any, request: dict) -> dict:
         derived = {it["key"]: derive(it["config"]) for it in request["configs"]}
     layouts = [(it["key"], Layout.from_dict(it["layout"])) for it in request.get("layouts", [])]
     layouts += [(k, Layout.from_dict(d["layout"])) for k, d in derived.items() if d.get("layout")]
-    tiers = set(request.get("tiers", ()))
-    outcomes: dict[str, dict] = {}
-    if tiers & {"function", "manager"}:
-        outcomes = {k: bridge.evaluate(lay, "manager" in tiers).to_dict() for k, lay in layouts}
-    consumer: dict[str, dict] = {}
-    if "consumer" in tiers and layouts:
-        from kvproof.consumer.stream import stream_for
-        from kvproof.consumer.worker import run_one
-        consumer = {k: run_one(lay, stream_for(lay)).to_dict() for k, lay in layouts}
-    return {"derived": derived, "outcomes": outcomes, "consumer": consumer}
+    parts = {part: served(ask["serve"])(bridge, layouts, **ask.get("with", {})) if layouts else {}
+             for part, ask in (request.get("asks") or {}).items()}
+    return dict(parts, derived=derived)
+
+
+def served(name: str) -> Any:
+    """The serving function ``module:function`` (kvproof's own modules only)."""
+    module, _, attr = name.partition(":")
+    if not module.startswith("kvproof.") or not attr:
+        raise ValueError(f"not a kvproof serving function: {name!r}")
+    import importlib
+    return getattr(importlib.import_module(module), attr)
 
 
 def serve(bridge: Any, lines: TextIO, out: TextIO, import_seconds: float) -> None:

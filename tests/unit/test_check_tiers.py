@@ -337,12 +337,12 @@ def test_every_worker_call_goes_through_the_keyed_door():
     w = _ReversingWorker({})
     got = client.outcomes(w, [kimi, fa, kimi], manager=False)
     assert [o.layout_hash for o in got] == [kimi.content_hash(), fa.content_hash(), kimi.content_hash()]
-    assert len(w.sent["layouts"]) == 2 and w.sent["tiers"] == ["function"]
-    assert client.outcomes(w, [fa])[0].manager_attempted and w.sent["tiers"] == ["function", "manager"]
+    assert len(w.sent["layouts"]) == 2 and w.sent["asks"]["outcomes"]["with"] == {"manager": False}
+    assert client.outcomes(w, [fa])[0].manager_attempted and w.sent["asks"]["outcomes"]["with"] == {"manager": True}
     s3, s5 = ({"prefixes": [40], "requests": [{"prefix": 0, "prefix_len": 40}], "max_num_seqs": n} for n in (3, 5))
     five, three = fa.with_stream(Stream.from_dict(s5)), kimi.with_stream(Stream.from_dict(s3))
     res = client.consumed(w, [five, three, five])
-    assert [r.layout_hash for r in res] == ["5", "3", "5"] and w.sent["tiers"] == ["consumer"]
+    assert [r.layout_hash for r in res] == ["5", "3", "5"] and list(w.sent["asks"]) == ["consumer"]
     assert len(w.sent["layouts"]) == 2
     rows = client.results(w, [three, fa], ("consumer",))  # the Result around the tier's own record
     assert [r.tier for r in rows] == [Tier.CONSUMER] * 2 and [r.payload.layout_hash for r in rows] == ["3", "-"]

@@ -47,8 +47,8 @@ def test_the_runners_tier_lists_come_from_the_registry():
 class Throwaway(TierRunner):
     """Stands in for a tier: the runners must call it, whatever tier it takes the place of."""
 
-    def __init__(self, tier: Tier, ask: str | None) -> None:
-        self.tier, self.ask, self.part = tier, ask, "consumer" if ask else None
+    def __init__(self, tier: Tier, serve: str | None) -> None:
+        self.tier, self.serve, self.part = tier, serve, "consumer" if serve else None
 
     what = "throwaway result"
 
@@ -83,16 +83,16 @@ class Throwaway(TierRunner):
 
 @pytest.fixture
 def stand_in(request):
-    tier, ask = request.param
+    tier, serve = request.param
     real = registry.runner(tier)
     registry.unregister(tier)
-    registry.register(Throwaway(tier, ask))
+    registry.register(Throwaway(tier, serve))
     yield tier
     registry.unregister(tier)
     registry.register(real)
 
 
-@pytest.mark.parametrize("stand_in", [(Tier.CONSUMER, "consumer")], indirect=True)
+@pytest.mark.parametrize("stand_in", [(Tier.CONSUMER, "kvproof.consumer.worker:answers")], indirect=True)
 def test_a_worker_tier_is_judged_and_shown_by_its_member(stand_in):
     reply = Answers.from_reply([], (stand_in,), {"consumer": {"k": {"said": "reply"}}})
     assert reply.parts == {"consumer": {"k": Result(stand_in, "parsed {'said': 'reply'}")}}
@@ -120,7 +120,7 @@ PARTS = {"outcomes": Outcome(LAYOUT.content_hash(), "0.32.0", scheduler_block_si
 def _rows_of(member: TierRunner) -> list[Row]:
     """A member's rows, made the way the runners make them: from a reply part, or outside the worker
     (the engine tier with no reproducer to find: no boot)."""
-    if member.ask is not None:
+    if member.serve is not None:
         runner_row = member.row("a", LAYOUT, "env", member.result(PARTS[member.part]))
         return [runner_row, member.replay_row(runner_row, "0.32.0")]
     return member.outside_rows([("a", LAYOUT)], {"0.32.0": Env("vllm-x", Path("/nowhere"))}, [], synthesise=False)
@@ -140,7 +140,7 @@ def test_every_member_makes_the_one_result_record_and_a_row_holds_one():
             assert type(res) is Result and res.tier == member.tier, (member.tier, res)
             assert (row.outcome is not None) + (row.consumer is not None) <= 1 and res.payload is not None
             payloads.add(type(res.payload).__name__)
-            if member.ask is not None:
+            if member.serve is not None:
                 assert (res.vllm_version, res.scheduler_block_size, res.hash_block_size) == ("0.32.0", 16, 16)
                 assert row.verdict is not None
             else:
@@ -209,3 +209,31 @@ def test_a_corpus_files_required_expectations_are_the_members(monkeypatch):
     monkeypatch.setattr(registry.runner(Tier.CONSUMER), "expected", lambda layout, release: True)
     assert corpus.required_tiers(LAYOUT, release) == ("function", "manager", "consumer")
     assert corpus.required_tiers(LAYOUT, "my-overlay") == ()
+
+
+def test_the_worker_answers_what_the_registry_asks_and_names_no_tier(monkeypatch):
+    """issue 43: tier names are dispatched by the registry and the CLI parser only. A batch
+    request carries, per reply part, the serving function and options of the highest member
+    asked; the worker calls it over every keyed layout, knowing nothing of tiers."""
+    import sys
+    import types
+    from pathlib import Path
+
+    from kvproof import worker
+
+    F, M, C = Tier.FUNCTION, Tier.MANAGER, Tier.CONSUMER
+    assert registry.asks([F]) == {"outcomes": {"serve": "kvproof.bridge.runtime:outcomes", "with": {"manager": False}}}
+    assert registry.asks([F, M, C]) == {"outcomes": {"serve": "kvproof.bridge.runtime:outcomes", "with": {"manager": True}},
+                                        "consumer": {"serve": "kvproof.consumer.worker:answers", "with": {}}}
+    assert registry.asks([Tier.ENGINE]) == {}
+    fake = types.ModuleType("kvproof._serving_stand_in")
+    fake.echo = lambda bridge, layouts, tag="": {k: {"tag": tag, "groups": len(lay.groups), "bridge": bridge}
+                                                 for k, lay in layouts}
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+    reply = worker.batch("B", {"layouts": [{"key": "k1", "layout": LAYOUT.to_dict()}],
+                               "asks": {"mine": {"serve": f"{fake.__name__}:echo", "with": {"tag": "t"}}}})
+    assert reply == {"derived": {}, "mine": {"k1": {"tag": "t", "groups": 1, "bridge": "B"}}}
+    with pytest.raises(ValueError, match="not a kvproof serving function"):
+        worker.served("os.path:join")
+    source = Path(worker.__file__).read_text()
+    assert not [t for t in Tier if f'"{t}"' in source or f"'{t}'" in source]

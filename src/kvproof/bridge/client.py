@@ -245,19 +245,22 @@ class Worker:
         lines = [ln for ln in self._stderr if ln.strip()]
         return f": {lines[-1]}" if lines else ""
 
-    def batch(self, configs: Sequence[dict] = (), layouts: Sequence[dict] = (), tiers: Iterable[str] = ()) -> dict:
+    def batch(self, configs: Sequence[dict] = (), layouts: Sequence[dict] = (),
+              asks: Mapping[str, Mapping[str, Any]] | None = None) -> dict:
         """The worker's one door (``kvproof.worker.batch``): config and layout dicts, each sent once
-        under :func:`input_key` of exactly what is sent; the reply files every answer under its
-        input's key. Returns the reply and ``"keys"``: the key of each config, then each layout,
-        in the order given (equal inputs share one); each part (derived, outcomes, consumer) a
-        mapping, empty where nothing was asked of it."""
+        under :func:`input_key` of exactly what is sent, and ``asks`` (reply part -> serving
+        function and options: ``kvproof.tiers.registry.asks``); the reply files every answer under
+        its input's key. Returns the reply and ``"keys"``: the key of each config, then each layout,
+        in the order given (equal inputs share one); ``derived`` and each part asked a mapping,
+        empty where the worker had nothing to answer."""
+        asks = dict(asks or {})
         ckeys = [input_key("config", d) for d in configs]
         lkeys = [input_key("layout", d) for d in layouts]
         reply = self._call({"op": "batch",
                             "configs": [{"key": k, "config": d} for k, d in dict(zip(ckeys, configs)).items()],
                             "layouts": [{"key": k, "layout": d} for k, d in dict(zip(lkeys, layouts)).items()],
-                            "tiers": sorted(str(t) for t in tiers)})
-        parts = {p: reply.get(p) or {} for p in ("derived", "outcomes", "consumer")}
+                            "asks": asks})
+        parts = {p: reply.get(p) or {} for p in ("derived", *asks)}
         return dict(reply, keys=ckeys + lkeys, **parts)
 
     def close(self) -> None:

@@ -210,3 +210,9 @@ class Bridge:
         return {"vllm": self.version, "fingerprint": self.fingerprint, "file": kv_cache_utils.__file__,
                 "incompatible": self.incompatible}
 
+
+
+def outcomes(bridge: Bridge, layouts: list[tuple[str, Layout]], manager: bool = True) -> dict[str, dict]:
+    """The outcomes part of a batch (the function and manager tiers' serving function): each keyed
+    layout through the real resolver, and the real manager when ``manager``."""
+    return {k: bridge.evaluate(lay, manager).to_dict() for k, lay in layouts}

@@ -23,3 +23,10 @@ def harness() -> Any:
 def run_one(layout: Any, stream: Any) -> Any:
     """One Layout under one Stream -> its ConsumerResult (in this process)."""
     return harness().run(layout, stream)
+
+
+def answers(bridge: Any, layouts: list[tuple[str, Any]]) -> dict[str, dict]:
+    """The consumer part of a batch (the consumer tier's serving function): each keyed layout
+    under its own stream, else the default one."""
+    from kvproof.consumer.stream import stream_for
+    return {k: run_one(lay, stream_for(lay)).to_dict() for k, lay in layouts}

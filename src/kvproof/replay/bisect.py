@@ -50,7 +50,7 @@ def matrix(rows: Sequence[ReplayRow], tiers: Sequence[Tier | str]) -> str:
     releases = sorted({r.release for r in rows}, key=core.version_key)
     cell = {(r.release, r.tier): r for r in rows}
     # a tier run outside the worker (the engine's boots) has its detail printed beside the verdicts
-    detailed = [t for t in tiers if registry.runner(t).ask is None]
+    detailed = [t for t in tiers if registry.runner(t).serve is None]
     lines = [f"{'vllm':8}" + "".join(f"  {str(t):10}" for t in tiers) + "".join(f"  {t} detail" for t in detailed)]
     for rel in releases:
         line = f"{rel:8}" + "".join(f"  {(core.verdict_name(cell[(rel, t)]) if (rel, t) in cell else '-'):10}"

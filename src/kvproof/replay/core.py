@@ -132,7 +132,7 @@ def replay(named: Sequence[tuple[str, Layout]], releases: Sequence[str], tiers: 
            echo: Callable[[str], None] | None = None, synthesise: bool = True) -> list[ReplayRow]:
     tiers = [as_tier(t) for t in tiers]
     env_map = resolve_envs(releases)
-    outside = [(m, m.needs(named)) for m in registry.runners(tiers) if m.ask is None]
+    outside = [(m, m.needs(named)) for m in registry.runners(tiers) if m.serve is None]
     rows = tier_rows(named, env_map, tiers + [t for _, needs in outside for t in needs if t not in tiers])
     for m, needs in outside:
         # what a tier outside the worker reads may show on a release outside the selection (the

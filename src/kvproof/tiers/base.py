@@ -19,15 +19,16 @@ if TYPE_CHECKING:
 class TierRunner:
     """One tier of the evidence ladder.
 
-    A tier the release's worker runs names itself in a batch request (``ask``) and reads one part
-    of the reply (``part``, parsed by :meth:`result` into the one result record, ``Result``, with
+    A tier the release's worker runs names the worker-side function that answers its part of a
+    batch (``serve``, with ``serve_with`` as its options) and reads that part of the reply (``part``, parsed by :meth:`result` into the one result record, ``Result``, with
     the tier's own record as its payload: tiers sharing a part share one result and one row, as the
     function and manager tiers share the bridge's Outcome). A tier run outside the
-    worker (``ask`` None) makes its rows itself (:meth:`outside_rows`), after the rows of the tiers
+    worker (``serve`` None) makes its rows itself (:meth:`outside_rows`), after the rows of the tiers
     it ``needs``."""
 
     tier: Tier
-    ask: str | None = None  # the worker's name for the tier in a batch request
+    serve: str | None = None  # "kvproof.module:function" answering its part inside the worker
+    serve_with: dict[str, Any] = {}  # that function's options (the highest asked member's, per part)
     part: str | None = None  # the batch reply part its result comes from
     what: str = ""  # its result, as a missing answer names it
     skip: str = ""  # help of ``check --no-<tier>`` (empty: the tier has no such flag)

@@ -24,6 +24,7 @@ class _Bridge(TierRunner):
     """What the function and manager tiers share: the reply's Outcome and the runner's one row."""
 
     part = "outcomes"
+    serve = "kvproof.bridge.runtime:outcomes"
     what = "outcome"
 
     def result(self, raw: dict[str, Any]) -> Result:
@@ -47,7 +48,7 @@ class FunctionTier(_Bridge):
     """The real ``resolve_kv_cache_block_sizes``, judged by the contracts without the manager."""
 
     tier = Tier.FUNCTION
-    ask = "function"
+    serve_with = {"manager": False}
 
     def judge(self, layout: Layout, result: Outcome) -> Judgement:
         return judge(layout, classify.function_outcome(result), Tier.FUNCTION)
@@ -77,7 +78,7 @@ class ManagerTier(_Bridge):
     """The real ``KVCacheManager`` and coordinator built from the resolver's output."""
 
     tier = Tier.MANAGER
-    ask = "manager"
+    serve_with = {"manager": True}
     default = True
     skip = "skip the KVCacheManager tier"
 

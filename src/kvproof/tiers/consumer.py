@@ -18,7 +18,7 @@ class ConsumerTier(TierRunner):
     """Each layout under its own stream, else the default shared-prefix one; a row of its own."""
 
     tier = Tier.CONSUMER
-    ask = "consumer"
+    serve = "kvproof.consumer.worker:answers"
     part = "consumer"
     streams = True
     what = "consumer result"

@@ -7,6 +7,7 @@ Callers name tiers; only the registry knows which member runs one. The model tie
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from kvproof.tiers.base import TierRunner
 from kvproof.tiers.bridge import FunctionTier, ManagerTier
@@ -49,7 +50,7 @@ def runners(tiers: Iterable[Tier] | None = None) -> list[TierRunner]:
 
 def worker_tiers() -> tuple[Tier, ...]:
     """The tiers a release's worker runs (one batch call answers them all), in ladder order."""
-    return tuple(m.tier for m in runners() if m.ask is not None)
+    return tuple(m.tier for m in runners() if m.serve is not None)
 
 
 def _marked(attr: str) -> Tier:
@@ -74,14 +75,14 @@ def top(tier: Tier) -> Tier:
     part = runner(tier).part
     if part is None:
         return default()
-    return max(m.tier for m in runners() if m.ask is not None and m.part == part)
+    return max(m.tier for m in runners() if m.serve is not None and m.part == part)
 
 
 def through(tier: Tier) -> tuple[Tier, ...]:
     """The worker tiers a row of ``tier`` is run at: those sharing its reply part, up to it (a
     manager row: the function and manager stages of one bridge call). Empty outside the worker."""
     part = runner(tier).part
-    return tuple(m.tier for m in runners() if m.ask is not None and m.part == part and m.tier <= tier)
+    return tuple(m.tier for m in runners() if m.serve is not None and m.part == part and m.tier <= tier)
 
 
 def skips(tiers: Iterable[Tier]) -> dict[Tier, str]:
@@ -94,9 +95,15 @@ def refused(tiers: Iterable[Tier]) -> dict[Tier, str]:
     return {m.tier: m.elsewhere for m in runners() if m.tier not in set(tiers) and m.elsewhere}
 
 
-def asks(tiers: Iterable[Tier]) -> list[str]:
-    """The worker's names of the worker tiers among ``tiers`` (a batch request's tier list)."""
-    return [m.ask for m in runners(t for t in tiers if t in _RUNNERS) if m.ask is not None]
+def asks(tiers: Iterable[Tier]) -> dict[str, dict[str, Any]]:
+    """A batch request's asks for the worker tiers among ``tiers``: reply part -> the serving
+    function and options of the highest member asked for it (the manager tier's Outcome holds the
+    function tier's)."""
+    out: dict[str, dict[str, Any]] = {}
+    for m in runners(t for t in tiers if t in _RUNNERS):
+        if m.serve is not None:
+            out[m.part] = {"serve": m.serve, "with": dict(m.serve_with)}
+    return out
 
 
 def readers(tiers: Iterable[Tier]) -> list[TierRunner]:
@@ -104,6 +111,6 @@ def readers(tiers: Iterable[Tier]) -> list[TierRunner]:
     row), in ladder order: the members that turn a batch reply into rows."""
     out: dict[str, TierRunner] = {}
     for m in runners(t for t in tiers if t in _RUNNERS):
-        if m.ask is not None:
+        if m.serve is not None:
             out.setdefault(m.part, m)
     return list(out.values())
