@@ -174,8 +174,8 @@ def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, f
            pairs: Sequence[Pair], found_classes: Sequence[RegressionClass], margin: int,
            failing: Sequence[FailingClass] = ()) -> list[str]:
     picked = corpus["picked"]
-    streams = [st for *_, st in picked]
-    n_spec, by_method = differential.spec_share(streams)
+    layouts = [lay for *_, lay, _ in picked]
+    n_spec, by_method = differential.spec_share(layouts)
     cpu, bf16 = cpu_model()
     camp = meta["campaign"]
     what = "a consumers campaign's corpus" if camp else "generated inputs"
@@ -195,7 +195,7 @@ def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, f
                      f"{gen['share']} --seed {gen['seed']}" + (f" --spec-method {gen['method']}" if gen['method'] else "")
                      + "` draws them: the reference layouts (`compare.REFERENCE_LAYOUTS`) in turn, prefix caching "
                      "on, each under a seeded stream. MTP inputs by the target's MTP modules: "
-                     + (", ".join(f"{k} module{'s' if k > 1 else ''}: {v}" for k, v in differential.mtp_modules(streams).items())
+                     + (", ".join(f"{k} module{'s' if k > 1 else ''}: {v}" for k, v in differential.mtp_modules(layouts).items())
                         or "none") + ".")
     elif meta.get("ran"):
         r = meta["ran"]
@@ -216,7 +216,7 @@ def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, f
               f"(`--max {meta['max']}`, in name order), {corpus['refused']} refused by the decoder, "
               f"{corpus['left']} left over."]
     lines += ["",
-              f"Inputs whose stream carries speculative drafts (`stream.spec`): **{n_spec} of {len(picked)}** "
+              f"Inputs that speculate (`Layout.speculative`): **{n_spec} of {len(picked)}** "
               f"({n_spec / max(len(picked), 1):.0%}); by method: "
               + ", ".join(f"{k} {v}" for k, v in by_method.items()) + ".",
               "", "## Runs per release", "",

@@ -62,8 +62,9 @@ def script(entry: Entry) -> str:
     elif tier == streamed:
         if entry.stream is None:
             raise UsageError(f"ledger entry {entry.id}: a consumer finding without its stream")
-        if entry.stream.get("spec"):  # a report whose reproducer cannot show the bug is not written
-            raise UsageError(f"ledger entry {entry.id}: its stream drafts ({entry.stream['spec'].get('method')}) and "
+        drafter = (entry.layout or {}).get("speculative")
+        if drafter:  # a report whose reproducer cannot show the bug is not written
+            raise UsageError(f"ledger entry {entry.id}: its layout drafts ({drafter.get('method')}) and "
                              f"the standalone reproducer (findings/repro/consumer.py.in) has no drafter yet")
         if key.check == OracleId.KV_EVENT.check:
             expect = {"check": OracleId.KV_EVENT.value}

@@ -29,7 +29,8 @@ from kvproof.classkey import class_key
 from kvproof import facts
 from kvproof.config import Config, reference_models
 from kvproof.derivation import model_flag_sets, reference_flags
-from kvproof.consumer.drafts import Drafts, parse_drafts
+from kvproof.consumer.drafts import Drafts
+from kvproof.drafts import parse_acceptance
 from kvproof.consumer.stream import Req, Stream
 from kvproof.differential import REGRESSION_CHECK
 from kvproof.errors import LayoutError
@@ -74,11 +75,12 @@ def serve_flags(layout: Layout) -> tuple[str, ...]:
 
 
 def class_drafts(entry, found: Layout) -> Drafts | None:
-    """The drafts the class was found with: its stream's, else its Layout's speculative method."""
-    spec = parse_drafts((entry.stream or {}).get("spec"))
-    if spec is None and found.speculative is not None:
-        spec = Drafts(found.speculative.method, found.speculative.num_speculative_tokens)
-    return spec
+    """The drafts the class was found with: its Layout's speculation under its stream's acceptance."""
+    sp = found.speculative
+    if sp is None:
+        return None
+    return Drafts.of(sp.method, sp.num_speculative_tokens, sp.mtp_modules if sp.method == "mtp" else 1,
+                     parse_acceptance((entry.stream or {}).get("accept")))
 
 
 def own_drafters(model: str, method: str) -> list[dict]:
@@ -98,11 +100,12 @@ def own_drafters(model: str, method: str) -> list[dict]:
 
 
 def flag_sets(entry, found: Layout, model: str) -> list[tuple[str, ...]]:
-    """The serve flag sets ``model`` is searched under for ``entry``: the class's own (its drafts,
-    if any, ride the consumer stream), then one per own drafter of the class's method."""
-    sets = [serve_flags(found)]
-    drafts = class_drafts(entry, found)
+    """The serve flag sets ``model`` is searched under for ``entry``: the class's own without its
+    drafts (``candidates`` gives the class's drafter to a layout the model derives without one of
+    that method), then, for a class that drafts, one per own drafter of its method."""
     plain = serve_flags(replace(found, speculative=None))
+    sets = [plain]
+    drafts = class_drafts(entry, found)
     if drafts is not None and "--speculative-config" not in plain:
         sets += [plain + ("--speculative-config", json.dumps(s, separators=(",", ":")))
                  for s in own_drafters(model, drafts.method)]
@@ -150,11 +153,10 @@ def candidates(entry, found: Layout, real: Layout, name: str) -> list[tuple[str,
     if entry.key.tier != str(registry.streamed()):
         return [(name, real)]
     stream = Stream.from_dict(entry.stream) if entry.stream else Stream(requests=(Req(),))
-    own = real.speculative
-    if stream.spec is not None and own is not None and own.method == stream.spec.method:
-        # the model's own drafter: its depth (and MTP modules), the class's acceptance
-        stream = replace(stream, spec=replace(stream.spec, k=min(own.num_speculative_tokens, facts.MAX_SPEC_TOKENS),
-                                              modules=own.mtp_modules if own.method == "mtp" else 1))
+    own, drafted = real.speculative, found.speculative
+    if drafted is not None and (own is None or own.method != drafted.method):
+        real = replace(real, speculative=drafted)  # the class's drafter; the model's own one keeps its
+        # depth and MTP modules, under the class's acceptance (the stream's)
     fb, rb = max(g.block_size for g in found.groups), max(g.block_size for g in real.groups)
     out = []
     for k in scales(found, real):

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kvproof import facts
+from kvproof.drafts import ALL
 from kvproof.verdicts import Verdict
 
 TARGET = "consumers"
@@ -83,11 +84,11 @@ def decode_choices(fdp: Any, caps: Any, premise: str = "engine", real: tuple = (
     if 1 <= pick <= len(real):
         layout = real[pick - 1]
         if layout.speculative is not None or layout.kv_connector is not None:
-            # the model's own drafter and connector (the stream drafts with the layout's method)
-            return layout, replace(fit_stream(layout, seed), spec=None)
+            # the model's own drafter and connector: no drawn speculation, every draft accepted
+            return layout, replace(fit_input(layout, seed)[1], accept=ALL)
     if conn < len(facts.CONSUMER_CONNECTORS):
         layout = replace(layout, kv_connector=facts.CONSUMER_CONNECTORS[conn])
-    return layout, fit_stream(layout, seed)
+    return fit_input(layout, seed)
 
 
 def real_layouts(release: str) -> tuple:
@@ -109,18 +110,19 @@ def real_layouts(release: str) -> tuple:
     return ()
 
 
-def fit_stream(layout: Any, seed: int) -> Any:
-    """The seed's random stream at the layout's scale, halved until it needs at most
-    ``BLOCK_BUDGET`` blocks (or the scale is 16)."""
+def fit_input(layout: Any, seed: int) -> tuple[Any, Any]:
+    """The seed's random input (``random_input``: a stream, and a share of them speculating, which
+    the Layout records) at the layout's scale, halved until it needs at most ``BLOCK_BUDGET``
+    blocks (or the scale is 16)."""
     from kvproof.consumer.sizing import auto_blocks
-    from kvproof.consumer.stream import random_stream
+    from kvproof.consumer.stream import random_input
 
     scale = stream_scale(layout)
-    stream = random_stream(random.Random(seed), scale, SPEC_SHARE)
-    while scale > 16 and auto_blocks(layout, stream) > BLOCK_BUDGET:
+    lay, stream = random_input(random.Random(seed), layout, scale, SPEC_SHARE)
+    while scale > 16 and auto_blocks(lay, stream) > BLOCK_BUDGET:
         scale = max(16, scale // 2)
-        stream = random_stream(random.Random(seed), scale, SPEC_SHARE)
-    return stream
+        lay, stream = random_input(random.Random(seed), layout, scale, SPEC_SHARE)
+    return lay, stream
 
 
 class Target:
@@ -166,7 +168,7 @@ class Target:
         s = self.stats
         s.data["steps"] += res.steps
         s.data["run_seconds"] = round(s.data["run_seconds"] + res.seconds, 3)
-        s.bump("drafts", stream.spec.method if stream.spec else "none")
+        s.bump("drafts", layout.speculative.method if layout.speculative else "none")
         real = layout.content_hash() in self.real_keys or \
             replace(layout, kv_connector=None).content_hash() in self.real_keys
         s.bump("layouts", "real" if real else "random")

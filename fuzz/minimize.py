@@ -1,9 +1,9 @@
 """The smallest (layout, stream) that keeps a consumer finding in its class.
 
 A campaign stores a new class with what a maintainer should read first: the stream
-shrunk (``stream.shrink``: fewer requests, shorter prompts, earlier arrivals, no drafts,
-aborts or resends that do not matter), then the layout (fewer groups, shorter windows,
-no context parallelism, no ``prefix_match_unit``; the one greedy loop of
+shrunk (``stream.shrink``: every draft accepted, fewer requests, shorter prompts, earlier
+arrivals, aborts or resends that do not matter), then the layout (fewer groups, shorter windows,
+no context parallelism, no ``prefix_match_unit``, no or shorter drafts; the one greedy loop of
 ``kvproof.shrinking``), then the stream once more for the smaller layout. Every step
 must keep the class key, so a shrink never trades one bug for another.
 
@@ -54,11 +54,19 @@ def layout_moves(layout: Layout, rule: str | None) -> Iterator[Layout]:
             if v and v > g.block_size:
                 yield _engine(layout, groups[:i] + [replace(g, **{field: max(g.block_size, v // 2)})]
                               + groups[i + 1:], rule)
+    sp = layout.speculative
+    if sp is not None:  # no drafts, then one draft token, then one MTP module
+        yield replace(layout, speculative=None)
+        for cut in (replace(sp, num_speculative_tokens=1), replace(sp, mtp_modules=1)):
+            if cut != sp:
+                yield replace(layout, speculative=cut)
 
 
 def size(layout: Layout) -> tuple:
+    sp = layout.speculative
     return (len(layout.groups), layout.dcp, layout.cache.prefix_match_unit is not None,
-            sum((g.sliding_window or 0) + (g.attention_chunk_size or 0) for g in layout.groups))
+            sum((g.sliding_window or 0) + (g.attention_chunk_size or 0) for g in layout.groups),
+            (sp.num_speculative_tokens, sp.mtp_modules) if sp else (0, 0))
 
 
 def minimal(layout: Layout, stream: Any, same_class: Callable[[Layout, Any], bool], rule: str | None,

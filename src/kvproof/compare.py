@@ -33,7 +33,7 @@ from kvproof import envs
 from kvproof.cliutil import Parser, add_vllm, guarded
 from kvproof.consumer.stream import stream_for
 from kvproof.consumer.result import ConsumerResult
-from kvproof.consumer.stream import Stream, random_stream
+from kvproof.consumer.stream import Stream, random_input
 from kvproof.errors import LayoutError, UsageError
 from kvproof.fsio import atomic_write
 from kvproof.inputs import load_files, parse_json
@@ -74,7 +74,7 @@ def generated(n: int, spec_share: float, seed: int = 0, method: str | None = Non
             base["kv_connector"] = connector
         lay = Layout.from_dict(base)
         big = lay.largest_block
-        st = random_stream(rng, max(64, min(3 * big, 2048)), spec_share, method)
+        lay, st = random_input(rng, lay, max(64, min(3 * big, 2048)), spec_share, method)
         if connector == "SimpleCPUOffloadConnector" and (turn // len(connectors)) % 2:
             st = replace(st, offload="lazy")  # its two modes in turn, no draw: a seed's streams stay
         out.append((lay, st))

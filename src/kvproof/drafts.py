@@ -1,17 +1,15 @@
-"""Speculative decoding in a stream: the method, the draft length and how drafts are judged. Stdlib only.
+"""Speculative decoding in a run: how the target accepts drafts, and the drafts a run makes. Stdlib only.
 
 An input type, below :mod:`kvproof.stream` and :mod:`kvproof.layout` (the consumer tier's
-``kvproof.consumer.drafts`` re-exports it and adds ``effective_drafts``).
+``kvproof.consumer.drafts`` re-exports it and adds ``effective_drafts``). Speculation is recorded
+once: the Layout's ``speculative`` says which method drafts how many tokens (``SpeculativeConfig
+.method``, ``num_speculative_tokens``; for MTP the target's modules), the stream's ``accept`` says
+how the target judges them (:class:`Acceptance`, JSON ``{"mode": "seeded", "p": 0.5, "seed": 7}``,
+absent: every draft accepted). :class:`Drafts` is a run's view of the two together, never stored.
 
-JSON (the stream's ``"spec"`` field)::
-
-    {"method": "eagle3", "k": 2, "accept": "seeded", "p": 0.5, "seed": 7}
-    {"method": "mtp", "k": 3, "modules": 3}
-
-``modules`` (MTP only) is the target's number of MTP modules, its
-``num_nextn_predict_layers``: real models ship one (DeepSeek-V3, GLM-4.5,
-Qwen3-Next) or several, and 0.33 hashes ``num_speculative_tokens`` tokens past
-each block once several modules draft (``VllmConfig.num_prefill_lookahead_tokens``,
+MTP modules are the target's ``num_nextn_predict_layers``: real models ship one (DeepSeek-V3,
+GLM-4.5, Qwen3-Next) or several, and 0.33 hashes ``num_speculative_tokens`` tokens past each block
+once several modules draft (``VllmConfig.num_prefill_lookahead_tokens``,
 ``SpeculativeConfig.use_multi_module_mtp``), one otherwise.
 
 The fake model runner (``kvproof.consumer.runner``) is a deterministic
@@ -34,7 +32,7 @@ from kvproof.errors import LayoutError
 from kvproof import facts
 
 VOCAB = 30000
-_KEYS = {"method", "k", "accept", "p", "seed", "modules"}
+_ACCEPT_KEYS = {"mode", "p", "seed"}
 
 
 def output_token(position: int) -> int:
@@ -48,7 +46,32 @@ def wrong_token(position: int) -> int:
 
 
 @dataclass(frozen=True)
+class Acceptance:
+    """How the target judges drafts (a stream's part of speculation): every draft, none, or each
+    with probability ``p`` from ``seed`` (deterministic: same stream, same answer)."""
+
+    mode: str = "all"
+    p: float = 0.5
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"mode": self.mode}
+        if self.mode == "seeded":
+            d.update(p=self.p, seed=self.seed)
+        return d
+
+    def label(self) -> str:
+        return f"seeded p={self.p} seed={self.seed}" if self.mode == "seeded" else self.mode
+
+
+ALL = Acceptance()
+
+
+@dataclass(frozen=True)
 class Drafts:
+    """A run's drafts: the Layout's method, draft length and MTP modules under the stream's
+    acceptance (``kvproof.consumer.drafts.effective_drafts`` puts them together). Never stored."""
+
     method: str = "ngram"
     k: int = 1
     accept: str = "all"
@@ -80,47 +103,35 @@ class Drafts:
         return [output_token(num_tokens + j) if j < good else wrong_token(num_tokens + j)
                 for j in range(self.k)]
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"method": self.method, "k": self.k, "accept": self.accept}
-        if self.accept == "seeded":
-            d.update(p=self.p, seed=self.seed)
-        if self.modules > 1:
-            d["modules"] = self.modules
-        return d
+    @classmethod
+    def of(cls, method: str, k: int, modules: int, acceptance: Acceptance) -> Drafts:
+        return cls(method, k, acceptance.mode, acceptance.p, acceptance.seed, modules)
+
+    @property
+    def acceptance(self) -> Acceptance:
+        return Acceptance(self.accept, self.p, self.seed) if self.accept == "seeded" else Acceptance(self.accept)
 
     def label(self) -> str:
-        acc = f"seeded p={self.p} seed={self.seed}" if self.accept == "seeded" else self.accept
         mods = f" modules={self.modules}" if self.modules > 1 else ""
-        return f"{self.method} k={self.k}{mods} accept={acc}"
+        return f"{self.method} k={self.k}{mods} accept={self.acceptance.label()}"
 
 
-def parse_drafts(data: Any, where: str = "spec") -> Drafts | None:
+def parse_acceptance(data: Any, where: str = "accept") -> Acceptance:
+    """A stream's ``accept`` object (absent: every draft accepted)."""
     if data is None:
-        return None
+        return ALL
     if not isinstance(data, dict):
         raise LayoutError(f"{where} must be an object, got {type(data).__name__}")
-    bad = sorted(set(data) - _KEYS)
+    bad = sorted(set(data) - _ACCEPT_KEYS)
     if bad:
-        raise LayoutError(f"{where} has unknown field {bad[0]!r} (allowed: {', '.join(sorted(_KEYS))})")
-    method = data.get("method", "ngram")
-    if method not in facts.SPEC_METHODS:
-        raise LayoutError(f"{where}.method must be one of {', '.join(facts.SPEC_METHODS)}, got {json.dumps(method)[:40]}")
-    k = data.get("k", 1)
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= facts.MAX_SPEC_TOKENS:
-        raise LayoutError(f"{where}.k must be an integer in [1, {facts.MAX_SPEC_TOKENS}], got {json.dumps(k)[:40]}")
-    accept = data.get("accept", "all")
-    if accept not in facts.SPEC_ACCEPT:
-        raise LayoutError(f"{where}.accept must be one of {', '.join(facts.SPEC_ACCEPT)}, got {json.dumps(accept)[:40]}")
+        raise LayoutError(f"{where} has unknown field {bad[0]!r} (allowed: {', '.join(sorted(_ACCEPT_KEYS))})")
+    mode = data.get("mode", "all")
+    if mode not in facts.SPEC_ACCEPT:
+        raise LayoutError(f"{where}.mode must be one of {', '.join(facts.SPEC_ACCEPT)}, got {json.dumps(mode)[:40]}")
     p = data.get("p", 0.5)
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
         raise LayoutError(f"{where}.p must be a number in [0, 1], got {json.dumps(p)[:40]}")
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 32:
         raise LayoutError(f"{where}.seed must be an integer in [0, 2^32), got {json.dumps(seed)[:40]}")
-    modules = data.get("modules", 1)
-    if isinstance(modules, bool) or not isinstance(modules, int) or not 1 <= modules <= facts.MAX_SPEC_TOKENS:
-        raise LayoutError(f"{where}.modules must be an integer in [1, {facts.MAX_SPEC_TOKENS}], "
-                          f"got {json.dumps(modules)[:40]}")
-    if modules > 1 and method != "mtp":
-        raise LayoutError(f"{where}.modules is the target's MTP modules: method mtp only, got {method}")
-    return Drafts(method, k, accept, float(p), seed, modules)
+    return Acceptance(mode, float(p), seed) if mode == "seeded" else Acceptance(mode)

@@ -9,7 +9,10 @@ decode-context-parallel size and max_model_len. Everything downstream
 One input unit: a Layout with an optional request stream (``Layout.stream``, a typed
 :class:`kvproof.stream.Stream`, what the consumer tier runs). It stays outside the content
 hash and equality, as meta does; on disk it rides in the meta object (``"kvproof":
-{"stream": ...}``), read once here through ``Stream.from_dict``.
+{"stream": ...}``), read once here through ``Stream.from_dict``. Speculation is the Layout's
+(``speculative``: method, draft length, MTP modules); the stream says only how drafts are accepted.
+A file written before that (its stream's ``spec``) is read once more as it was meant
+(:func:`_moved_speculation`).
 """
 
 from __future__ import annotations
@@ -334,8 +337,10 @@ def _parse_layout(data: Any) -> Layout:
     if not isinstance(meta, dict):
         raise LayoutError(f"{META_KEY} must be an object")
     meta = dict(meta)
+    speculative = _speculative(top.get("speculative"))
     try:
-        stream = _as_stream(meta.pop(STREAM_KEY, None))
+        raw_stream, speculative = _moved_speculation(meta.pop(STREAM_KEY, None), speculative)
+        stream = _as_stream(raw_stream)
     except LayoutError as err:
         raise LayoutError(f"{META_KEY}.{STREAM_KEY}: {err}") from None
     return Layout(
@@ -344,7 +349,7 @@ def _parse_layout(data: Any) -> Layout:
         kv_connector=connector,
         dcp=_int(top.get("dcp", 1), "dcp", hi=64),
         max_model_len=_int(top.get("max_model_len", DEFAULT_MAX_MODEL_LEN), "max_model_len", hi=1 << 30),
-        speculative=_speculative(top.get("speculative")),
+        speculative=speculative,
         meta=meta,
         stream=stream,
     )
@@ -356,6 +361,27 @@ def _as_stream(raw: Any) -> Stream | None:
     return raw if raw is None or isinstance(raw, Stream) else Stream.from_dict(raw)
 
 
+def _moved_speculation(raw: Any, speculative: Speculative | None) -> tuple[Any, Speculative | None]:
+    """A stream object written while streams carried speculation (``"spec": {"method", "k",
+    "modules", "accept", "p", "seed"}``, before the Layout recorded it once): its method, length
+    and modules become the Layout's ``speculative``, its acceptance the stream's ``accept``. A
+    file whose Layout already speculates otherwise is refused: which one ran is not known."""
+    if not isinstance(raw, dict) or "spec" not in raw:
+        return raw, speculative
+    raw = dict(raw)
+    old = _object(raw.pop("spec"), "spec", {"method", "k", "modules", "accept", "p", "seed"})
+    moved = _speculative({"method": old.get("method", "ngram"), "num_speculative_tokens": old.get("k", 1),
+                          "mtp_modules": old.get("modules", 1)})
+    if speculative is not None and speculative != moved:
+        raise LayoutError(f"spec {moved.to_dict()} differs from the layout's speculative {speculative.to_dict()}")
+    accept = {"mode": old.get("accept", "all")}
+    if accept["mode"] == "seeded":
+        accept.update(p=old.get("p", 0.5), seed=old.get("seed", 0))
+    if accept["mode"] != "all":
+        raw["accept"] = accept
+    return raw, moved
+
+
 def _speculative(raw: Any) -> Speculative | None:
     if raw is None:
         return None
@@ -363,8 +389,11 @@ def _speculative(raw: Any) -> Speculative | None:
     method = obj.get("method")
     if not isinstance(method, str) or not method.replace("_", "").isalnum() or len(method) > 40:
         raise LayoutError(f"speculative.method must be a vLLM speculative method name, got {json.dumps(method)[:40]}")
+    modules = _int(obj.get("mtp_modules", 1), "speculative.mtp_modules", hi=64)
+    if modules > 1 and method != "mtp":
+        raise LayoutError(f"speculative.mtp_modules is the target's MTP modules: method mtp only, got {method}")
     return Speculative(method, _int(obj.get("num_speculative_tokens", 1), "speculative.num_speculative_tokens", hi=64),
-                       _int(obj.get("mtp_modules", 1), "speculative.mtp_modules", hi=64))
+                       modules)
 
 
 def parse_groups_spec(spec: str) -> list[dict[str, Any]]:

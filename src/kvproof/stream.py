@@ -16,7 +16,7 @@ JSON::
                    "max_tokens": 3, "resend_at": 9, "abort_at": null, "tokens": null,
                    "extends": null}],
      "num_blocks": null, "max_num_batched_tokens": 512, "max_num_seqs": 8,
-     "spec": {"method": "eagle3", "k": 2, "accept": "all"}}
+     "accept": {"mode": "seeded", "p": 0.5, "seed": 7}}
 
 ``tokens`` (explicit prompt ids) overrides prefix/suffix. ``resend_at``: the
 same prompt arrives again as a new request at that step. ``abort_at``: the
@@ -24,7 +24,9 @@ request is aborted at that step if still unfinished. ``extends``: an earlier
 request's index; this prompt is that request's prompt and its outputs (the
 fake model runner's tokens, ``drafts.output_token``), then the suffix: a next
 turn of a conversation. ``num_blocks`` null: enough for every request at once
-(no pressure). ``spec``: speculative decoding (``kvproof.consumer.drafts``).
+(no pressure). ``accept``: how the target judges drafts (``kvproof.drafts.Acceptance``; absent:
+all accepted) where the Layout speculates: which method drafts how many tokens is the Layout's
+``speculative``, recorded there only.
 ``offload``: SimpleCPUOffloadConnector's mode. ``hasher``: who hashes the
 prompts (``facts.PROMPT_HASHERS``; ``kvproof.consumer.frontend``).
 """
@@ -35,7 +37,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kvproof.drafts import VOCAB, Drafts, output_token, parse_drafts
+from kvproof.drafts import ALL, VOCAB, Acceptance, output_token, parse_acceptance
 from kvproof.errors import LayoutError
 from kvproof.reading import parse_json_as
 from kvproof import facts
@@ -45,7 +47,7 @@ MAX_REQUESTS = 512
 MAX_STEP = 10_000
 _REQ_KEYS = {"prefix", "prefix_len", "suffix_len", "arrival", "max_tokens", "resend_at", "abort_at", "tokens",
              "extends", "prompt_logprobs_from"}
-_TOP_KEYS = {"prefixes", "requests", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "spec", "offload",
+_TOP_KEYS = {"prefixes", "requests", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "accept", "offload",
              "hasher"}
 # SimpleCPUOffloadConnector's two modes (kv_connector_extra_config "lazy_offload", 0.27+): eager
 # stores every computed block, lazy offloads only the blocks the GPU pool is about to evict
@@ -76,16 +78,11 @@ class Stream:
     num_blocks: int | None = None
     max_num_batched_tokens: int = 2048
     max_num_seqs: int = 16
-    spec: Drafts | None = None
+    accept: Acceptance = ALL  # how the target judges drafts where the Layout speculates
     offload: str = "eager"  # SimpleCPUOffloadConnector's mode (OFFLOAD_MODES); other connectors ignore it
     # who hashes the prompts (facts.PROMPT_HASHERS): the engine, or a frontend sending
     # EngineCoreRequest.block_hashes (0.34) from the engine's PrefixHashConfig, or breaking it
     hasher: str = "engine"
-
-    @property
-    def spec_slots(self) -> int:
-        """KV slots a request may hold past its tokens for drafts (0 without speculation)."""
-        return self.spec.k if self.spec else 0
 
     # --- token content ------------------------------------------------------
     def prompt(self, i: int) -> list[int]:
@@ -140,8 +137,8 @@ class Stream:
             reqs.append(d)
         d = {"prefixes": list(self.prefixes), "requests": reqs, "num_blocks": self.num_blocks,
              "max_num_batched_tokens": self.max_num_batched_tokens, "max_num_seqs": self.max_num_seqs}
-        if self.spec is not None:
-            d["spec"] = self.spec.to_dict()
+        if self.accept != ALL:  # absent at the default: streams that never speculate keep their form
+            d["accept"] = self.accept.to_dict()
         if self.offload != "eager":  # absent at the default: streams written before keep their form
             d["offload"] = self.offload
         if self.hasher != "engine":
@@ -161,8 +158,8 @@ class Stream:
 
     def summary(self) -> str:
         n = sum(self.prompt_len(i) for i in range(len(self.requests)))
-        spec = (f", spec {self.spec.label()}" if self.spec else "") + (f", offload {self.offload}"
-                                                                     if self.offload != "eager" else "")
+        spec = (f", accept {self.accept.label()}" if self.accept != ALL else "") + (
+            f", offload {self.offload}" if self.offload != "eager" else "")
         spec += f", hashed by {self.hasher}" if self.hasher != "engine" else ""
         return (f"{len(self.requests)} requests, {n} prompt tokens, prefixes {list(self.prefixes)}, "
                 f"blocks={self.num_blocks or 'auto'}, batch={self.max_num_batched_tokens}{spec}")
@@ -209,6 +206,10 @@ def _choice(v: Any, name: str, allowed: tuple[str, ...]) -> str:
 def _parse(data: Any) -> Stream:
     if not isinstance(data, dict):
         raise LayoutError(f"stream must be an object, got {type(data).__name__}")
+    if "spec" in data:  # the form before speculation moved to the Layout
+        raise LayoutError("stream.spec: speculation is the Layout's now: its method, k and modules are the "
+                          "layout's \"speculative\" {method, num_speculative_tokens, mtp_modules}, its accept, "
+                          "p and seed the stream's \"accept\" {mode, p, seed}")
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
         raise LayoutError(f"stream has unknown field {unknown[0]!r} (allowed: {', '.join(sorted(_TOP_KEYS))})")
@@ -251,7 +252,7 @@ def _parse(data: Any) -> Stream:
                         _opt(r.get("prompt_logprobs_from"), f"{w}.prompt_logprobs_from", 0, MAX_TOKENS_PER_PROMPT)))
     stream = Stream(pre, tuple(reqs), _opt(data.get("num_blocks"), "num_blocks", 1, 1 << 22),
                     _int(data.get("max_num_batched_tokens", 2048), "max_num_batched_tokens", 1, 1 << 20),
-                    _int(data.get("max_num_seqs", 16), "max_num_seqs", 1, 1024), parse_drafts(data.get("spec")),
+                    _int(data.get("max_num_seqs", 16), "max_num_seqs", 1, 1024), parse_acceptance(data.get("accept")),
                     _choice(data.get("offload", "eager"), "offload", OFFLOAD_MODES),
                     _choice(data.get("hasher", "engine"), "hasher", facts.PROMPT_HASHERS))
     longest = max(len(p) for p in stream._prompts())

@@ -14,7 +14,7 @@ import pytest
 from conftest import RELEASES, consumer_worker, require_env
 from kvproof import facts
 from kvproof.tiers.client import consumed
-from kvproof.consumer.drafts import Drafts
+from kvproof.layout import Speculative
 from kvproof.consumer.stream import default_stream
 from kvproof.judge import judge_consumer
 from kvproof.layout import Layout
@@ -33,10 +33,10 @@ OFFLOAD = dataclasses.replace(PLAIN, kv_connector="SimpleCPUOffloadConnector")
 
 
 def _cases():
-    eagle3 = Drafts("eagle3", 2)
+    eagle3 = Speculative("eagle3", 2)
     for lay, spec in ((PLAIN, None), (PLAIN, eagle3), (HYBRID, None), (OFFLOAD, eagle3)):
-        base = dataclasses.replace(default_stream(lay), spec=spec)
-        yield lay, base
+        lay = dataclasses.replace(lay, speculative=spec)
+        yield lay, default_stream(lay)
 
 
 def _facts(res):
@@ -54,7 +54,7 @@ def test_a_frontend_hashing_by_the_published_config_changes_nothing(release):
     takes = facts.release_key(release) >= facts.release_key(SINCE)
     for k in range(0, len(items), 2):
         (lay, s), engine, front = items[k], results[k], results[k + 1]
-        what = (release, lay.content_hash(), s.spec)
+        what = (release, lay.content_hash(), lay.speculative)
         assert judge_consumer(engine, lay).verdict <= Verdict.WARN, (what, judge_consumer(engine, lay).line())
         if not takes:
             assert judge_consumer(front, lay).verdict is Verdict.NOT_EXPRESSIBLE, (what, front.not_expressible)
@@ -75,8 +75,9 @@ def test_a_frontend_hashing_by_the_published_config_changes_nothing(release):
 @pytest.mark.parametrize("release", [r for r in RELEASES if facts.release_key(r) >= facts.release_key(SINCE)])
 def test_a_frontend_that_breaks_the_config_is_shown_not_judged(release):
     env = require_env(release)
-    s = dataclasses.replace(default_stream(OFFLOAD), spec=Drafts("eagle3", 2))
-    items = [(OFFLOAD, dataclasses.replace(s, hasher=h)) for h in facts.CONTRACT_BREAKING_HASHERS]
+    drafting = dataclasses.replace(OFFLOAD, speculative=Speculative("eagle3", 2))
+    s = default_stream(drafting)
+    items = [(drafting, dataclasses.replace(s, hasher=h)) for h in facts.CONTRACT_BREAKING_HASHERS]
     with consumer_worker(env) as w:
         results = consumed(w, [lay.with_stream(s) for lay, s in items])
     seen = {}

@@ -11,7 +11,7 @@ import pytest
 from conftest import RELEASES, consumer_worker, require_env
 from kvproof import facts
 from kvproof.tiers.client import consumed
-from kvproof.consumer.drafts import Drafts
+from kvproof.layout import Speculative
 from kvproof.consumer.stream import Req, Stream
 from kvproof.judge import above_ideal, judge_consumer
 from kvproof.layout import Layout
@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.consumer]
 SINCE = facts.CONSUMER_MARKS["lookahead_hashes"][0] + ".0"
 LOOKAHEAD_RELEASES = [r for r in RELEASES if facts.release_key(r) >= facts.release_key(SINCE)]
 
+EAGLE = Speculative("eagle", 2)  # every draft accepted
 LAYOUTS = (
     Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
                       "cache": {"block_size": 16, "enable_prefix_caching": True}}),
@@ -32,7 +33,7 @@ LAYOUTS = (
 # the local cache and the connector
 STREAM = Stream((263,), (Req(0, 263, 0, 0, 6), Req(0, 263, 0, 12, 2), Req(suffix_len=9, arrival=20, max_tokens=2,
                                                                            extends=0)),
-                max_num_batched_tokens=512, spec=Drafts("eagle", 2))
+                max_num_batched_tokens=512)
 CONNECTORS = ("SimpleCPUOffloadConnector", "OffloadingConnector", "ExampleConnector")
 
 
@@ -41,7 +42,7 @@ def runs(request):
     if request.param == "none":
         pytest.skip(f"no release from {SINCE} under test")
     env = require_env(request.param)
-    items = [(replace(lay, kv_connector=c), STREAM) for lay in LAYOUTS for c in CONNECTORS]
+    items = [(replace(lay, kv_connector=c, speculative=EAGLE), STREAM) for lay in LAYOUTS for c in CONNECTORS]
     with consumer_worker(env) as w:
         return request.param, items, consumed(w, [lay.with_stream(s) for lay, s in items])
 

@@ -3,13 +3,11 @@ rolls back rejected ones, and its managers apply the release's EAGLE rule (one w
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from kvproof.tiers.client import consumed
 from kvproof.consumer.drafts import Drafts
-from kvproof.consumer.stream import Req, Stream
+from kvproof.consumer.stream import Req, Stream, speculating
 from kvproof.judge import above_ideal, ideal_hit, judge_consumer
 from kvproof.layout import Layout
 from kvproof.verdicts import Verdict
@@ -33,42 +31,50 @@ METHODS = [Drafts("ngram", 2), Drafts("eagle", 2), Drafts("eagle3", 3, "seeded",
            Drafts("eagle3", 2, "none")]
 # MTP from one module, and from one module per draft token (multi-module: 0.33's lookahead k)
 MTP = [Drafts("mtp", 3), Drafts("mtp", 3, modules=3), Drafts("mtp", 2, modules=2)]
-# DSpark and DFlash block drafters (facts.PARALLEL_DRAFT_METHODS), from a stream and from a Layout's
-# speculative section (what a derivation or a log line gives: every draft accepted)
+# DSpark and DFlash block drafters (facts.PARALLEL_DRAFT_METHODS), under an acceptance pattern and as a
+# Layout's speculative section alone (what a derivation or a log line gives: every draft accepted)
 PARALLEL = [Drafts("dspark", 3), Drafts("dflash", 3), Drafts("dspark", 4, "seeded", 0.5, 5),
             Drafts("dflash", 2, "none")]
 SPEC_LAYOUTS = [Layout.from_dict(dict(base.to_dict(), speculative={"method": m, "num_speculative_tokens": 3}))
                 for base in (FULL, HYBRID) for m in facts.PARALLEL_DRAFT_METHODS]
 
 
+def _drafting(lay: Layout, d: Drafts) -> Layout:
+    spec_lay, stream = speculating(lay, STREAM, d)
+    return spec_lay.with_stream(stream)
+
+
 @pytest.fixture(scope="module", params=RELEASES)
 def runs(request):
     env = require_env(request.param)
-    items = [(lay, replace(STREAM, spec=d)) for lay in (FULL, HYBRID) for d in [None] + METHODS]
-    items += [(FULL, replace(STREAM, spec=d)) for d in MTP + PARALLEL]
-    items += [(lay, STREAM) for lay in SPEC_LAYOUTS]
+    # (base layout, the run's drafts): the drafts' method and length on the Layout, their acceptance
+    # on the stream (speculating); SPEC_LAYOUTS speculate on their own
+    items = [(lay, d) for lay in (FULL, HYBRID) for d in [None] + METHODS]
+    items += [(FULL, d) for d in MTP + PARALLEL]
+    items += [(lay, None) for lay in SPEC_LAYOUTS]
+    inputs = [lay.with_stream(STREAM) if d is None else _drafting(lay, d) for lay, d in items]
     with consumer_worker(env) as w:
-        return request.param, items, consumed(w, [lay.with_stream(s) for lay, s in items])
+        return request.param, items, consumed(w, inputs)
 
 
 def test_drafts_are_scheduled_verified_and_rolled_back(runs):
     release, items, results = runs
-    for (lay, st), res in zip(items, results):
+    for (lay, d), res in zip(items, results):
         if lay.speculative is not None:  # test_a_dspark_layout_gets_a_consumer_verdict
             continue
-        what = f"{release} {lay.groups[0].kind} {st.spec and st.spec.label()}"
+        what = f"{release} {lay.groups[0].kind} {d and d.label()}"
         assert not res.harness_error and not res.not_expressible and not res.setup_error, (what, res)
         assert judge_consumer(res, lay).verdict < Verdict.LATENT, (what, judge_consumer(res, lay).line())
-        if st.spec is None:
+        if d is None:
             assert res.drafts_proposed == 0
             continue
         assert res.drafts_verified > 0, what  # the scheduler scheduled the drafts and the runner saw them
-        if st.spec.accept == "all":
+        if d.accept == "all":
             assert res.drafts_accepted == res.drafts_verified, what
-        elif st.spec.accept == "none":
+        elif d.accept == "none":
             assert res.drafts_accepted == 0, what
         # every request still produced exactly its max_tokens (rejected drafts were rolled back)
-        assert [h["req"] for h in res.hits] == [h["req"] for h in results[items.index((lay, replace(st, spec=None)))].hits]
+        assert [h["req"] for h in res.hits] == [h["req"] for h in results[items.index((lay, None))].hits]
 
 
 def test_hits_follow_the_release_eagle_rule(runs):
@@ -76,13 +82,13 @@ def test_hits_follow_the_release_eagle_rule(runs):
     largest multiple of the block below the common prefix, one unit less where the coordinator
     drops for EAGLE (drop_eagle_block), past the hash lookahead where 0.33 hashes it."""
     release, items, results = runs
-    for (lay, st), res in zip(items, results):
+    for (lay, d), res in zip(items, results):
         if lay is not FULL:
             continue
-        drops = st.spec is not None and facts.eagle_block_drop(st.spec.method, release)
-        assert res.eagle_drop == (drops and not res.hash_lookahead), (release, st.spec)
+        drops = d is not None and facts.eagle_block_drop(d.method, release)
+        assert res.eagle_drop == (drops and not res.hash_lookahead), (release, d)
         for h in res.hits:
-            assert h["hit"] == ideal_hit(res, h, 16), (release, st.spec, h)
+            assert h["hit"] == ideal_hit(res, h, 16), (release, d, h)
         assert not res.by("spec_hit") and not above_ideal(res)
 
 
@@ -90,7 +96,7 @@ def test_eagle_drops_a_block_on_the_mamba_hybrid(runs):
     """The field reports (club-3090 #1262, vLLM #52244): under EAGLE-family drafts on an align-mode
     hybrid a resend hits (floor(N/B) - 1) * B tokens, one block less than without drafts."""
     release, items, results = runs
-    by = {(lay is HYBRID, st.spec): res for (lay, st), res in zip(items, results)}
+    by = {(lay is HYBRID, d): res for (lay, d), res in zip(items, results)}
     plain, eagle = by[(True, None)], by[(True, Drafts("eagle", 2))]
     p, e = plain.hits[1], eagle.hits[1]  # r1, the resend of r0's 263-token prompt
     assert p["truth"] == e["truth"] == 262
@@ -109,7 +115,7 @@ def test_multi_module_mtp_hashes_k_tokens_ahead_from_0_33(runs):
     n_predict), one token for a single module; earlier releases drop a block instead. Each hit
     stays within its ideal, the resend hits it."""
     release, items, results = runs
-    got = {st.spec: res for (lay, st), res in zip(items, results) if lay is FULL and st.spec in MTP}
+    got = {d: res for (lay, d), res in zip(items, results) if lay is FULL and d in MTP}
     assert set(got) == set(MTP)
     for d, res in got.items():
         assert not res.not_expressible and not res.harness_error, (release, d, res.not_expressible)
@@ -127,10 +133,10 @@ def test_the_scheduler_reserves_the_release_lookahead_for_every_method(runs):
     n-gram), and a full-attention group holding from that many to that many plus a block less one
     slots past a drafting request's computed tokens (what allocate_slots reserved)."""
     release, items, results = runs
-    for (lay, st), res in zip(items, results):
-        if lay is not FULL or st.spec is None:
+    for (lay, d), res in zip(items, results):
+        if lay is not FULL or d is None:
             continue
-        d, what = st.spec, (release, st.spec.label())
+        what = (release, d.label())
         want = facts.spec_lookahead_slots(d.method, d.k)
         assert res.lookahead_slots == want, what
         assert res.drafts_scheduled_max == d.k, what
@@ -143,7 +149,7 @@ def test_dspark_and_dflash_keep_the_block_from_0_33(runs):
     (SpeculativeConfig.needs_eagle_block_drop) they keep it and hash no lookahead, so the resend
     of r0's 263-token prompt hits 256 tokens, not 240."""
     release, items, results = runs
-    got = {st.spec: res for (lay, st), res in zip(items, results) if lay is FULL and st.spec in PARALLEL}
+    got = {d: res for (lay, d), res in zip(items, results) if lay is FULL and d in PARALLEL}
     assert set(got) == set(PARALLEL)
     since = facts.CONSUMER_MARKS["parallel_drafts_keep_blocks"][0]
     keeps = facts.release_key(release) >= facts.release_key(since + ".0")
@@ -153,11 +159,11 @@ def test_dspark_and_dflash_keep_the_block_from_0_33(runs):
 
 
 def test_a_dspark_layout_gets_a_consumer_verdict(runs):
-    """A Layout whose speculative method is DSpark or DFlash (no stream drafts) runs the release's
+    """A Layout whose speculative method is DSpark or DFlash (every draft accepted) runs the release's
     own drafter config and gets a verdict about vLLM, never UNCHECKED: the real scheduler schedules
     and verifies its drafts with the release's lookahead."""
     release, items, results = runs
-    for (lay, st), res in zip(items, results):
+    for (lay, _), res in zip(items, results):
         if lay.speculative is None:
             continue
         what = (release, lay.summary())

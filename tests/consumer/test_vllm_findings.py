@@ -209,14 +209,14 @@ def test_simple_cpu_offload_connector_stores_the_mamba_eagle_checkpoint(release)
     layout = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16},
                                           {"kind": "mamba", "block_size": 32}],
                                "cache": {"block_size": 16, "enable_prefix_caching": True,
-                                         "mamba_cache_mode": "align"}, "kv_connector": SIMPLE})
+                                         "mamba_cache_mode": "align"}, "kv_connector": SIMPLE,
+                               "speculative": {"method": "eagle3", "num_speculative_tokens": 2}})
     stream = Stream.from_dict({"prefixes": [400, 400], "num_blocks": 40, "max_num_batched_tokens": 4096,
                                "requests": [{"prefix": 0, "prefix_len": 353, "suffix_len": 0, "max_tokens": 4},
                                             {"prefix": 1, "prefix_len": 353, "suffix_len": 0, "arrival": 6,
                                              "max_tokens": 4},
                                             {"prefix": 0, "prefix_len": 353, "suffix_len": 0, "arrival": 14,
-                                             "max_tokens": 2}],
-                               "spec": {"method": "eagle3", "k": 2, "accept": "all"}})
+                                             "max_tokens": 2}]})
     res = _run(release, layout, stream)
     assert res.eagle_drop and res.alignment == 16
     assert not _hard(res), _hard(res)

@@ -219,18 +219,19 @@ from kvproof.consumer import drafters
 from kvproof.consumer.configs import EngineConfigs
 from kvproof.consumer.drafts import Drafts
 from kvproof.consumer.stream import default_stream
-from kvproof.layout import Layout
+from kvproof.layout import Layout, Speculative
 
 layout = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
                            "cache": {"block_size": 16, "enable_prefix_caching": True}})
 configs = EngineConfigs(Builder())
 out = {"vllm": vllm.__version__}
 for m in facts.PARALLEL_DRAFT_METHODS:
-    stream = replace(default_stream(layout), spec=Drafts(m, 3))
+    drafting = replace(layout, speculative=Speculative(m, 3))
+    stream = default_stream(drafting)
     for override in (False, True):
-        with drafters.model_runner(stream.spec) if override else contextlib.nullcontext():
+        with drafters.model_runner(Drafts(m, 3)) if override else contextlib.nullcontext():
             try:
-                cfg = configs.vllm_config(layout, stream, 64)
+                cfg = configs.vllm_config(drafting, stream, 64)
                 r = {"v2": bool(getattr(cfg, "use_v2_model_runner", True))}  # 0.34 removed V1
             except Exception as err:
                 r = {"error": " ".join(str(err).split())[:400]}

@@ -254,21 +254,21 @@ def test_consumer_inputs_stay_within_the_block_budget():
     token scale, and the budget is what shrank the largest (they needed more at first)."""
     code = r"""
 import random, sys
-from kvproof.fuzz.consumers import BLOCK_BUDGET, SPEC_SHARE, decode_input, fit_stream, stream_scale
+from kvproof.fuzz.consumers import BLOCK_BUDGET, SPEC_SHARE, decode_input, fit_input, stream_scale
 from kvproof.consumer.harness import Harness
 from kvproof.consumer.sizing import auto_blocks
-from kvproof.consumer.stream import random_stream
+from kvproof.consumer.stream import random_input
 from kvproof.fuzz.harness import release_caps
 caps = release_caps(Harness().builder)
 rng = random.Random(3)
 over = shrunk = 0
 for _ in range(300):
-    lay, _ = decode_input(rng.randbytes(rng.randint(8, 120)), caps)
+    base, _ = decode_input(rng.randbytes(rng.randint(8, 120)), caps)
     seed = rng.randrange(1 << 32)
-    st = fit_stream(lay, seed)
+    lay, st = fit_input(base, seed)
     need = auto_blocks(lay, st)
-    over += need > BLOCK_BUDGET and st != random_stream(random.Random(seed), 16, SPEC_SHARE)
-    shrunk += need < auto_blocks(lay, random_stream(random.Random(seed), stream_scale(lay), SPEC_SHARE))
+    over += need > BLOCK_BUDGET and (lay, st) != random_input(random.Random(seed), base, 16, SPEC_SHARE)
+    shrunk += need < auto_blocks(*random_input(random.Random(seed), base, stream_scale(base), SPEC_SHARE))
 print(over, shrunk, file=sys.__stdout__)
 """
     over, shrunk = map(int, _in_env("0.32.0", code).split())

@@ -77,13 +77,13 @@ class Runner:
 
     def run(self, layouts, env):
         out = []
-        for j, st in enumerate(lay.stream for lay in layouts):
+        for j, lay in enumerate(layouts):
             res = ConsumerResult("x", env, scheduler_block_size=32 if self.blocks and env == self.worse else 16)
             if j == 0 and env in self.refuse:
                 res.not_expressible = "not on this release"
             if j < 2 and env == self.fail:  # a hard oracle: the judge's FAIL
                 res.observations.append(Observation("kv_event", 1, "a bad event", cause="block-size|pool"))
-            res.hits = prompt_hits(st, worse=env == self.worse)
+            res.hits = prompt_hits(lay, worse=env == self.worse)
             out.append(res)
         return out
 
@@ -106,18 +106,18 @@ def test_a_release_that_hits_less_under_drafts_is_one_class_per_family(tmp_path,
     assert runner.calls == CHAIN  # one worker call per release, oldest first
     assert runner.reruns == [["0.28.0", "0.29.0"]]  # the regressing pair's inputs, once more
     text = out.read_text()
-    drafted = [st for _, st in made if st.spec]
+    drafted = [(lay, st) for lay, st in made if lay.speculative]
     assert drafted and len(drafted) < len(made)  # the seed gives both kinds
     assert f"**{len(drafted)} of {len(made)}**" in text
     requests = sum(len(st.requests) for _, st in made)
-    assert f"| 0.28.0 -> 0.29.0 | {len(made)} | {requests:,} | none | {sum(len(st.requests) for st in drafted)} |" in text
+    assert f"| 0.28.0 -> 0.29.0 | {len(made)} | {requests:,} | none | {sum(len(st.requests) for _, st in drafted)} |" in text
     assert f"| 0.29.0 -> 0.30.0 | {len(made)} | {requests:,} | none | 0 | none | 0 |" in text  # hits back: no class
     assert "None: no input the judge passes on a release FAILs on the next." in text
-    families = {st.spec.method for st in drafted}
+    families = {lay.speculative.method for lay, _ in drafted}
     for fam in families:
         (row,) = [ln for ln in text.splitlines() if ln.startswith(f"| `consumer\\|regression:hits@0.29.0[{fam}]")]
         assert "| 0.29.0 (after 0.28.0) | NEW |" in row
-        n = sum(len(st.requests) for st in drafted if st.spec.method == fam)
+        n = sum(len(st.requests) for lay, st in drafted if lay.speculative.method == fam)
         assert f"| {n} of {n} |" in row  # the stand-in is deterministic: every admission again
     assert text.count("(same) |") == len(families)
     assert f"Written by `.venv/bin/python bench/bench_differential.py --workdir {work}" in text

@@ -7,7 +7,6 @@ import importlib.util
 
 from kvproof import differential
 from kvproof.classkey import ClassKey, class_key
-from kvproof.consumer.drafts import Drafts
 from kvproof.consumer.observations import Observation
 from kvproof.consumer.result import ConsumerResult, RunState
 from kvproof.consumer.stream import Req, Stream
@@ -149,8 +148,9 @@ def test_lost_by_names_the_kinds_asked_for_the_old_hit_that_answered_less():
 
 def test_a_regression_class_names_the_kind_that_lost_the_hit_beside_release_and_method():
     lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16},
-                                       {"kind": "sliding_window", "block_size": 16, "sliding_window": 128}]})
-    st = Stream((200,), (Req(0, 200, 1), Req(0, 200, 1, 3)), spec=Drafts("mtp", 1))
+                                       {"kind": "sliding_window", "block_size": 16, "sliding_window": 128}],
+                            "speculative": {"method": "mtp", "num_speculative_tokens": 1}})
+    st = Stream((200,), (Req(0, 200, 1), Req(0, 200, 1, 3)))
     old = _run([_hit(0, 0), _hit(1, 96, {"full_attention": [199, 96], "sliding_window": [96, 96]})])
     sw = _run([_hit(0, 0), _hit(1, 0, {"full_attention": [199, 96], "sliding_window": [96, 0]})])
     fa = _run([_hit(0, 0), _hit(1, 64, {"full_attention": [199, 64], "sliding_window": [64, 64]})])

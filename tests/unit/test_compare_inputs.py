@@ -7,11 +7,11 @@ import json
 
 from kvproof.compare import generated, load_inputs
 from kvproof.consumer.stream import Req, Stream, default_stream
-from kvproof.consumer.drafts import Drafts
+from kvproof.drafts import Acceptance
 from kvproof.layout import Layout
 
 LAY = {"groups": [{"kind": "full_attention", "block_size": 16}], "cache": {"block_size": 16}}
-OWN = Stream((64,), (Req(0, 64, 0, 0, 2), Req(0, 64, 0, 3, 2)), spec=Drafts("eagle", 1, "none"))
+OWN = Stream((64,), (Req(0, 64, 0, 0, 2), Req(0, 64, 0, 3, 2)), accept=Acceptance("none"))
 
 
 def test_each_input_kind_keeps_its_stream(tmp_path):

@@ -9,13 +9,12 @@ from dataclasses import replace
 
 from kvproof import compare, differential
 from kvproof.classkey import ClassKey
-from kvproof.consumer.drafts import Drafts
 from kvproof.consumer.oracles import Observation
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Req, Stream
 from kvproof.differential import Found, Input
 from kvproof.findings.ledger import Entry, Ledger, Status
-from kvproof.layout import Layout
+from kvproof.layout import Layout, Speculative
 
 LAY = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}]})
 LAY2 = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 32}]})
@@ -32,14 +31,19 @@ def _res(second_hit: int, block: int = 16, fail: bool = False) -> ConsumerResult
     return r
 
 
-def _stream(method: str | None) -> Stream:
-    return Stream((71,), (Req(0, 71, 1), Req(0, 71, 1, 3)), spec=Drafts(method, 2) if method else None)
+STREAM = Stream((71,), (Req(0, 71, 1), Req(0, 71, 1, 3)))
+
+
+def _drafting(lay: Layout, method: str | None, modules: int = 1) -> Layout:
+    """``lay`` speculating with ``method`` (two draft tokens), or not at all."""
+    return replace(lay, speculative=Speculative(method, 2, modules) if method else None)
 
 
 def _chain():
     """Three inputs on 0.28.0 -> 0.29.0 -> 0.30.0: on 0.29.0 "a" (eagle) and "b" (mtp) hit less, "c"
     (no drafts) newly FAILs; on 0.30.0 "a" hits back, "b" stays low, "c" cannot be expressed."""
-    inputs = [Input("a", LAY, _stream("eagle")), Input("b", LAY2, _stream("mtp")), Input("c", LAY, _stream(None))]
+    inputs = [Input("a", _drafting(LAY, "eagle"), STREAM), Input("b", _drafting(LAY2, "mtp"), STREAM),
+              Input("c", LAY, STREAM)]
     refused = ConsumerResult("x", "v", not_expressible="not on this release")
     runs = {"0.28.0": [_res(64), _res(64), _res(64)],
             "0.29.0": [_res(48), _res(32), _res(64, fail=True)],
@@ -68,7 +72,7 @@ def test_pairs_keep_each_finding_with_its_input_and_sum_to_the_whole_chain():
 def test_regression_classes_group_by_key_with_the_worst_admission_and_the_ledgers_word(tmp_path):
     inputs, runs = _chain()
     found = differential.pairs(inputs, runs, margin=0)[0].found
-    extra = [Found(replace(found[0].regression, before=71, request=0), "a2", LAY, _stream("eagle")),
+    extra = [Found(replace(found[0].regression, before=71, request=0), "a2", _drafting(LAY, "eagle"), STREAM),
              found[0]._replace(regression=replace(found[0].regression, admission=1))]  # "a" again
     ledger = Ledger(tmp_path, {})
     ledger.add(Entry(ClassKey.parse("consumer|regression:hits@0.29.0[mtp]||"), Status.BY_DESIGN, "t", "w"))
@@ -129,7 +133,7 @@ def test_reproduce_counts_the_admissions_that_regress_again_on_a_rerun():
         back on 0.29.0 (a connector's transfer at another step), "b" does not."""
         calls.append((len(layouts), list(envs)))
         older = [_res(64) for _ in layouts]
-        newer = [_res(64 if lay.stream.spec.method == "eagle" else 32) for lay in layouts]
+        newer = [_res(64 if lay.speculative.method == "eagle" else 32) for lay in layouts]
         return older, newer
 
     differential.reproduce(pairs, classes, {"0.28.0": "env28", "0.29.0": "env29", "0.30.0": "env30"}, 0, rerun)
@@ -137,11 +141,10 @@ def test_reproduce_counts_the_admissions_that_regress_again_on_a_rerun():
     assert [(c.key.split("[")[1], c.reproduced) for c in classes] == [("eagle]||", 0), ("mtp]||", 1)]
 
 
-def test_spec_share_and_mtp_modules_count_streams_by_their_drafts():
-    streams = [_stream("eagle"), _stream(None), _stream("mtp"),
-               Stream((71,), (Req(0, 71, 1),), spec=Drafts("mtp", 2, modules=2))]
-    assert differential.spec_share(streams) == (3, {"eagle": 1, "mtp": 2, "none": 1})
-    assert differential.mtp_modules(streams) == {1: 1, 2: 1}
+def test_spec_share_and_mtp_modules_count_inputs_by_their_drafts():
+    layouts = [_drafting(LAY, "eagle"), LAY, _drafting(LAY, "mtp"), _drafting(LAY2, "mtp", modules=2)]
+    assert differential.spec_share(layouts) == (3, {"eagle": 1, "mtp": 2, "none": 1})
+    assert differential.mtp_modules(layouts) == {1: 1, 2: 1}
     assert differential.spec_share([]) == (0, {})
 
 

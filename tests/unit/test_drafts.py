@@ -1,20 +1,29 @@
-"""Speculative settings in a stream, the release differential's diff and the EAGLE ideal (no vLLM)."""
+"""Speculation (the Layout's method and length, the stream's acceptance), the release differential's
+diff and the EAGLE ideal (no vLLM)."""
 
 import random
+from dataclasses import replace
 
 import pytest
 from kvproof import facts
 
 from kvproof import compare
 from kvproof import differential
-from kvproof.consumer.drafts import Drafts, output_token, parse_drafts, wrong_token
+from kvproof.consumer.drafts import Acceptance, Drafts, effective_drafts, output_token, wrong_token
 from kvproof.consumer.oracles import Observation
 from kvproof.consumer.result import ConsumerResult
-from kvproof.consumer.stream import Req, Stream, random_stream, shrink
+from kvproof.consumer.stream import Req, Stream, random_input, shrink
 from kvproof.errors import LayoutError
 from kvproof.judge import above_ideal, ideal_hit, judge_consumer, spec_ideal_hit
 from kvproof.verdicts import Verdict
-from kvproof.layout import Layout
+from kvproof.layout import Layout, Speculative
+
+FA = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}]})
+
+
+def drafting(method, k=1, modules=1, layout=FA):
+    """``layout`` speculating with ``method`` (the Layout's record of it)."""
+    return replace(layout, speculative=Speculative(method, k, modules))
 
 
 def test_proposal_follows_the_acceptance_pattern():
@@ -28,49 +37,71 @@ def test_proposal_follows_the_acceptance_pattern():
     assert lens <= set(range(5)) and len(lens) > 2
 
 
-@pytest.mark.parametrize("spec,needle", [
+@pytest.mark.parametrize("accept,needle", [
     ([], "must be an object"),
-    ({"method": "medusa"}, "method must be one of"),
-    ({"k": 0}, "k must be an integer"),
-    ({"k": facts.MAX_SPEC_TOKENS + 1}, "k must be an integer"),
-    ({"accept": "some"}, "accept must be one of"),
-    ({"p": 2}, "p must be a number"),
-    ({"seed": -1}, "seed must be"),
-    ({"bogus": 1}, "unknown field 'bogus'"),
+    ({"mode": "some"}, "accept.mode must be one of"),
+    ({"mode": "seeded", "p": 2}, "p must be a number"),
+    ({"mode": "seeded", "seed": -1}, "seed must be"),
+    ({"method": "eagle"}, "unknown field 'method'"),
 ])
-def test_bad_spec_is_one_line(spec, needle):
+def test_bad_acceptance_is_one_line(accept, needle):
     with pytest.raises(LayoutError) as err:
-        Stream.from_dict({"requests": [{"suffix_len": 4}], "spec": spec})
+        Stream.from_dict({"requests": [{"suffix_len": 4}], "accept": accept})
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_speculation_is_recorded_once_and_an_older_file_reads_as_it_was_meant():
+    """Issue 43 item 2: the Layout records the method, length and modules; the stream only the
+    acceptance. A stream object with the old ``spec`` is refused alone (it needs its Layout), and
+    read through its Layout: moved there, the same drafts as before; a Layout already
+    speculating otherwise is refused, never silently preferred."""
+    reqs = [{"prefix_len": 0, "suffix_len": 4}]
+    old = {"method": "mtp", "k": 3, "modules": 2, "accept": "seeded", "p": 0.3, "seed": 9}
+    with pytest.raises(LayoutError, match="speculation is the Layout's now"):
+        Stream.from_dict({"requests": reqs, "spec": old})
+    lay = Layout.from_dict(dict(FA.to_dict(), kvproof={"stream": {"requests": reqs, "spec": old}}))
+    assert lay.speculative == Speculative("mtp", 3, 2) and lay.stream.accept == Acceptance("seeded", 0.3, 9)
+    assert effective_drafts(lay, lay.stream) == Drafts("mtp", 3, "seeded", 0.3, 9, modules=2)
+    again = Layout.from_dict(lay.to_dict(with_meta=True))  # written back: the new form only
+    assert "spec" not in again.to_dict(with_meta=True)["kvproof"]["stream"] and again.stream == lay.stream
+    assert again == lay
+    plain = Layout.from_dict(dict(FA.to_dict(), kvproof={"stream": {"requests": reqs, "spec": {"method": "ngram"}}}))
+    assert plain.stream.accept == Acceptance() and "accept" not in plain.stream.to_dict()
+    with pytest.raises(LayoutError, match="differs from the layout's speculative"):
+        Layout.from_dict(dict(drafting("eagle", 2).to_dict(), kvproof={"stream": {"requests": reqs, "spec": old}}))
+    with pytest.raises(LayoutError, match="method mtp only"):
+        Layout.from_dict(dict(FA.to_dict(), speculative={"method": "eagle", "mtp_modules": 2}))
 
 
 def test_extension_prompt_is_the_previous_turn_with_its_outputs():
     s = Stream.from_dict({"prefixes": [20], "requests": [
         {"prefix_len": 20, "suffix_len": 3, "max_tokens": 5},
-        {"extends": 0, "suffix_len": 4, "arrival": 9}], "spec": {"method": "eagle3", "k": 2}})
+        {"extends": 0, "suffix_len": 4, "arrival": 9}], "accept": {"mode": "none"}})
     first, second = s.prompt(0), s.prompt(1)
     assert second[:23] == first and second[23:28] == [output_token(p) for p in range(23, 28)]
-    assert len(second) == 32 and s.spec == Drafts("eagle3", 2) and Stream.from_dict(s.to_dict()) == s
+    assert len(second) == 32 and s.accept == Acceptance("none") and Stream.from_dict(s.to_dict()) == s
     with pytest.raises(LayoutError, match="extends"):
         Stream.from_dict({"requests": [{"suffix_len": 1, "extends": 0}]})
 
 
-def test_generated_streams_round_trip_and_carry_drafts_at_the_share():
+def test_generated_inputs_round_trip_and_speculate_at_the_share():
     rng = random.Random(1)
-    got = [random_stream(rng, 400, 0.4) for _ in range(300)]
-    assert all(Stream.from_dict(s.to_dict()) == s for s in got)
-    share = sum(s.spec is not None for s in got) / len(got)
+    got = [random_input(rng, FA, 400, 0.4) for _ in range(300)]
+    assert all(Layout.from_dict(lay.with_stream(s).to_dict(with_meta=True)).stream == s for lay, s in got)
+    share = sum(lay.speculative is not None for lay, _ in got) / len(got)
     assert 0.3 < share < 0.5
-    assert {s.spec.method for s in got if s.spec} == set(facts.GENERATED_SPEC_METHODS)
-    assert any(r.extends is not None for s in got for r in s.requests)
+    assert {lay.speculative.method for lay, _ in got if lay.speculative} == set(facts.GENERATED_SPEC_METHODS)
+    assert {s.accept.mode for lay, s in got if lay.speculative} == set(facts.SPEC_ACCEPT)
+    assert all(s.accept == Acceptance() for lay, s in got if lay.speculative is None)
+    assert any(r.extends is not None for _, s in got for r in s.requests)
 
 
-def test_shrink_drops_drafts_and_remaps_extensions():
+def test_shrink_accepts_every_draft_and_remaps_extensions():
     s = Stream((30,), (Req(0, 30, 2, 0, 2), Req(0, 10, 5, 1, 1), Req(suffix_len=3, arrival=4, extends=0)),
-               spec=Drafts("eagle", 4, "seeded", 0.5, 3))
-    # "fails" while some request extends the first one and drafts are on
-    small = shrink(s, lambda t: t.spec is not None and any(r.extends == 0 for r in t.requests))
-    assert small.spec == Drafts("eagle", 1, "all") and len(small.requests) == 2
+               accept=Acceptance("seeded", 0.5, 3))
+    # "fails" while some request extends the first one
+    small = shrink(s, lambda t: any(r.extends == 0 for r in t.requests))
+    assert small.accept == Acceptance() and len(small.requests) == 2
     assert small.requests[1].extends == 0 and small.prompt(1)[:small.requests[0].suffix_len] == small.prompt(0)[:small.requests[0].suffix_len]
 
 
@@ -134,8 +165,8 @@ def _res(hits, **kw):
 
 
 def test_diff_names_the_first_bad_release_once_per_family():
-    lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}]})
-    st = Stream((71,), (Req(0, 71, 1), Req(0, 71, 1, 3)), spec=Drafts("eagle", 2))
+    lay = drafting("eagle", 2)
+    st = Stream((71,), (Req(0, 71, 1), Req(0, 71, 1, 3)))
     runs = {"0.27.0": [_res([(0, 0), (1, 64)])], "0.28.0": [_res([(0, 0), (1, 64)])],
             "0.32.0": [_res([(0, 0), (1, 48)])]}
     rep = differential.diff([(lay, st)], runs, margin=0)
@@ -173,7 +204,7 @@ def test_a_release_that_built_another_scheduler_block_is_one_class_whatever_the_
     lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}]})
     items, runs = [], {"0.28.0": [], "0.29.0": []}
     for method in ("mtp", "eagle3"):
-        items.append((lay, Stream((71,), (Req(0, 71, 1), Req(0, 71, 1, 3)), spec=Drafts(method, 2))))
+        items.append((drafting(method, 2, layout=lay), Stream((71,), (Req(0, 71, 1), Req(0, 71, 1, 3)))))
         runs["0.28.0"].append(_res([(0, 0), (1, 64)], scheduler_block_size=16))
         runs["0.29.0"].append(_res([(0, 0), (1, 48)], scheduler_block_size=48))
     rep = differential.diff(items, runs, margin=0)
@@ -204,10 +235,10 @@ def test_layout_states_the_engines_speculation():
     plain = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 64, "count": 3},
                                          {"kind": "full_attention", "block_size": 64}]})
     assert "speculative" not in plain.to_dict() and plain.content_hash() != lay.content_hash()
-    # the layout's method drafts when the stream names none; the stream's pattern wins otherwise
+    # the layout's method drafts, under the stream's acceptance (every draft, unless it says)
     s = Stream((), (Req(suffix_len=8),))
     assert effective_drafts(lay, s) == Drafts("mtp", 2) and effective_drafts(plain, s) is None
-    assert effective_drafts(lay, Stream((), (Req(suffix_len=8),), spec=Drafts("ngram", 3))) == Drafts("ngram", 3)
+    assert effective_drafts(lay, replace(s, accept=Acceptance("none"))) == Drafts("mtp", 2, "none")
     odd = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
                             "speculative": {"method": "suffix"}})
     with pytest.raises(Unchecked, match="suffix"):  # kvproof's gap, never a fact about vLLM
@@ -301,12 +332,13 @@ def test_a_new_consumer_class_is_stored_with_the_shortest_stream_that_keeps_its_
     t = object.__new__(Target)
     t.run, t.premise = run, "free"
     big = Stream((64, 64), (Req(0, 64, 30, 0, 3), Req(1, 50, 10, 2, 2, resend_at=5), Req(0, 20, 8, 4, 1)),
-                 spec=Drafts("eagle3", 3, "none"))
-    key = class_key(judge_consumer(run(lay, big), lay), lay)
-    same, small = t.minimal(lay, big, key)
-    assert same == lay
-    assert class_key(judge_consumer(run(lay, small), lay), lay) == key
-    assert len(small.requests) == 1 and small.spec is None and len(small.prompt(0)) < 80
+                 accept=Acceptance("none"))
+    drafted = drafting("eagle3", 3, layout=lay)
+    key = class_key(judge_consumer(run(drafted, big), drafted), drafted)
+    same, small = t.minimal(drafted, big, key)
+    assert same == lay  # no drafts: the class holds without them
+    assert class_key(judge_consumer(run(same, small), same), same) == key
+    assert len(small.requests) == 1 and small.accept == Acceptance() and len(small.prompt(0)) < 80
     assert small.requests[0].resend_at is None and small.requests[0].arrival == 0
 
 
@@ -338,14 +370,12 @@ def test_a_known_class_whose_observations_jump_on_the_newer_release_is_reported(
 
 
 def test_mtp_modules_parse_round_trip_and_reach_the_target():
-    from kvproof.consumer.drafts import effective_drafts
-    d = parse_drafts({"method": "mtp", "k": 3, "modules": 3})
-    assert d.modules == 3 and parse_drafts(d.to_dict()) == d and "modules=3" in d.label()
-    assert "modules" not in parse_drafts({"method": "mtp", "k": 3}).to_dict()  # one module: as before
+    assert "modules=3" in Drafts("mtp", 3, modules=3).label()
     with pytest.raises(LayoutError, match="method mtp only"):
-        parse_drafts({"method": "eagle", "k": 2, "modules": 2})
-    with pytest.raises(LayoutError, match="modules must be"):
-        parse_drafts({"method": "mtp", "modules": 0})
+        Layout.from_dict(dict(FA.to_dict(), speculative={"method": "eagle", "num_speculative_tokens": 2,
+                                                         "mtp_modules": 2}))
+    with pytest.raises(LayoutError, match="mtp_modules must be"):
+        Layout.from_dict(dict(FA.to_dict(), speculative={"method": "mtp", "mtp_modules": 0}))
     lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
                             "speculative": {"method": "mtp", "num_speculative_tokens": 2, "mtp_modules": 2}})
     assert Layout.from_dict(lay.to_dict()) == lay and "spec=mtp:2/2m" in lay.summary()
@@ -355,12 +385,13 @@ def test_mtp_modules_parse_round_trip_and_reach_the_target():
     assert effective_drafts(lay, Stream((16,), (Req(0, 16, 1),))) == Drafts("mtp", 2, modules=2)
 
 
-def test_generated_mtp_streams_draw_several_modules():
+def test_generated_mtp_inputs_draw_several_modules():
     rng = random.Random(3)
-    got = [random_stream(rng, 200, 1.0, "mtp").spec for _ in range(200)]
+    got = [random_input(rng, FA, 200, 1.0, "mtp")[0].speculative for _ in range(200)]
     assert {d.method for d in got} == {"mtp"}
-    assert {d.modules for d in got if d.k > 1} >= {1, 2} and any(d.modules == d.k > 2 for d in got)
-    assert all(d.modules == 1 for d in got if d.k == 1)
+    assert {d.mtp_modules for d in got if d.num_speculative_tokens > 1} >= {1, 2}
+    assert any(d.mtp_modules == d.num_speculative_tokens > 2 for d in got)
+    assert all(d.mtp_modules == 1 for d in got if d.num_speculative_tokens == 1)
 
 
 def test_a_claim_after_a_block_aligned_local_hit_is_measured_as_the_scheduler_uses_it():

@@ -212,13 +212,13 @@ def test_a_regression_class_needs_two_releases_one_line_exit_2(tmp_path, capsys)
     assert len(err) == 1 and "at least two releases" in err[0], err
 
 
-def test_no_standalone_reproducer_for_a_drafting_stream():
+def test_no_standalone_reproducer_for_a_drafting_layout():
     """A report whose reproducer cannot show the bug is not written: the consumer template has
-    no drafter, so a finding whose stream drafts (91d8cf758c83, EAGLE-3) gets one line instead."""
+    no drafter, so a finding whose layout drafts (91d8cf758c83, EAGLE-3) gets one line instead."""
     from kvproof.findings.ledger import Ledger
     from kvproof.findings.reproducers import script
     entry = Ledger.load().find("91d8cf758c83")
-    assert entry.stream.get("spec")
+    assert entry.layout.get("speculative")
     with pytest.raises(UsageError, match="no drafter"):
         script(entry)
 

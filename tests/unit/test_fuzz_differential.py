@@ -20,9 +20,10 @@ from kvproof.fuzz.decode import FULL, NotEncodable, decode, encode
 from kvproof.fuzz.provider import Encoder, PyFDP
 from kvproof import facts
 
-from kvproof.fuzz.consumers import fit_stream
+from kvproof.fuzz.consumers import fit_input
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream
+from kvproof.drafts import Acceptance
 from kvproof.errors import UsageError
 from kvproof.layout import Layout
 
@@ -37,7 +38,8 @@ def consumer_bytes(layout: Layout, seed: int, conn: int = len(facts.CONSUMER_CON
 
 
 def inputs(n: int, seed: int = 0) -> list[tuple[bytes, Layout, Stream]]:
-    """``n`` distinct encodable inputs: (bytes, the Layout they mean, the stream they mean)."""
+    """``n`` distinct encodable inputs: (bytes, the Layout they mean (its drawn speculation too), the
+    stream they mean)."""
     rng = random.Random(seed)
     out: list[tuple[bytes, Layout, Stream]] = []
     while len(out) < n:
@@ -51,7 +53,7 @@ def inputs(n: int, seed: int = 0) -> list[tuple[bytes, Layout, Stream]]:
             layout, kv_connector=facts.CONSUMER_CONNECTORS[conn])
         data = consumer_bytes(layout, s, conn)
         if all(data != d for d, _, _ in out):
-            out.append((data, expect, fit_stream(expect, s)))
+            out.append((data, *fit_input(expect, s)))
     return out
 
 
@@ -81,19 +83,20 @@ class Runner:
     def one(self, layouts, env):
         self.calls.append((env, [(lay.with_stream(None), lay.stream) for lay in layouts]))
         out = []
-        for st in (lay.stream for lay in layouts):
+        for lay in layouts:
             res = ConsumerResult("x", env)
-            res.hits = prompt_hits(st, worse=env == self.worse)
+            res.hits = prompt_hits(lay, worse=env == self.worse)
             out.append(res)
         return out
 
 
-def prompt_hits(st: Stream, worse: bool) -> list[dict]:
-    """Each request's hit record: its whole prompt, one token less with drafts when ``worse``."""
-    out = []
+def prompt_hits(lay: Layout, worse: bool) -> list[dict]:
+    """Each request's hit record (of the Layout's stream): its whole prompt, one token less when the
+    Layout drafts and ``worse``."""
+    out, st = [], lay.stream
     for i in range(len(st.requests)):
         n = len(st.prompt(i))
-        lose = 1 if worse and st.spec and n else 0
+        lose = 1 if worse and lay.speculative and n else 0
         out.append({"step": 0, "req": i, "hit": n - lose, "external": 0, "truth": n})
     return out
 
@@ -153,8 +156,8 @@ def test_files_the_decoder_refuses_are_never_compared(tmp_path, monkeypatch):
 
 def test_regressions_are_campaign_classes_the_report_and_the_ledger_count(tmp_path, monkeypatch, capsys):
     made = inputs(12, seed=3)
-    families = {st.spec.method for _, _, st in made if st.spec}
-    assert families and any(st.spec is None for _, _, st in made)
+    families = {lay.speculative.method for _, lay, _ in made if lay.speculative}
+    assert families and any(lay.speculative is None for _, lay, _ in made)
     work, corpus = campaign_folder(tmp_path, [d for d, _, _ in made])
     monkeypatch.setenv("KVPROOF_LEDGER", str(tmp_path / "ledger"))
     (tmp_path / "ledger").mkdir()
@@ -175,7 +178,7 @@ def test_regressions_are_campaign_classes_the_report_and_the_ledger_count(tmp_pa
         assert stored.meta["found_by"] == "differential" and stored.meta["class_id"] == c["id"]
         st = stored.stream
         assert isinstance(st, Stream) and "stream" not in stored.meta
-        assert st.spec and f"[{st.spec.method}]" in c["key"]
+        assert stored.speculative and f"[{stored.speculative.method}]" in c["key"]
     # a ledgered regression is known: the report no longer counts it as new
     known = ClassKey.parse(min(keys))
     (tmp_path / "ledger" / f"{known.id}.json").write_text(json.dumps(Entry(
@@ -264,9 +267,12 @@ def test_campaigns_start_from_what_real_models_derive_and_old_inputs_keep_their_
     assert len(seeds) == len(real)
     for k, data in enumerate(seeds, 1):
         lay, st = decode_choices(PyFDP(data), FULL, "engine", real)
-        assert lay == real[k - 1], k
-        if lay.speculative is not None:
-            assert st.spec is None  # the stream drafts with the model's own method
+        own = real[k - 1]
+        # the model's layout; one without a drafter or connector of its own may draw a drafter
+        assert lay == own or (own.speculative is None and not own.kv_connector
+                              and replace(lay, speculative=None) == own), k
+        if own.speculative is not None:
+            assert st.accept == Acceptance()  # the model's own drafter, every draft accepted
     for data, layout, stream in inputs(30):
         assert decode_choices(PyFDP(data), FULL, "engine", real) == (layout, stream)
 

@@ -24,13 +24,13 @@ BARE = {"groups": [{"kind": "full_attention", "block_size": 16}, {"kind": "mamba
         "cache": {"block_size": 16}}
 OLD_FORM = {"prefixes": [40], "requests": [{"prefix": 0, "prefix_len": 40, "suffix_len": 3, "max_tokens": 2},
                                             {"prefix_len": 20, "arrival": 2}],
-            "max_num_seqs": 4, "spec": {"method": "eagle3", "k": 2, "accept": "none"}}
+            "max_num_seqs": 4, "accept": {"mode": "none"}}
 
 
 def test_a_files_meta_stream_is_read_once_into_a_typed_stream():
     lay = Layout.from_dict({**BARE, "kvproof": {"stream": OLD_FORM, "found_by": "differential"}})
     assert isinstance(lay.stream, Stream) and lay.stream == Stream.from_dict(OLD_FORM)
-    assert lay.stream.spec.method == "eagle3" and lay.stream.requests[1] == Req(0, 20, 1, 2, 1)
+    assert lay.stream.accept.mode == "none" and lay.stream.requests[1] == Req(0, 20, 1, 2, 1)
     assert lay.meta == {"found_by": "differential"}  # never held twice
     # the stream is outside the hash and equality, as meta is: file names and ids do not move
     bare = Layout.from_dict(BARE)
@@ -89,7 +89,7 @@ def test_prompt_len_is_the_prompt_s_length_and_prefix_tokens_slice_one_formula()
 
     rng = random.Random(3)
     for _ in range(200):
-        s = random_stream(rng, rng.choice([64, 300, 2000, 20000]), 0.3)
+        s = random_stream(rng, rng.choice([64, 300, 2000, 20000]))
         assert [s.prompt_len(i) for i in range(len(s.requests))] == [len(s.prompt(i)) for i in range(len(s.requests))]
     for p, n in [(2, 5), (2, 700), (2, 3), (9, 0), (2, 1500), (5, 40)]:
         c, m = 1009 * (p + 1), VOCAB - 1

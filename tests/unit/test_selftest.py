@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kvproof import facts
 from kvproof.layout import Cache, Group, Layout
 from kvproof.selftest import behaviour as B
 from kvproof.selftest import layers as L
@@ -219,7 +220,7 @@ def test_known_inputs_cover_every_edited_path():
     kinds = {g.kind for _, lay, _ in items for g in lay.groups}
     assert {"full_attention", "sliding_window", "chunked_local", "mamba"} <= kinds
     assert {"OffloadingConnector", "SimpleCPUOffloadConnector"} <= {lay.kv_connector for _, lay, _ in items}
-    assert any(s.spec is not None and s.spec.eagle for _, _, s in items)
+    assert any(lay.speculative is not None and lay.speculative.method in facts.EAGLE_METHODS for _, lay, _ in items)
     assert any(lay.cache.prefix_match_unit for _, lay, _ in items)  # fine-grained (partial hits)
     assert any(len({(g.kind, g.sliding_window) for g in lay.groups}) >= 3 for _, lay, _ in items)
     assert any(s.num_blocks for _, _, s in items)  # block pressure: eviction

@@ -19,8 +19,10 @@ FOUND = {"groups": [{"kind": "full_attention", "block_size": 2}, {"kind": "slidi
 
 
 def entry(spec: dict | None, check: str = "regression:hits@0.34.0[eagle3:sliding_window]") -> Entry:
-    stream = {"requests": [{"prefix_len": 47, "suffix_len": 50}]} | ({"spec": spec} if spec else {})
-    return Entry(ClassKey("consumer", check), Status.LATENT, "t", "w", layout=FOUND, stream=stream)
+    """A consumer class found with ``spec`` (the Layout's speculative section) under a stream."""
+    layout = FOUND | ({"speculative": spec} if spec else {})
+    stream = {"requests": [{"prefix_len": 47, "suffix_len": 50}]}
+    return Entry(ClassKey("consumer", check), Status.LATENT, "t", "w", layout=layout, stream=stream)
 
 
 def spec_of(flags: tuple[str, ...]) -> dict | None:
@@ -28,17 +30,21 @@ def spec_of(flags: tuple[str, ...]) -> dict | None:
 
 
 def test_a_drafting_class_is_also_searched_under_each_models_own_drafter_of_its_method():
-    e, found = entry({"method": "eagle3", "k": 1}), Layout.from_dict(FOUND)
+    e = entry({"method": "eagle3", "num_speculative_tokens": 1})
+    found = Layout.from_dict(e.layout)
     sets = witness.flag_sets(e, found, "gpt_oss")  # spec/models/drafts/gpt_oss_eagle3.json
-    assert len(sets) == 2 and spec_of(sets[0]) is None and sets[0] == witness.serve_flags(found)
+    # the class's own set, without its drafts: they ride the consumer run (witness.candidates)
+    assert len(sets) == 2 and spec_of(sets[0]) is None and sets[0] == witness.serve_flags(Layout.from_dict(FOUND))
     assert spec_of(sets[1])["method"] == "eagle3" and spec_of(sets[1])["model"] == "gpt_oss_eagle3"
     assert '"kv_connector":"SimpleCPUOffloadConnector"' in " ".join(sets[1])  # the class's connector kept
     assert witness.flag_sets(e, found, "gemma2") == [sets[0]]  # no reference draft: the class's set only
-    mtp = entry({"method": "mtp", "k": 2, "modules": 2})
-    assert [spec_of(f)["num_speculative_tokens"] for f in witness.flag_sets(mtp, found, "qwen3_next")[1:]] == [1, 2, 3]
-    assert len(witness.flag_sets(mtp, found, "gpt_oss")) == 1  # no MTP layers: not tried under MTP
-    assert len(witness.flag_sets(entry({"method": "ngram", "k": 4}), found, "gpt_oss")) == 1  # ngram: no layers
-    assert len(witness.flag_sets(entry(None), found, "gpt_oss")) == 1
+    mtp = entry({"method": "mtp", "num_speculative_tokens": 2, "mtp_modules": 2})
+    got = witness.flag_sets(mtp, Layout.from_dict(mtp.layout), "qwen3_next")
+    assert [spec_of(f)["num_speculative_tokens"] for f in got[1:]] == [1, 2, 3]
+    assert len(witness.flag_sets(mtp, Layout.from_dict(mtp.layout), "gpt_oss")) == 1  # no MTP layers: not tried under MTP
+    ngram = entry({"method": "ngram", "num_speculative_tokens": 4})
+    assert len(witness.flag_sets(ngram, Layout.from_dict(ngram.layout), "gpt_oss")) == 1  # ngram: no layers
+    assert len(witness.flag_sets(entry(None), Layout.from_dict(FOUND), "gpt_oss")) == 1
 
 
 def test_a_regression_class_names_its_release():
@@ -47,7 +53,8 @@ def test_a_regression_class_names_its_release():
 
 
 def test_a_negative_search_is_recorded_with_its_models_flag_sets_and_releases(tmp_path):
-    e, found = entry({"method": "eagle3", "k": 1}), Layout.from_dict(FOUND)
+    e = entry({"method": "eagle3", "num_speculative_tokens": 1})
+    found = Layout.from_dict(e.layout)
     models = ("gemma2", "gpt_oss", "muse_spark")  # muse_spark: served with --language-model-only
     s = Search(e, "0.34.0", "0.33.0", models, {m: witness.flag_sets(e, found, m) for m in models},
                refusals={"model: ValueError: no such model": 1},

@@ -4,7 +4,7 @@ From a Layout and a Stream: the ``KVCacheConfig`` (with ``kv_cache_tensors``
 sized from the specs' page sizes, so connectors that size their own pools from
 it can), and a ``VllmConfig`` with a model config, KV cache events on
 (``KVEventsConfig``, null publisher), the connector the Layout names and the
-stream's speculative decoding (``kvproof.consumer.drafters``). Everything
+run's speculative decoding (the Layout's, ``kvproof.consumer.drafters``). Everything
 adapts to the release by introspection.
 """
 
@@ -21,6 +21,7 @@ from vllm.v1 import kv_cache_interface as kvi
 
 from kvproof.bridge.build import Builder
 from kvproof.consumer import drafters
+from kvproof.consumer.drafts import Drafts, effective_drafts
 from kvproof.bridge.compat import kwargs_for
 from kvproof.consumer.stream import Stream
 from kvproof.errors import NotExpressible
@@ -123,8 +124,9 @@ class EngineConfigs:
             max_num_batched_tokens=max(stream.max_num_batched_tokens, 1), enable_chunked_prefill=True,
             long_prefill_token_threshold=0))
         parallel = ParallelConfig(tensor_parallel_size=layout.dcp, decode_context_parallel_size=layout.dcp)
-        model_config = self.model_config(mml, drafters.target_for(stream.spec))
-        speculative = self.speculative_config(layout, stream, model_config, parallel)
+        drafts = effective_drafts(layout, stream)
+        model_config = self.model_config(mml, drafters.target_for(drafts))
+        speculative = self.speculative_config(layout, drafts, model_config, parallel)
         kv_transfer = None
         if layout.kv_connector:
             hidden = layout.kv_connector == facts.HIDDEN_STATES_CONNECTOR
@@ -142,8 +144,8 @@ class EngineConfigs:
         cfg.cache_config.enable_prefix_caching = c.enable_prefix_caching
         return cfg
 
-    def speculative_config(self, layout: Layout, stream: Stream, model_config: Any, parallel: Any) -> Any:
-        """The stream's speculative decoding (the harness has put the Layout's method there,
+    def speculative_config(self, layout: Layout, drafts: Drafts | None, model_config: Any, parallel: Any) -> Any:
+        """The run's speculative decoding (the Layout's method under the stream's acceptance,
         ``drafts.effective_drafts``), or hidden-state extraction for its connector."""
         hidden = layout.kv_connector == facts.HIDDEN_STATES_CONNECTOR
         if hidden:
@@ -155,11 +157,11 @@ class EngineConfigs:
                     f"{layout.kv_connector} with {n} hidden-state groups: the engine's extract_hidden_states "
                     f"path adds exactly one HiddenStateCacheSpec group (the connector refuses any other "
                     f"count: 'Could not uniquely identify the extract-hidden-states group')")
-            if stream.spec is not None:
+            if drafts is not None:
                 raise NotExpressible("extract_hidden_states is the speculative method of this connector: "
-                                     f"{stream.spec.method} drafts cannot run beside it")
+                                     f"{drafts.method} drafts cannot run beside it")
             return drafters.hidden_states(model_config, parallel)
-        return None if stream.spec is None else drafters.build(stream.spec, model_config, parallel, self.model_dir)
+        return None if drafts is None else drafters.build(drafts, model_config, parallel, self.model_dir)
 
     def connector_extra(self, gpu_bytes: int | None, stream: Stream | None = None) -> dict:
         """The connectors' extra config: an offload pool twice the GPU cache, at most

@@ -33,6 +33,7 @@ from kvproof.bridge.build import Builder  # noqa: E402
 from kvproof.consumer import drafters, frontend, scheduler, wiring  # noqa: E402
 from kvproof.consumer.configs import EngineConfigs  # noqa: E402
 from kvproof.consumer.driver import Driver  # noqa: E402
+from kvproof.consumer.drafts import Drafts  # noqa: E402
 from kvproof.consumer.failures import raised  # noqa: E402
 from kvproof.errors import Unchecked  # noqa: E402
 from kvproof.consumer.needs import draft_ids_cls, needs  # noqa: E402
@@ -65,18 +66,17 @@ class Harness:
         small run per connector (and none, and one with drafts) here moves that into start-up,
         so a fuzzer's execs/s and a run's ``seconds`` measure the scheduler, not imports. The
         runs' results are discarded; nothing they cache changes a later run's result."""
-        from kvproof.consumer.drafts import Drafts
         t0 = time.perf_counter()
         stream = Stream((32,), (Req(0, 32, 4, 0, 2), Req(0, 32, 8, 1, 2)), None, 64, 4)
-        runs = [(conn, stream) for conn in (None,) + tuple(facts.CONSUMER_CONNECTORS)]
-        runs += [(None, Stream(stream.prefixes, stream.requests, None, 64, 4, Drafts(m, 2)))
-                 for m in facts.SPEC_METHODS]
-        for conn, s in runs:
+        runs = [(conn, None) for conn in (None,) + tuple(facts.CONSUMER_CONNECTORS)]
+        runs += [(None, {"method": m, "num_speculative_tokens": 2}) for m in facts.SPEC_METHODS]
+        for conn, spec in runs:
             kind = "hidden_state" if conn == facts.HIDDEN_STATES_CONNECTOR else "full_attention"
             layout = Layout.from_dict({"groups": [{"kind": kind, "block_size": 16}], "kv_connector": conn,
-                                       "cache": {"block_size": 16, "enable_prefix_caching": True}})
+                                       "cache": {"block_size": 16, "enable_prefix_caching": True},
+                                       "speculative": spec})
             try:
-                self.run(layout, s)
+                self.run(layout, stream)
             except Exception:  # a release without the connector: its first real input says so
                 pass
         return time.perf_counter() - t0
@@ -94,7 +94,7 @@ class Harness:
 
     def _run(self, st: RunState, layout: Layout, stream: Stream, max_steps: int | None) -> None:
         try:
-            stream, why = refusal(layout, stream, self.draft_ids_cls is not None,
+            drafts, why = refusal(layout, stream, self.draft_ids_cls is not None,
                                   frontend.takes_frontend_hashes(), release=vllm.__version__)
         except Unchecked as err:
             st.res.unchecked = str(err)
@@ -102,17 +102,18 @@ class Harness:
         if why is not None:
             st.res.not_expressible = why
             return
-        with drafters.model_runner(stream.spec):
-            self._drive(st, layout, stream, max_steps)
+        with drafters.model_runner(drafts):
+            self._drive(st, layout, stream, drafts, max_steps)
 
-    def _drive(self, st: RunState, layout: Layout, stream: Stream, max_steps: int | None) -> None:
+    def _drive(self, st: RunState, layout: Layout, stream: Stream, drafts: Drafts | None,
+               max_steps: int | None) -> None:
         built = scheduler.build(self.configs, st, layout, stream)
         if built is None:
             return
         sched, hash_fn, block_hasher = built
-        # a drafter only where the stream speculates (refusal: then the release takes drafts)
-        runner = FakeModelRunner(ModelRunnerOutput, KVConnectorOutput) if stream.spec is None else \
-            SpeculativeRunner(ModelRunnerOutput, KVConnectorOutput, stream.spec, self.draft_ids_cls)
+        # a drafter only where the Layout speculates (refusal: then the release takes drafts)
+        runner = FakeModelRunner(ModelRunnerOutput, KVConnectorOutput) if drafts is None else \
+            SpeculativeRunner(ModelRunnerOutput, KVConnectorOutput, drafts, self.draft_ids_cls)
         driver = None
         try:
             oracles = wiring.wire(st, layout, sched, hash_fn, self.builder)

@@ -54,7 +54,7 @@ class ConsumerResult:
     # package): UNCHECKED with what would lift it, never a verdict about vLLM
     unchecked: str | None = None
     hits: list[dict[str, int]] = field(default_factory=list)
-    # speculative decoding (the stream's spec): draft tokens the fake model runner proposed,
+    # speculative decoding (the Layout's speculative, the stream's accept): draft tokens the fake model runner proposed,
     # those the scheduler scheduled and the target verified, and those it accepted
     drafts_proposed: int = 0
     drafts_verified: int = 0

@@ -1,6 +1,6 @@
 """Request streams in the consumer tier: the Stream type (:mod:`kvproof.stream`, an input type
-below the Layout, re-exported here), and what draws (:func:`random_stream`), shrinks
-(:func:`shrink`) and defaults (:func:`default_stream`, :func:`stream_for`) streams."""
+below the Layout, re-exported here), and what draws (:func:`random_stream`, :func:`random_input`),
+shrinks (:func:`shrink`) and defaults (:func:`default_stream`, :func:`stream_for`) streams."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 if TYPE_CHECKING:
     from kvproof.layout import Layout
-
-from kvproof.drafts import Drafts
+from kvproof.drafts import ALL, Drafts
+from kvproof.layout import Speculative
 from kvproof.stream import (MAX_REQUESTS, MAX_STEP, MAX_TOKENS_PER_PROMPT, OFFLOAD_MODES, Req,  # noqa: F401
                             Stream, prefix_tokens)
 from kvproof import facts
@@ -19,11 +19,27 @@ from kvproof import facts
 
 # --- generation and shrinking ---------------------------------------------------
 
-def random_stream(rng: random.Random, scale: int = 1000, spec_share: float = 0.0,
-                  method: str | None = None) -> Stream:
+def random_input(rng: random.Random, layout: "Layout", scale: int = 1000, spec_share: float = 0.0,
+                 method: str | None = None) -> tuple["Layout", Stream]:
+    """``layout`` under a random stream (:func:`random_stream`); a ``spec_share`` of inputs
+    speculate (all with ``method`` when given): the drawn method, length and modules become the
+    Layout's ``speculative``, the acceptance the stream's (:func:`speculating`)."""
+    stream = random_stream(rng, scale)
+    if rng.random() < spec_share:  # drawn after the stream, so a seed's requests are the same either way
+        layout, stream = speculating(layout, stream, random_drafts(rng, method))
+    return layout, stream
+
+
+def speculating(layout: "Layout", stream: Stream, drafts: Drafts) -> tuple["Layout", Stream]:
+    """``layout`` and ``stream`` making ``drafts``: its method, length and modules the Layout's
+    ``speculative`` (the one record of them), its acceptance the stream's."""
+    spec = Speculative(drafts.method, drafts.k, drafts.modules)
+    return replace(layout, speculative=spec), replace(stream, accept=drafts.acceptance)
+
+
+def random_stream(rng: random.Random, scale: int = 1000) -> Stream:
     """One stream: a few shared prefixes of assorted lengths and requests over them, some of
-    them next turns of earlier ones; a ``spec_share`` of streams carry speculative settings
-    (all of ``method`` when given)."""
+    them next turns of earlier ones (speculation is the Layout's: :func:`random_input`)."""
     scale = max(scale, 64)
     prefixes = tuple(rng.choice([rng.randint(1, 64), rng.randint(64, scale), rng.randint(scale, 3 * scale)])
                      for _ in range(rng.randint(1, 3)))
@@ -43,8 +59,6 @@ def random_stream(rng: random.Random, scale: int = 1000, spec_share: float = 0.0
         reqs = [replace(r, extends=rng.randrange(i), tokens=None) if i and rng.random() < 0.4 else r
                 for i, r in enumerate(reqs)]
         stream = replace(stream, requests=tuple(reqs))
-    if rng.random() < spec_share:
-        stream = replace(stream, spec=random_drafts(rng, method))
     return stream
 
 
@@ -66,10 +80,12 @@ def streams(seed: int, scale: int = 1000) -> Iterator[Stream]:
     rng = random.Random(seed)
     while True:
         yield random_stream(rng, scale)
+        rng.random()  # the speculation draw random_input makes: a seed's streams stay what they were
 
 
 def shrink(stream: Stream, still_fails: Callable[[Stream], bool], budget: int = 200) -> Stream:
-    """Greedy shrinker: drop requests, then cut lengths/tokens/budgets while ``still_fails``."""
+    """Greedy shrinker: every draft accepted, drop requests, then cut lengths/tokens/budgets while
+    ``still_fails`` (the Layout's speculation shrinks with the Layout: ``kvproof.fuzz.minimize``)."""
     best = stream
     tries = 0
 
@@ -89,10 +105,8 @@ def shrink(stream: Stream, still_fails: Callable[[Stream], bool], budget: int = 
     changed = True
     while changed and tries < budget:
         changed = False
-        for simpler in (lambda d: None, lambda d: replace(d, k=1), lambda d: replace(d, modules=1),
-                        lambda d: Drafts(d.method, d.k, modules=d.modules)):
-            if best.spec is not None and simpler(best.spec) != best.spec:
-                changed |= attempt(replace(best, spec=simpler(best.spec)))
+        if best.accept != ALL:
+            changed |= attempt(replace(best, accept=ALL))
         for i in range(len(best.requests) - 1, -1, -1):
             if len(best.requests) > 1 and i < len(best.requests):
                 changed |= attempt(_without(best, i))

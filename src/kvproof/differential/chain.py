@@ -206,20 +206,20 @@ def reproduce(chain: Sequence[Pair], classes: Sequence[RegressionClass], envs: d
                                for f in c.found)
 
 
-def spec_share(streams: Sequence[Stream]) -> tuple[int, dict[str, int]]:
-    """Streams that carry speculative drafts, and the streams by method ("none": no drafts)."""
+def spec_share(layouts: Sequence[Layout]) -> tuple[int, dict[str, int]]:
+    """Inputs that speculate (``Layout.speculative``), and the inputs by method ("none": no drafts)."""
     by: dict[str, int] = {}
-    for st in streams:
-        m = st.spec.method if st.spec else "none"
+    for lay in layouts:
+        m = lay.speculative.method if lay.speculative else "none"
         by[m] = by.get(m, 0) + 1
-    return len(streams) - by.get("none", 0), dict(sorted(by.items()))
+    return len(layouts) - by.get("none", 0), dict(sorted(by.items()))
 
 
-def mtp_modules(streams: Sequence[Stream]) -> dict[int, int]:
-    """MTP streams by the target's MTP modules (``Drafts.modules``)."""
+def mtp_modules(layouts: Sequence[Layout]) -> dict[int, int]:
+    """MTP inputs by the target's MTP modules (``Speculative.mtp_modules``)."""
     by: dict[int, int] = {}
-    for st in streams:
-        if st.spec and st.spec.method == "mtp":
-            m = getattr(st.spec, "modules", 1) or 1
+    for lay in layouts:
+        if lay.speculative and lay.speculative.method == "mtp":
+            m = lay.speculative.mtp_modules or 1
             by[m] = by.get(m, 0) + 1
     return dict(sorted(by.items()))

@@ -188,7 +188,7 @@ def class_weights(items: Sequence[tuple[Layout, Stream]], results: Sequence[Cons
 
 
 def _drafts_label(lay: Layout, st: Stream) -> str:
-    """The drafts a compared run used (the harness's rule: the stream's, else the Layout's)."""
+    """The drafts a compared run used (the harness's rule: the Layout's, under the stream's acceptance)."""
     try:
         drafts = effective_drafts(lay, st)
     except Unchecked as err:  # a method kvproof does not draft for: named, never compared

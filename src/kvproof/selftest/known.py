@@ -18,13 +18,12 @@ that on 0.32.0), so a FAIL on an overlay is the mutant's:
 - OffloadingConnector and SimpleCPUOffloadConnector on full attention under block pressure
   (stores, CPU hits, loads), SimpleCPUOffloadConnector on the hybrid.
 
-``SEEDED`` adds the consumer fuzzer's own random streams (``fuzz.consumers.fit_stream``) on the
+``SEEDED`` adds the consumer fuzzer's own random streams (``fuzz.consumers.fit_input``) on the
 same layouts, a few seeds each, so the replay is not only hand-written shapes.
 """
 
 from __future__ import annotations
 
-from kvproof.consumer.drafts import Drafts
 from kvproof.consumer.stream import Req, Stream
 from kvproof.layout import Layout
 
@@ -81,11 +80,7 @@ LATER = Stream((176, 240), (Req(0, 176, 1, 0, 4), Req(1, 240, 16, 1, 2), Req(0, 
 # group must keep its state at the replay boundary 255 (kv_cache_coordinator.replay_boundaries);
 # kept at 256 only, the resend's hit collapses to 0.
 REPLAY = Stream((256,), (Req(0, 192, 64, 0, 2, resend_at=6),), max_num_batched_tokens=512)
-EAGLE = Drafts("eagle", 2, "all")
-
-
-def _spec(s: Stream, d: Drafts) -> Stream:
-    return Stream(s.prefixes, s.requests, s.num_blocks, s.max_num_batched_tokens, s.max_num_seqs, d)
+EAGLE = {"method": "eagle", "num_speculative_tokens": 2}  # every draft accepted (the stream's default)
 
 
 def hand() -> list[tuple[str, Layout, Stream]]:
@@ -94,9 +89,9 @@ def hand() -> list[tuple[str, Layout, Stream]]:
 
     out: list[tuple[str, dict, Stream | None]] = [
         ("fa", FA, None), ("fa-shared", FA, SHARED), ("fa-pressure", FA, PRESSURE),
-        ("fa-eagle", FA, _spec(SHARED, EAGLE)),
+        ("fa-eagle", _with(FA, speculative=EAGLE), SHARED),
         ("hybrid", HYBRID, SHARED), ("hybrid-pressure", HYBRID, PRESSURE),
-        ("hybrid-eagle", HYBRID, _spec(SHARED, EAGLE)),
+        ("hybrid-eagle", _with(HYBRID, speculative=EAGLE), SHARED),
         ("hybrid-replay", HYBRID, REPLAY),
         ("three-groups", THREE, SHARED), ("three-groups-pressure", THREE, PRESSURE),
         ("three-groups-wide-first", THREE_WIDE_FIRST, SHARED),
@@ -120,13 +115,15 @@ SEEDS = (1, 2, 3)
 
 
 def seeded(seeds: tuple[int, ...] = SEEDS) -> list[tuple[str, Layout, Stream]]:
-    """The consumer fuzzer's streams (``fit_stream``) on each hand-written layout, ``seeds`` each."""
-    from kvproof.fuzz.consumers import fit_stream
+    """The consumer fuzzer's inputs (``fit_input``) on each hand-written layout, ``seeds`` each."""
+    from kvproof.fuzz.consumers import fit_input
 
     layouts: dict[str, tuple[str, Layout]] = {}
     for name, lay, _ in hand():
+        if lay.speculative is not None:  # the fuzzer's inputs draw their own speculation
+            continue
         layouts.setdefault(lay.content_hash(), (name.removesuffix("-shared").removesuffix("-pressure"), lay))
-    return [(f"{name}+seed{s}", lay, fit_stream(lay, s)) for name, lay in layouts.values() for s in seeds]
+    return [(f"{name}+seed{s}", *fit_input(lay, s)) for name, lay in layouts.values() for s in seeds]
 
 
 def inputs(seeds: tuple[int, ...] = SEEDS) -> list[tuple[str, Layout, Stream]]:
