@@ -2,7 +2,7 @@
 PY        ?= python3
 VENV      := .venv
 VPY       := $(VENV)/bin/python
-# Releases come from the one release list (src/kvproof/facts.py); RELEASES selects a subset of it:
+# Releases come from the one release list (src/kvproof/facts/__init__.py); RELEASES selects a subset of it:
 # ci (oldest, seed pair, newest CPU, newest: what make test runs), all, cpu, python-only,
 # or releases by name. `kvproof env releases SUBSET` prints one.
 RELEASES  ?= ci

@@ -22,7 +22,7 @@ from kvproof import envs
 from kvproof.bridge.client import Worker
 from kvproof.cliutil import Parser, add_vllm
 from kvproof.fsio import atomic_write
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.tiers import client
 
 KINDS = ("full_attention", "sliding_window", "mla", "mamba", "hidden_state")

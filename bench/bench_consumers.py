@@ -5,8 +5,8 @@
 For each release, in its vLLM environment (one subprocess, one core): fuzzer-shaped
 inputs (random bytes -> ``kvproof.fuzz.consumers.decode_input``: Layout, optional
 connector, request stream) are run through the consumer tier (real Scheduler) and
-judged (``kvproof.judge.judge_consumer``); the consumer-tier contracts of
-``kvproof.contracts`` are evaluated on the same (layout, resolved sizes). For each
+judged (``kvproof.judging.judge.judge_consumer``); the consumer-tier contracts of
+``kvproof.judging.contracts`` are evaluated on the same (layout, resolved sizes). For each
 contract, over the inputs where its premise holds: contract violated & real FAIL
 (agree, unsafe), holds & no FAIL (agree, safe), violated & no FAIL (contract
 stricter than the code: LATENT), holds & FAIL (contract misses a failure). The
@@ -52,8 +52,8 @@ os.environ["KVPROOF_FUZZ_INSTRUMENT"] = "0"
 real_stdout = sys.stdout; sys.stdout = sys.stderr
 from kvproof.fuzz.consumers import Target
 from kvproof.bridge.runtime import Bridge
-from kvproof.judge import judge_consumer, consumer_outcome
-from kvproof import contracts
+from kvproof.judging.judge import judge_consumer, consumer_outcome
+from kvproof.judging import contracts
 n, seconds, ids = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3].split(",")
 t = Target(workdir=None)  # imports vLLM, then Harness.warm()
 bridge = Bridge(fast=True)
@@ -204,7 +204,7 @@ def _main(argv) -> int:
     # default: the seed pair (failing, fixed) and the newest CPU release, from the one release list
     default = list(dict.fromkeys(facts.SEED_PAIR + (envs.DEFAULT_RELEASE,)))
     p.add_argument("--releases", nargs="*", default=default,
-                   help=f"releases or subsets of src/kvproof/facts.py (default: {' '.join(default)})")
+                   help=f"releases or subsets of src/kvproof/facts/__init__.py (default: {' '.join(default)})")
     p.add_argument("--n", type=int, default=200, help="inputs per release")
     p.add_argument("--seconds", type=float, default=300, help="time cap per release (inputs stop there)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "consumer_agreement.md"))

@@ -51,7 +51,7 @@ def campaign(release: str, extra: list[str], workdir: Path) -> dict:
 def _main(argv: list[str] | None) -> int:
     ap = Parser(prog="bench_continuous.py", description=__doc__.split("\n\n")[0])
     add_vllm(ap, many=False, default=envs.DEFAULT_RELEASE,
-             help=f"release (default: the newest CPU release of src/kvproof/facts.py, {envs.DEFAULT_RELEASE})")
+             help=f"release (default: the newest CPU release of src/kvproof/facts/__init__.py, {envs.DEFAULT_RELEASE})")
     ap.add_argument("--seconds", type=int, default=600, help="the continuous run's length")
     ap.add_argument("--box", type=int, default=60, help="each time-boxed run's length")
     ap.add_argument("--jobs", type=int, default=1, help="continuous workers (the time-boxed mode is one process)")

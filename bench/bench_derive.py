@@ -17,7 +17,7 @@ k = 1 for every model, where the release maps the model to its MTP module or ref
 k = 1, 2, 3 for the models with MTP layers; EAGLE-3 with a reference draft), derived once, with the
 module count the release read (``mtp_modules``, from the draft's num_nextn_predict_layers). On a
 release with its own ``vllm/models/`` package (0.33+), a last table: per family, the
-architectures it registers (kvproof.registry, read from the release's source) and the reference
+architectures it registers (kvproof.facts.models, read from the release's source) and the reference
 models that build them.
 """
 
@@ -29,10 +29,11 @@ import platform
 import sys
 import time
 
-from kvproof import envs, registry
+from kvproof import envs
+from kvproof.facts import models as registry
 from kvproof.bridge.client import Worker
 from kvproof.cliutil import Parser, add_vllm, guarded
-from kvproof.config import Config, models_dir, reference_models
+from kvproof.inputs.config import Config, models_dir, reference_models
 from kvproof.derivation import reference_flags, speculative_flag_sets
 from kvproof.fsio import atomic_write
 from kvproof.tiers import client
@@ -43,7 +44,7 @@ OUT = "bench/results/derive.md"
 def _main(argv) -> int:
     ap = Parser(prog="bench_derive.py")
     add_vllm(ap, many=False, default=envs.DEFAULT_RELEASE,
-             help=f"release (default: the newest CPU release of src/kvproof/facts.py, {envs.DEFAULT_RELEASE})")
+             help=f"release (default: the newest CPU release of src/kvproof/facts/__init__.py, {envs.DEFAULT_RELEASE})")
     ap.add_argument("--out", default=OUT)
     args = ap.parse_args(argv)
     load, t0 = os.getloadavg()[0], time.monotonic()

@@ -29,7 +29,7 @@ ledger entries, the counts per release and the drafts' share come from ``kvproof
 runs, times and writes the table.
 
 With ``--generated N`` the inputs are not a campaign's corpus but ``kvproof compare
---generated``'s (``kvproof.compare.generated``: the reference layouts in turn, each
+--generated``'s (``kvproof.commands.compare.generated``: the reference layouts in turn, each
 under a seeded stream; ``--spec-method`` restricts the drafts to one method, MTP
 drawing one module, two or one per draft token): a campaign that repeats exactly.
 
@@ -64,7 +64,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from kvproof import envs  # noqa: E402
 from kvproof.cliutil import Parser, add_vllm, guarded  # noqa: E402
-from kvproof.compare import new_classes, print_report  # noqa: E402
+from kvproof.commands.compare import new_classes, print_report  # noqa: E402
 from kvproof import differential  # noqa: E402
 from kvproof.differential import FailingClass, Input, Pair, RegressionClass, diff  # noqa: E402
 from kvproof.errors import KvproofError, UsageError  # noqa: E402
@@ -129,7 +129,7 @@ def collect(workdir: Path, limit: int, premise: str) -> dict:
 
 def generated_corpus(n: int, share: float, seed: int, method: str | None) -> dict:
     """``compare.generated``'s inputs in the corpus shape ``collect`` returns (named ``gen-NNNN``)."""
-    from kvproof.compare import generated
+    from kvproof.commands.compare import generated
     t0 = time.monotonic()
     picked = [(f"gen-{i:04d}", json.dumps({"layout": lay.to_dict(), "stream": st.to_dict()}).encode(), lay, st)
               for i, (lay, st) in enumerate(generated(n, share, seed, method))]
@@ -190,7 +190,7 @@ def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, f
              "## The campaign corpus" if camp else "## The generated inputs", ""]
     gen = corpus.get("generated")
     if gen:
-        lines.append(f"`kvproof.compare.generated({gen['n']}, spec_share={gen['share']}, seed={gen['seed']}, "
+        lines.append(f"`kvproof.commands.compare.generated({gen['n']}, spec_share={gen['share']}, seed={gen['seed']}, "
                      f"method={gen['method']!r})`, as `kvproof compare --generated {gen['n']} --spec-share "
                      f"{gen['share']} --seed {gen['seed']}" + (f" --spec-method {gen['method']}" if gen['method'] else "")
                      + "` draws them: the reference layouts (`compare.REFERENCE_LAYOUTS`) in turn, prefix caching "
@@ -259,7 +259,7 @@ def render(meta: dict, corpus: dict, releases: Sequence[str], walls: dict[str, f
     if not failing:
         lines.append("None: no input the judge passes on a release FAILs on the next.")
         return lines
-    lines += ["By the class a campaign on the newer release keys the FAIL with (`kvproof.classkey.class_key`), "
+    lines += ["By the class a campaign on the newer release keys the FAIL with (`kvproof.judging.classkey.class_key`), "
               "in chain order; the first input met and the judge's line on the newer release.", "",
               "| class | newly failing on | ledger | inputs | first: corpus file | layout | judge |",
               "|---|---|---|---:|---|---|---|"]

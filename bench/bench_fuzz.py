@@ -342,7 +342,7 @@ def render(args, tp: list[dict], cov: list[dict], ttf: list[dict], when: str, wa
 
 def main(argv=None) -> int:
     p = Parser(prog="bench_fuzz.py")
-    # defaults from the one release list (src/kvproof/facts.py), read after parsing: the in-env modes import no envs
+    # defaults from the one release list (src/kvproof/facts/__init__.py), read after parsing: the in-env modes import no envs
     add_vllm(p, many=False, help="release for throughput and coverage (default: the newest CPU release)")
     p.add_argument("--bug-vllm", help="release with the seed bug, for time to find (default: the seed pair's first)")
     p.add_argument("--runs", type=int, default=20000, help="inputs per throughput campaign")

@@ -19,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from kvproof import envs, inputs  # noqa: E402
+from kvproof import envs  # noqa: E402
+from kvproof.inputs import files as inputs  # noqa: E402
 from kvproof.bridge.client import Worker  # noqa: E402
 from kvproof.cliutil import Parser, add_vllm  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
@@ -132,7 +133,7 @@ def write_classes(releases: list[str], path: Path) -> None:
     out = ["# Live layouts and failure classes the model families produce (synthesiser probe cache)", "",
            "One row per recipe and release: the KV layout the real engine built, the resolver's answer and "
            "the failure class the contracts give it (no timings). Written by `python bench/bench_replay.py`.", ""]
-    from kvproof import contracts
+    from kvproof.judging import contracts
     per_release = {rel: synth.families_summary(envs.find(rel)) for rel in releases}
     out += ["## Coverage: which contract classes a real boot reproduces", "",
             "| contract | " + " | ".join(releases) + " |", "|---|" + "---|" * len(releases)]

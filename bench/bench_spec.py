@@ -30,7 +30,7 @@ from kvproof import envs  # noqa: E402
 from kvproof.cliutil import Parser, add_vllm, guarded  # noqa: E402
 from kvproof.consumer.stream import Req, Stream  # noqa: E402
 from kvproof.fsio import atomic_write  # noqa: E402
-from kvproof.layout import Layout  # noqa: E402
+from kvproof.inputs.layout import Layout  # noqa: E402
 from kvproof.tiers.client import consumed_on  # noqa: E402
 
 

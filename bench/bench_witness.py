@@ -16,7 +16,7 @@ import platform
 import sys
 import time
 
-from kvproof import checking
+from kvproof.running import checking
 from kvproof.cliutil import Parser, add_vllm, guarded
 from kvproof.fsio import atomic_write
 from kvproof.findings.ledger import Ledger

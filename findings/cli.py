@@ -138,8 +138,8 @@ def _installed() -> list[str]:
 
 
 def _load(args):
-    from kvproof import inputs
-    from kvproof.layout import Layout
+    from kvproof.inputs import files as inputs
+    from kvproof.inputs.layout import Layout
 
     layout = Layout.from_json(inputs.read_text(args.layout), args.layout)
     return layout, layout.stream
@@ -212,7 +212,7 @@ def _report(args, ledger: Ledger) -> int:
 
 def _witness(args, ledger: Ledger) -> int:
     from kvproof import envs
-    from kvproof.config import reference_models
+    from kvproof.inputs.config import reference_models
     from kvproof.findings.runs import release_key
     from kvproof.findings.witness import record, regression_release
     from kvproof.findings.witness_search import search_many

@@ -3,7 +3,7 @@
 ``findings/fixes/<id>.diff`` is a unified diff against the newest affected
 release's ``vllm/`` source (paths ``a/vllm/...``). :func:`patched` applies it
 with ``patch -p1`` to a release's installed files and lays the result over that
-release as an overlay environment (``kvproof.overlay.make``: hard links, seconds;
+release as an overlay environment (``kvproof.envs.overlay.make``: hard links, seconds;
 :func:`check` takes it from the content-keyed cache of ``kvproof.findings.fixenv``).
 :func:`check` then runs, on the release and on the overlay, the entry's
 reproducer and the entry's own class measurement, and every other ledger entry
@@ -41,7 +41,7 @@ def patched(diff: str, release: str) -> dict[str, bytes]:
     """The files of ``diff`` applied to ``release``'s installed source (``patch`` may shift lines,
     never guess: a hunk that does not apply is an error)."""
     from kvproof import envs
-    from kvproof.overlay import site_packages
+    from kvproof.envs.overlay import site_packages
 
     sp = site_packages(envs.find(release).root)
     with tempfile.TemporaryDirectory(prefix="kvproof-fix-") as tmp:
@@ -110,12 +110,12 @@ def _verdicts(named: list[tuple], names: list, hosts=None) -> list[dict[str, str
     from concurrent.futures import ThreadPoolExecutor
 
     from kvproof import envs
-    from kvproof.checking import Workers
+    from kvproof.running.checking import Workers
     from kvproof.findings.measure import judge_all
-    from kvproof.inputs import load_layouts
-    from kvproof.layout import Layout
+    from kvproof.inputs.files import load_layouts
+    from kvproof.inputs.layout import Layout
     from kvproof.settings import settings
-    from kvproof.stream import Stream
+    from kvproof.inputs.stream import Stream
     from kvproof.tiers import registry
     from kvproof.tiers.classify import as_tier
 

@@ -1,11 +1,11 @@
 """Fix overlays cached by content, for ``kvproof findings report``'s fix check.
 
-A release with ``findings/fixes/<id>.diff`` laid over it (``kvproof.overlay.make``: hard links,
+A release with ``findings/fixes/<id>.diff`` laid over it (``kvproof.envs.overlay.make``: hard links,
 the patched files written anew) is kept under ``<cache>/fix-overlays/`` (``kvproof.settings``),
 never in the checkout and never among the environments ``kvproof env list`` and verify's drift
 check read. Its content key is the release environment (its name and manifest bytes: a rebuilt
 environment has another), the diff's bytes and the overlay builder's version
-(``kvproof.overlay.BUILDER_VERSION``). A later report with the same key uses the overlay as it
+(``kvproof.envs.overlay.BUILDER_VERSION``). A later report with the same key uses the overlay as it
 is (its .pyc and vLLM model-registry cache already warm: no minutes of rebuilding and removing
 hard-link trees); any other key is a miss that builds anew in its place (one overlay per
 entry and release). A hit is used only when its manifest carries the same key and its
@@ -38,7 +38,7 @@ def _sha(data: bytes) -> str:
 
 def content_key(release: str, diff: str | bytes) -> str:
     """The overlay's key: release environment + the diff's bytes + the builder's version."""
-    from kvproof.overlay import BUILDER_VERSION
+    from kvproof.envs.overlay import BUILDER_VERSION
 
     env = envs.find(release)
     try:
@@ -75,7 +75,7 @@ def fixed_env(entry_id: str, release: str, diff: str, files: dict[str, bytes],
     """``release`` with the fix laid over it: (its environment, True when the cache had it).
     ``files``: the diff applied to the release's files now (kvproof.findings.fix.patched, a
     second's work), what the overlay must hold."""
-    from kvproof import overlay as ov
+    from kvproof.envs import overlay as ov
 
     where = Path(where or home())
     key = content_key(release, diff)

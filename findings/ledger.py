@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kvproof.errors import UsageError
-from kvproof.classkey import ClassKey
+from kvproof.judging.classkey import ClassKey
 from kvproof.fsio import atomic_write
 
 HERE = Path(__file__).resolve().parent / "ledger"
@@ -59,7 +59,7 @@ class Entry:
     premise_fact: str = ""
     layout: dict = field(default_factory=dict)
     stream: dict | None = None
-    was: tuple[str, ...] = ()  # former ids: the class before its key was refined (src/kvproof/classkey.py)
+    was: tuple[str, ...] = ()  # former ids: the class before its key was refined (src/kvproof/judging/classkey.py)
     workaround: str = ""  # what a user of an affected release can do today (measured, like the rest)
     report: dict = field(default_factory=dict)  # the upstream issue's human half (findings/report.py REPORT_KEYS)
     # the witness searches run for this class (``kvproof findings witness --write``), one per release
@@ -197,9 +197,9 @@ def checked_in() -> Ledger:
 
 
 def known(row) -> Entry | None:
-    """The ledger entry of a judged row's class (``kvproof.checking.Row``): None when the row
+    """The ledger entry of a judged row's class (``kvproof.running.checking.Row``): None when the row
     observed nothing. Lives here, not on the row: the tier runner knows no ledger."""
-    from kvproof.classkey import class_key
+    from kvproof.judging.classkey import class_key
     from kvproof.verdicts import Verdict
     if row.verdict < Verdict.UNSUPPORTED or row.judgement.observed is None:
         return None

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvproof.errors import UsageError
-from kvproof.classkey import ClassKey, class_key
-from kvproof.judge import Judgement
-from kvproof.layout import Layout
+from kvproof.judging.classkey import ClassKey, class_key
+from kvproof.judging.judge import Judgement
+from kvproof.inputs.layout import Layout
 from kvproof.tiers import registry
 from kvproof.verdicts import Verdict
 
@@ -34,10 +34,11 @@ TIERS = {str(t): registry.through(t) for t in registry.worker_tiers()}
 def judge_all(named: list[tuple[str, Layout]], releases: list, tier: str,
               workers: dict | None = None) -> list[dict[str, Judgement]]:
     """Per release (in order): label -> judgement of each named Layout at ``tier``, through
-    ``kvproof.checking.run`` (every release's workers started together). A consumer Layout
+    ``kvproof.running.checking.run`` (every release's workers started together). A consumer Layout
     runs under its own stream (``Layout.stream``), else the default one. A release may be an
     Env (a cached fix overlay); ``workers`` (env name -> live worker) are used, not closed."""
-    from kvproof import checking, envs
+    from kvproof.running import checking
+    from kvproof import envs
 
     if tier not in TIERS:
         raise UsageError(f"tier {tier!r}: expected function, manager or consumer")
@@ -79,7 +80,7 @@ def regression(layout: Layout, releases: list[str], stream=None, margin: int = 0
     from kvproof import envs, facts
     from kvproof.differential import diff
     from kvproof.consumer.stream import default_stream
-    from kvproof.judge import judge_consumer
+    from kvproof.judging.judge import judge_consumer
     from kvproof.tiers.client import consumed_on
 
     rels = sorted(dict.fromkeys(releases), key=facts.release_key)

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kvproof import envs, facts
-from kvproof.classkey import class_key
+from kvproof.judging.classkey import class_key
 from kvproof.differential import diff, first_bad_release
 from kvproof.findings.ledger import Entry, Ledger
 from kvproof.findings.measure import SHOWN, judge_all
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def _before(e: Entry) -> str | None:
 
 
 def _regressions(entries: list[Entry], release: str) -> list[Remeasured]:
-    from kvproof.judge import judge_consumer
+    from kvproof.judging.judge import judge_consumer
     from kvproof.tiers.client import consumed_on
 
     from kvproof.errors import EnvError

@@ -41,7 +41,7 @@ from kvproof.findings.reproducers import pytest_script, script
 from kvproof.findings.runs import (RUN_TIMEOUT_S, ReproducerDidNotRun, Run, affected, installed_releases,
                                    release_key, require_ran, run_script)
 from kvproof.fsio import atomic_write
-from kvproof.oracle_ids import OracleId
+from kvproof.judging.oracle_ids import OracleId
 
 DEFAULT_OUT = Path("out") / "findings"
 _AT = re.compile(r"@ (?P<file>\S+):(?P<line>\d+) in (?P<fn>\S+)\s*$")
@@ -74,7 +74,7 @@ SUGGESTED_FIX = {
 def _source_line(release: str, file: str, line: int) -> str:
     from kvproof import envs
     from kvproof.errors import EnvError
-    from kvproof.overlay import site_packages  # the one rule: the site-packages that holds vllm/
+    from kvproof.envs.overlay import site_packages  # the one rule: the site-packages that holds vllm/
 
     env = envs.find(release)
     try:
@@ -105,7 +105,7 @@ def _where(entry: Entry, release: str) -> list[dict]:
     their line numbers in ``release``'s installed source: for a wrong result as for an exception."""
     from kvproof import envs
     from kvproof.errors import EnvError
-    from kvproof.overlay import site_packages
+    from kvproof.envs.overlay import site_packages
 
     rows = []
     for want in (entry.report or {}).get("lines", []):

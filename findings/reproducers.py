@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kvproof.errors import UsageError
 from kvproof.findings.ledger import Entry
-from kvproof.oracle_ids import OracleId
+from kvproof.judging.oracle_ids import OracleId
 
 
 def _tier(name: str):

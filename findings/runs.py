@@ -95,7 +95,7 @@ def expected_on(entry: Entry, release: str) -> str | None:
 
 
 def installed_releases(entry: Entry | None = None) -> list[str]:
-    """Every managed release (src/kvproof/facts.py) whose environment is built, and every
+    """Every managed release (src/kvproof/facts/__init__.py) whose environment is built, and every
     release ``entry`` measured whose environment is built, oldest first: where a report runs
     its reproducer unless told otherwise."""
     from kvproof import envs, facts

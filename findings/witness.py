@@ -24,17 +24,17 @@ import json
 import math
 from dataclasses import dataclass, replace
 
-from kvproof.classkey import class_key
+from kvproof.judging.classkey import class_key
 
 from kvproof import facts
-from kvproof.config import Config, reference_models
+from kvproof.inputs.config import Config, reference_models
 from kvproof.derivation import model_flag_sets, reference_flags
 from kvproof.consumer.drafts import Drafts
-from kvproof.drafts import parse_acceptance
+from kvproof.inputs.drafts import parse_acceptance
 from kvproof.consumer.stream import Req, Stream
 from kvproof.differential import REGRESSION_CHECK
 from kvproof.errors import LayoutError
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 
 
 # a Stream's bound on max_num_batched_tokens (consumer/stream.py): a window ratio in the hundreds

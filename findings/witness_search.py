@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from kvproof import facts
-from kvproof.classkey import ClassKey, class_key, stem
-from kvproof.config import Config, reference_models
-from kvproof.layout import Layout
+from kvproof.judging.classkey import ClassKey, class_key, stem
+from kvproof.inputs.config import Config, reference_models
+from kvproof.inputs.layout import Layout
 
 from kvproof.findings.witness import (Witness, candidates, class_drafts, flag_sets, regression_release,
                                       same_shape)
@@ -94,7 +94,8 @@ def search(entry, release: str, models: Sequence[str] | None = None) -> list[Wit
 
 def search_many(jobs: Sequence[tuple[object, str]], models: Sequence[str] | None = None) -> list[Search]:
     """Each (entry, release) job, in order: one pass per release, each distinct Config derived once."""
-    from kvproof import checking, envs
+    from kvproof.running import checking
+    from kvproof import envs
     from kvproof.derivation import config_key
 
     models = tuple(models or reference_models())
@@ -157,7 +158,8 @@ RUN_CHUNK = 4
 
 def _tiers(named, tiers, release: str, pool) -> list:
     """``checking.run_tiers`` on ``release``'s worker, :data:`RUN_CHUNK` candidates a call."""
-    from kvproof import checking, envs
+    from kvproof.running import checking
+    from kvproof import envs
     env = envs.find(release).name
     return [row for i in range(0, len(named), RUN_CHUNK)
             for row in checking.run_tiers(named[i:i + RUN_CHUNK], tiers, env, pool.by_env[env])]

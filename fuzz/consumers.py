@@ -8,11 +8,11 @@ works without atheris' ``Fuzz`` loop (benchmarks, tests).
 Bytes decode into a Layout with the fuzz decoder (``kvproof.fuzz.decode``, the
 release's capabilities by introspection), an optional connector from
 ``facts.CONSUMER_CONNECTORS``, and a stream from a seed (``stream.random_stream``
-at a scale fitted to the layout's block sizes). ``kvproof.judge.judge_consumer``
+at a scale fitted to the layout's block sizes). ``kvproof.judging.judge.judge_consumer``
 gives the verdict. Same conventions as the contracts target (``fuzz/harness.py``):
 
 - stats in ``$KVPROOF_FUZZ_WORKDIR/stats/consumers-<pid>.json`` (``fuzz.harness.Stats``:
-  "execs", "verdicts", "classes" by ``kvproof.classkey.class_key`` with the
+  "execs", "verdicts", "classes" by ``kvproof.judging.classkey.class_key`` with the
   ledger's status and a count, "new", "known", "errors"), flushed every second;
 - every FAIL / UNSUPPORTED / ERROR is counted per class; the first input of a class
   the ledger does not know is stored in ``$KVPROOF_FUZZ_CORPUS_OUT`` (the campaign's
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kvproof import facts
-from kvproof.drafts import ALL
+from kvproof.inputs.drafts import ALL
 from kvproof.verdicts import Verdict
 
 TARGET = "consumers"
@@ -160,9 +160,9 @@ class Target:
         return self.harness.run(layout, stream)
 
     def one(self, layout: Any, stream: Any, data: bytes = b"") -> Any:
-        from kvproof.classkey import class_key
+        from kvproof.judging.classkey import class_key
         from kvproof.fuzz.oracle import CLASSED
-        from kvproof.judge import judge_consumer
+        from kvproof.judging.judge import judge_consumer
 
         res = self.run(layout, stream)
         s = self.stats
@@ -193,8 +193,8 @@ class Target:
         """The smallest (layout, stream) (``fuzz.minimize``) that still FAILs in class
         ``key`` on this release; at most SHRINK_RUNS runs and SHRINK_SECONDS."""
         from kvproof.fuzz.minimize import minimal
-        from kvproof.classkey import class_key
-        from kvproof.judge import judge_consumer
+        from kvproof.judging.classkey import class_key
+        from kvproof.judging.judge import judge_consumer
 
         def same_class(lay: Any, cand: Any) -> bool:
             j = judge_consumer(self.run(lay, cand), lay)
@@ -238,7 +238,7 @@ def real_seeds(release: str) -> list[bytes]:
     from what real models derive (``kvproof fuzz --target consumers`` passes them as a seed folder)."""
     from kvproof.fuzz.decode import FULL, encode
     from kvproof.fuzz.provider import PyFDP, int_chunk
-    from kvproof.layout import Layout
+    from kvproof.inputs.layout import Layout
 
     real = real_layouts(release)
     if not real:

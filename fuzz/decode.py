@@ -48,7 +48,7 @@ from math import gcd
 from typing import Any, Iterable
 
 from kvproof.fuzz.provider import as_source
-from kvproof.layout import Cache, Group, Layout
+from kvproof.inputs.layout import Cache, Group, Layout
 from kvproof import facts
 from kvproof.facts import KINDS
 

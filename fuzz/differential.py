@@ -281,7 +281,7 @@ class Differential:
         """Count each regression into its class in ``state`` (the harness's record shape, keyed by
         ``ClassKey`` id); store the first input of a class the ledger lacks. The classes, as
         ``<id> new|known``."""
-        from kvproof.classkey import ClassKey
+        from kvproof.judging.classkey import ClassKey
         from kvproof.findings.ledger import Ledger
         from kvproof.fuzz.harness import premise_label
         from kvproof.fuzz.store import FindingStore

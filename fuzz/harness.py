@@ -8,11 +8,11 @@ uses the thin ``fuzz_contracts.py`` / ``fuzz_conformance.py`` entry points.)
 
 contracts
     bytes -> Layout (``decode``) -> the bridge's ``evaluate`` (the real
-    resolver) -> ``oracle.judge`` (a thin use of ``kvproof.judge``); where a
+    resolver) -> ``oracle.judge`` (a thin use of ``kvproof.judging.judge``); where a
     manager-tier contract predicts a violation the real ``KVCacheManager`` (coordinator,
     block pool) is built too and decides FAIL or LATENT
     (``KVPROOF_FUZZ_MANAGER=always``: on every input). Every FAIL, UNSUPPORTED
-    and ERROR judgement is keyed by ``kvproof.classkey.class_key``, looked
+    and ERROR judgement is keyed by ``kvproof.judging.classkey.class_key``, looked
     up in the ledger (``kvproof.findings.ledger``) and counted per class
     (``classes`` in the stats); the first input of a class the ledger does not
     know is stored in the campaign's findings folder. Nothing is raised into

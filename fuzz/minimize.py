@@ -4,7 +4,7 @@ A campaign stores a new class with what a maintainer should read first: the stre
 shrunk (``stream.shrink``: every draft accepted, fewer requests, shorter prompts, earlier
 arrivals, aborts or resends that do not matter), then the layout (fewer groups, shorter windows,
 no context parallelism, no ``prefix_match_unit``, no or shorter drafts; the one greedy loop of
-``kvproof.shrinking``), then the stream once more for the smaller layout. Every step
+``kvproof.judging.shrinking``), then the stream once more for the smaller layout. Every step
 must keep the class key, so a shrink never trades one bug for another.
 
 A layout candidate stays one the engine builds: its groups go through the fuzz
@@ -19,7 +19,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Iterator
 
-from kvproof.layout import Cache, Layout
+from kvproof.inputs.layout import Cache, Layout
 from kvproof import facts
 
 
@@ -74,7 +74,7 @@ def minimal(layout: Layout, stream: Any, same_class: Callable[[Layout, Any], boo
     """``(layout, stream)`` shrunk while ``same_class`` holds; at most ``runs`` calls and
     ``seconds`` of wall time in all (a call past either answers False)."""
     from kvproof.consumer.stream import shrink as shrink_stream
-    from kvproof.shrinking import shrink as shrink_layout
+    from kvproof.judging.shrinking import shrink as shrink_layout
 
     end, left = time.monotonic() + seconds, [runs]
 

@@ -1,4 +1,4 @@
-"""The fuzzer's oracle: a thin use of ``kvproof.judge`` and ``kvproof.findings``. Pure Python.
+"""The fuzzer's oracle: a thin use of ``kvproof.judging.judge`` and ``kvproof.findings``. Pure Python.
 
 - FAIL: real vLLM raised (the resolver other than its documented user-error
   ValueError, or the real ``KVCacheManager`` / coordinator / block pool) on an
@@ -11,7 +11,7 @@
 - LATENT (a contract predicts a violation, nothing real raised) is counted and
   stored apart by the harness.
 
-The identity of a finding is ``kvproof.classkey.class_key(judgement)``:
+The identity of a finding is ``kvproof.judging.classkey.class_key(judgement)``:
 (tier, contract or oracle, exception type, the raising vLLM frame as
 file:function). Numbers in a message never enter it; one root cause is one class.
 """
@@ -22,13 +22,13 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-from kvproof.judge import Judgement
-from kvproof.judge import judge as _judge
-from kvproof.layout import Layout
+from kvproof.judging.judge import Judgement
+from kvproof.judging.judge import judge as _judge
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome
 from kvproof.verdicts import Verdict
 
-# the verdicts whose judgement names a class (kvproof.classkey.class_key)
+# the verdicts whose judgement names a class (kvproof.judging.classkey.class_key)
 CLASSED = (Verdict.FAIL, Verdict.UNSUPPORTED, Verdict.ERROR)
 
 
@@ -58,8 +58,8 @@ class Finding:
 
     @cached_property
     def key(self):
-        """The class of a FAIL / UNSUPPORTED / ERROR judgement (``kvproof.classkey.ClassKey``)."""
-        from kvproof.classkey import class_key
+        """The class of a FAIL / UNSUPPORTED / ERROR judgement (``kvproof.judging.classkey.ClassKey``)."""
+        from kvproof.judging.classkey import class_key
 
         return class_key(self.judgement, self.layout)
 
@@ -76,7 +76,7 @@ class Finding:
 
 def signature(j: Judgement) -> str:
     """A readable summary (verdict, tier, exception type, message with numbers erased).
-    Descriptive only: the class identity is ``kvproof.classkey.class_key``."""
+    Descriptive only: the class identity is ``kvproof.judging.classkey.class_key``."""
     if j.observed is None:
         return f"{j.verdict}"
     msg = re.sub(r"\[[\d,\s]*\]", "[...]", j.observed.message)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import sys
 
-from kvproof import explain
+from kvproof.commands import explain
 from kvproof.errors import KvproofError
-from kvproof.inputs import parse_json
-from kvproof.layout import Layout, parse_groups_spec
+from kvproof.inputs.files import parse_json
+from kvproof.inputs.layout import Layout, parse_groups_spec
 
 
 def _layout(text: str) -> None:
@@ -48,7 +48,7 @@ def one_input(data: bytes) -> None:
     try:
         text = data[1:].decode("utf-8")
     except UnicodeDecodeError:
-        return  # the file reader's UTF-8 check is tested on its own (kvproof.inputs.read_text)
+        return  # the file reader's UTF-8 check is tested on its own (kvproof.inputs.files.read_text)
     try:
         parser(text)
     except KvproofError as err:

@@ -7,7 +7,7 @@
     kvproof fuzz --target consumers --vllm 0.32.0 --seconds 600 --jobs 1
 
 Target ``consumers`` runs ``<env>/bin/python -m kvproof.fuzz.consumers`` (the real
-Scheduler driven by request streams, judged by ``kvproof.judge.judge_consumer``)
+Scheduler driven by request streams, judged by ``kvproof.judging.judge.judge_consumer``)
 with the same stats and classes; its findings carry their request stream
 (``meta.stream``: ``kvproof consumer FILE --vllm R`` replays it).
 
@@ -17,7 +17,7 @@ kvproof.fuzz.harness <target> <libFuzzer flags>`` with the bridge's
 files (``<workdir>/stats/*.json``) for its one-line status and its report.
 
 Findings never stop a campaign. Every FAIL, UNSUPPORTED and ERROR judgement
-is keyed by ``kvproof.classkey.class_key`` (one root cause, one class),
+is keyed by ``kvproof.judging.classkey.class_key`` (one root cause, one class),
 looked up in the ledger (``findings/``) and counted in-process: no libFuzzer
 crash, no worker restart. The first input of each class the ledger does not
 know is stored in the campaign folder (``<workdir>/findings/``,
@@ -136,7 +136,7 @@ def read_classes(workdir: Path) -> list[dict]:
 
 
 def _key(rec: dict):
-    from kvproof.classkey import ClassKey
+    from kvproof.judging.classkey import ClassKey
 
     return ClassKey(rec["tier"], rec["check"], rec["exc_type"], rec["frame"])
 
@@ -323,7 +323,7 @@ class Campaign(LibFuzzerProcess):
         from kvproof.findings.ledger import Entry, Status
 
         from kvproof.corpus import publish
-        from kvproof.layout import Layout
+        from kvproof.inputs.layout import Layout
 
         for c in read_classes(self.workdir):
             if not c.get("path"):

@@ -23,7 +23,7 @@ from kvproof.cliutil import Parser, guarded
 from kvproof.fsio import atomic_write
 from kvproof.fuzz.decode import BS_MAX, BS_ODD, BS_PAGE, BS_POW2, BS_SMALL, encode
 from kvproof.fuzz.provider import int_chunk
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof import facts
 
 HERE = Path(__file__).resolve().parent

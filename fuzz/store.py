@@ -1,6 +1,6 @@
 """A campaign's findings: one Layout JSON per new class, in the campaign folder. Pure Python (no vLLM).
 
-- keyed by ``kvproof.classkey.ClassKey`` (tier, contract or oracle, exception
+- keyed by ``kvproof.judging.classkey.ClassKey`` (tier, contract or oracle, exception
   type, the raising vLLM frame): one root cause is one class, whatever the numbers;
 - written under the campaign's ``findings/`` folder (``<workdir>/findings``,
   ``--crash-dir``), never into ``corpus/`` or the ledger: the runner copies them
@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from kvproof import corpus
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 
 FOUND_BY = "atheris"
 

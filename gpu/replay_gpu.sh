@@ -6,7 +6,7 @@
 #
 # What it does, within GPU_BUDGET_S seconds (default 540):
 #   1. reports the GPU, then looks for an interpreter that already has vllm + CUDA torch;
-#   2. otherwise installs vllm==$NEW (default: the newest release of src/kvproof/facts.py) and then vllm==$OLD (the oldest) into
+#   2. otherwise installs vllm==$NEW (default: the newest release of src/kvproof/facts/__init__.py) and then vllm==$OLD (the oldest) into
 #      venvs under $WORK (uv if available, else pip), each bounded by the time left;
 #      if the package registry cannot be reached it says so and stops;
 #   3. boots the seed class on each installed release with the same code as the CPU tier
@@ -27,12 +27,12 @@ set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu/out}"
 WORK="${WORK:-/tmp/kvproof-gpu}"
-# Default releases from the one release list (src/kvproof/facts.py): NEW the newest managed release, OLD the
-# oldest. Read with `kvproof env releases all` (oldest first), else from src/kvproof/facts.py itself (stdlib
+# Default releases from the one release list (src/kvproof/facts/__init__.py): NEW the newest managed release, OLD the
+# oldest. Read with `kvproof env releases all` (oldest first), else from src/kvproof/facts/__init__.py itself (stdlib
 # data) with python3; the literals are only the fallback where neither runs.
 kvproof_cli="$(command -v kvproof || { [ -x .venv/bin/kvproof ] && echo .venv/bin/kvproof; } || true)"
 ALL_RELEASES="$( { [ -n "$kvproof_cli" ] && "$kvproof_cli" env releases all 2>/dev/null; } ||
-  python3 -c "import runpy; print(*runpy.run_path('src/kvproof/facts.py')['MANAGED_RELEASES'])" 2>/dev/null || true)"
+  python3 -c "import runpy; print(*runpy.run_path('src/kvproof/facts/__init__.py')['MANAGED_RELEASES'])" 2>/dev/null || true)"
 NEW="${NEW:-$(echo "$ALL_RELEASES" | awk '{print $NF}')}"; NEW="${NEW:-0.33.0}"
 OLD="${OLD:-$(echo "$ALL_RELEASES" | awk '{print $1}')}"; OLD="${OLD:-0.27.0}"
 BUDGET="${GPU_BUDGET_S:-540}"

@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import z3
 
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome, StageError
 from kvproof import facts
 from kvproof.spec import lemmas, termeval

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable
 from kvproof import facts
 
 if TYPE_CHECKING:
-    from kvproof.layout import Layout
+    from kvproof.inputs.layout import Layout
 
 NONE_MODE = "none"
 

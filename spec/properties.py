@@ -1,6 +1,6 @@
 """The contract catalogue as Z3 properties over the model.
 
-Each property carries the id of a contract in :mod:`kvproof.contracts` (same
+Each property carries the id of a contract in :mod:`kvproof.judging.contracts` (same
 ids, same statements), a *scenario* that narrows the premise (``align``: no
 Mamba group or ``mamba_cache_mode == "align"``; ``any``: every mode), and
 builds two formulas over the model's inputs and result: the premise (when the
@@ -20,7 +20,7 @@ from typing import Callable
 
 import z3
 
-from kvproof import contracts as C
+from kvproof.judging import contracts as C
 from kvproof.spec.lemmas import divides as dv
 from kvproof.spec.model import ALIGN, ERR_NONE, Inputs, Resolved
 

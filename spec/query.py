@@ -36,9 +36,9 @@ from typing import Any
 
 import z3
 
-from kvproof import contracts as C
-from kvproof.layout import DEFAULT_MAX_MODEL_LEN, Cache, Group, Layout
-from kvproof.shrinking import shrink as greedy
+from kvproof.judging import contracts as C
+from kvproof.inputs.layout import DEFAULT_MAX_MODEL_LEN, Cache, Group, Layout
+from kvproof.judging.shrinking import shrink as greedy
 from kvproof import facts
 from kvproof.spec import lemmas
 from kvproof.spec.premise import engine_premise
@@ -359,7 +359,7 @@ def shrink(layout: Layout, holds, keep_groups: bool = True, deadline: float | No
 
     With ``revision``, each candidate is also tried with the cache block size an
     engine would derive (``_engine_fix``). The loop is the one shrinker,
-    ``kvproof.shrinking.shrink``; ``holds`` is asked lazily, one candidate at a time.
+    ``kvproof.judging.shrinking.shrink``; ``holds`` is asked lazily, one candidate at a time.
     """
     def candidates(lay: Layout):
         for cand in _candidates(lay, keep_groups):

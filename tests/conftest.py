@@ -29,7 +29,7 @@ os.environ.setdefault("KVPROOF_WORKER_POOL", "1")
 # tests/integration/test_worker_zygote.py). KVPROOF_WORKER_ZYGOTE=0 turns it off.
 os.environ.setdefault("KVPROOF_WORKER_ZYGOTE", "1")
 
-# The releases tests run on, from the one release list (src/kvproof/facts.py): KVPROOF_RELEASES
+# The releases tests run on, from the one release list (src/kvproof/facts/__init__.py): KVPROOF_RELEASES
 # (the Makefile's RELEASES; default the ci subset: oldest, the seed pair, newest CPU, newest).
 RELEASES: tuple[str, ...] = tuple(envs.resolve(list(settings().releases)))
 # Of those, the releases with their own CPU wheel: the tiers that need the release's compiled

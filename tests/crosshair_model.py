@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from crosshair import NoTracing, deep_realize
 
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome
 from kvproof import facts
 from kvproof.spec.model import DCP_VALUES, evaluate

@@ -24,7 +24,7 @@ from dataclasses import replace
 from hypothesis import strategies as st
 
 from kvproof.fuzz.decode import MAX_GROUPS, Caps, decode
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof import facts
 
 DCPS = (1, 1, 1, 2, 3, 4, 8)  # dcp 3 too (the model's DCP_VALUES), 1 most often

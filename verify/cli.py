@@ -42,7 +42,7 @@ from kvproof.verify.runner import Pool, run_corpus
 from kvproof import corpus as corpus_io
 from kvproof.cliutil import Parser, guarded
 from kvproof.errors import UsageError
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.settings import settings
 from kvproof.verdicts import ProofStatus
 

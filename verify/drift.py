@@ -250,9 +250,9 @@ def shrink(layout, still: Callable[[Sequence], list[bool]], rounds: int = 30):
     """The smallest candidate (by ``_size``) for which ``still`` holds, until none is smaller.
 
     ``still`` judges a batch at once (one bridge round trip per round); the loop
-    is the one shrinker, ``kvproof.shrinking.shrink``.
+    is the one shrinker, ``kvproof.judging.shrinking.shrink``.
     """
-    from kvproof.shrinking import shrink as greedy
+    from kvproof.judging.shrinking import shrink as greedy
 
     return greedy(layout, _candidates, _size, still, smallest=True, rounds=rounds)
 

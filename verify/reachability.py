@@ -24,7 +24,7 @@ from kvproof.spec import premise as premise_facts
 from kvproof import revisions as R
 from kvproof.spec.properties import BY_KEY, Property
 
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.verdicts import ProofStatus, Reachability
 
 

@@ -16,7 +16,7 @@ from xml.sax.saxutils import escape, quoteattr
 from kvproof.spec import lemmas
 from kvproof.spec.properties import BY_KEY
 
-from kvproof import contracts as C
+from kvproof.judging import contracts as C
 from kvproof.fsio import atomic_write
 from kvproof.verdicts import ProofStatus, Reachability
 

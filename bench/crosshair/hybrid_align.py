@@ -11,7 +11,7 @@ multiple of hash_block_size.
 from crosshair import realize
 
 from kvproof.bridge.build import Builder
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
 
 

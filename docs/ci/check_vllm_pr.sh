@@ -24,7 +24,7 @@
 # $GITHUB_STEP_SUMMARY when set). Exit 0 green, 1 red, 2 not checkable / usage.
 #
 # Settings (environment): KVPROOF (command, default `kvproof`), KVPROOF_BASE (release, default
-# kvproof's default release: `kvproof env releases default`, from src/kvproof/facts.py), KVPROOF_FUZZ_SECONDS (60), KVPROOF_VERIFY_ARGS (extra `kvproof verify` flags),
+# kvproof's default release: `kvproof env releases default`, from src/kvproof/facts/__init__.py), KVPROOF_FUZZ_SECONDS (60), KVPROOF_VERIFY_ARGS (extra `kvproof verify` flags),
 # KVPROOF_CORPUS_DIR (corpus/ of the kvproof checkout, default ./corpus), KVPROOF_OVERLAY (pr-check),
 # KVPROOF_WORK (scratch folder, default ./kvproof-ci), KVPROOF_PYTHON (the interpreter kvproof is
 # installed in, default python3), KVPROOF_DRIFT_COUNT (fuzzed layouts for the drift workflow, 200),

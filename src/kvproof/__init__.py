@@ -3,7 +3,7 @@
 The data flow is Layout -> bridge -> real vLLM -> Outcome -> contracts ->
 report / corpus. Only the modules in ``VLLM_SIDE`` import vLLM; each runs
 inside a vLLM environment (started there as ``<env>/bin/python -m ...``, or
-imported by one that was): the release's one worker (``kvproof.worker``,
+imported by one that was): the release's one worker (``kvproof.running.worker``,
 lazily) serves the bridge's runtime and builder, the derive step and the
 consumer harness (with its configs, drafters, driver, API list, scheduler
 build and oracle wiring); the consumer fuzz target, the engine boot,
@@ -28,6 +28,6 @@ VLLM_SIDE = (
     "kvproof.consumer.scheduler",
     "kvproof.consumer.wiring",
     "kvproof.fuzz.harness",
-    "kvproof.stand_in_triton",
+    "kvproof.envs.stand_in_triton",
     "kvproof.tiers.boot",
 )

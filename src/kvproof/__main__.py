@@ -1,4 +1,4 @@
-from kvproof.cli import main
+from kvproof.commands.cli import main
 import sys
 
 sys.exit(main())

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kvproof.errors import CorpusError
 from kvproof.fsio import atomic_create, atomic_write
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 
 
 def _text(layout: Layout) -> str:
@@ -41,7 +41,7 @@ def rewrite(path: Path, layout: Layout) -> None:
 # --- recorded expectations ------------------------------------------------------------------
 # A file's meta ``kvproof.expect = {release: {tier: verdict}}`` (written by ``kvproof replay
 # --record``) is what tests/replay checks against real vLLM. Every managed release (the one
-# release list, src/kvproof/facts.py, as `kvproof env releases` prints it) must have one for the tiers
+# release list, src/kvproof/facts/__init__.py, as `kvproof env releases` prints it) must have one for the tiers
 # below; a release outside the list (an overlay, a patched checkout) need not.
 
 def required_tiers(layout: Layout, release: str) -> tuple[str, ...]:

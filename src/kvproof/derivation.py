@@ -6,7 +6,7 @@
   (``kvproof.facts.FIELDS``). Derivation and boot capture share it, so
   "derive == boot" compares what vLLM built, not two conversions.
 * :func:`enumerate_configs` yields Configs over bounded knobs of the tiny
-  families; :func:`kvproof.checking.derive_all` (the one derive step on the
+  families; :func:`kvproof.running.checking.derive_all` (the one derive step on the
   client side) sends them through one bridge worker.
 
 Below the bridge: ``kvproof.bridge`` imports this module (the worker's
@@ -37,9 +37,9 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvproof.config import FAMILIES, Config
+from kvproof.inputs.config import FAMILIES, Config
 from kvproof.errors import KvproofError
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof import facts
 
 BLOCK_SIZES = (None, 16, 32, 64)
@@ -326,7 +326,7 @@ def reference_flags(model: str, flags: tuple[str, ...]) -> tuple[str, ...]:
 def model_flag_sets(model: str) -> tuple[tuple[str, ...], ...]:
     """The flag sets the reference model ``model`` is derived under, in table order (a
     multimodal-only family's text decoder alone: facts.TEXT_ONLY_REFERENCE_MODELS)."""
-    from kvproof.config import reference_drafts
+    from kvproof.inputs.config import reference_drafts
     extra: list[tuple[str, ...]] = []
     if model in facts.MTP_REFERENCE_MODELS:
         extra += [_spec_flags({"method": "mtp", "num_speculative_tokens": k}) for k in MTP_DEPTHS]
@@ -346,7 +346,7 @@ def speculative_flag_sets(model: str) -> tuple[tuple[str, ...], ...]:
 
 def model_configs() -> list[Config]:
     """Every reference model under each of its flag sets (:func:`model_flag_sets`)."""
-    from kvproof.config import reference_models
+    from kvproof.inputs.config import reference_models
     return [Config(model=m, flags=f) for m in reference_models() for f in model_flag_sets(m)]
 
 
@@ -405,7 +405,7 @@ def load_table(release: str) -> tuple[TableRow, ...]:
 
 
 def _table_rows(release: str, path: Path) -> tuple[TableRow, ...]:
-    from kvproof.inputs import parse_json, read_text
+    from kvproof.inputs.files import parse_json, read_text
     data = parse_json(read_text(path), str(path))
     layouts: dict[str, Layout] = {}  # a table repeats each derived layout over 4-8 Configs: parse it once
 
@@ -424,7 +424,7 @@ def _table_rows(release: str, path: Path) -> tuple[TableRow, ...]:
 @functools.lru_cache(maxsize=None)
 def load_model_table(release: str) -> tuple[TableRow, ...]:
     """The checked-in reference-model derivations of ``release`` (spec/derived/models/; empty if none)."""
-    from kvproof.inputs import parse_json, read_text
+    from kvproof.inputs.files import parse_json, read_text
     path = table_dir() / "models" / f"{release}.json"
     if not path.exists():
         return ()
@@ -440,7 +440,7 @@ def model_rows_here(release: str) -> dict[str, TableRow]:
     """The checked-in reference-model rows of ``release`` by :func:`config_key`, when the table
     was derived on this machine's CPU kind (``host_cpu``: a hybrid's block sizes follow it);
     empty otherwise."""
-    from kvproof.inputs import parse_json, read_text
+    from kvproof.inputs.files import parse_json, read_text
     path = table_dir() / "models" / f"{release}.json"
     if not path.exists() or parse_json(read_text(path), str(path)).get("cpu") != host_cpu():
         return {}
@@ -473,7 +473,7 @@ def find_config(revision: str, property_key: str, witness_layout: Layout | None 
     smallest block sizes). None when no Config in the tables does. A layout vLLM refuses by
     design for that violation (contracts.violation_by_design) is no witness of a failure:
     skipped, or with ``by_design`` the only ones searched."""
-    from kvproof.contracts import violation_by_design
+    from kvproof.judging.contracts import violation_by_design
     from kvproof.spec.properties import BY_KEY
     from kvproof.spec.query import concrete_holds
     prop = BY_KEY[property_key]

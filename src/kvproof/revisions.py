@@ -40,7 +40,7 @@ from kvproof.facts import (  # noqa: F401
     TOKENS_PER_STATE)
 
 if TYPE_CHECKING:
-    from kvproof.layout import Layout
+    from kvproof.inputs.layout import Layout
 
 @dataclass(frozen=True)
 class Revision:

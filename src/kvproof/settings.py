@@ -17,7 +17,7 @@ KVPROOF_LEDGER              the ledger of known finding classes (the package's f
 KVPROOF_OUT                 reports and unrecorded counterexamples (./out)
 KVPROOF_REQUIRE_ENVS        1: a test needing a missing vLLM environment fails, not skips
 KVPROOF_RELEASES            releases the tests run on: a subset of the release list in
-                            src/kvproof/facts.py (ci, all, cpu, python-only, default) or release
+                            src/kvproof/facts/__init__.py (ci, all, cpu, python-only, default) or release
                             names, comma/space separated (ci); the Makefile's RELEASES sets it
 KVPROOF_ENGINE_ALL          1: engine tests boot every family on every release
 KVPROOF_BENCH_SMOKE         1: tests/integration/test_bench_scripts.py also runs the slow bench scripts (make bench-smoke)
@@ -35,7 +35,7 @@ KVPROOF_FUZZ_MEMO           harness: 0 turns the fast path's manager memo off
 KVPROOF_FUZZ_ARGV0          harness: program name libFuzzer prints
 KVPROOF_CFLITE_LOCAL        tests: run the ClusterFuzzLite build script locally
 KVPROOF_TRITON_STAND_IN     a 0.34+ environment's Triton stand-in: gate (default), everywhere or off
-                            (src/kvproof/stand_in_triton.py)
+                            (src/kvproof/envs/stand_in_triton.py)
 KVPROOF_WORKER_POOL         1: a process keeps a closed worker's live process for its next worker of
                             the same environment and variables (tests; kvproof.bridge.client)
 KVPROOF_WORKER_ZYGOTE       1: workers fork from a detached per-release parent that imported vLLM once,

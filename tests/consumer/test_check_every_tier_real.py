@@ -17,12 +17,13 @@ import json
 
 import pytest
 
-from kvproof import checking, cli
-from kvproof.config import Config
+from kvproof.running import checking
+from kvproof.commands import cli
+from kvproof.inputs.config import Config
 from kvproof.tiers.client import consumed
 from kvproof.consumer.stream import default_stream
-from kvproof.judge import judge_consumer
-from kvproof.layout import Layout
+from kvproof.judging.judge import judge_consumer
+from kvproof.inputs.layout import Layout
 from kvproof.verdicts import Tier, Verdict
 
 from conftest import consumer_worker, require_env, worker_for
@@ -78,7 +79,7 @@ def test_a_derived_layout_checked_as_a_layout_gets_the_config_paths_verdicts(rel
     assert check.not_derivable is None, check.not_derivable
     f = tmp_path / "derived.json"
     f.write_text(json.dumps(check.derived.layout.to_dict()))
-    from kvproof.inputs import load_layouts
+    from kvproof.inputs.files import load_layouts
     rows, _ = checking.run(load_layouts([str(f)]), [env], tiers=checking.CHECK_TIERS, workers=live)
     assert w.proc is not None and w.proc.poll() is None  # a live worker is used and left running
     assert [r.tier for r in check.rows] == [Tier.MANAGER, Tier.CONSUMER], check.rows

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kvproof import compare
+from kvproof.commands import compare
 
 from conftest import require_env
 

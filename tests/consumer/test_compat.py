@@ -13,7 +13,7 @@ from kvproof.bridge.client import worker_env
 from kvproof.bridge import compat
 from kvproof.consumer.result import ConsumerResult
 
-from conftest import RELEASES, require_env  # the ci releases (src/kvproof/facts.py)
+from conftest import RELEASES, require_env  # the ci releases (src/kvproof/facts/__init__.py)
 
 
 class _Manager033:  # the shape of 0.33's KVCacheManager.get_computed_blocks (no vLLM needed)
@@ -55,7 +55,7 @@ PROBE = textwrap.dedent("""
     from kvproof.bridge import compat
     from kvproof.consumer import harness
     from kvproof.consumer.stream import Req, Stream
-    from kvproof.layout import Layout
+    from kvproof.inputs.layout import Layout
     mode = sys.argv[1]
     layout = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
                                "cache": {"block_size": 16, "enable_prefix_caching": True}})

@@ -11,8 +11,8 @@ import pytest
 from kvproof.bridge.client import Worker, worker_env
 from kvproof.tiers import client
 from kvproof.consumer.stream import Req, Stream, default_stream
-from kvproof.judge import above_ideal, judge_consumer
-from kvproof.layout import Layout
+from kvproof.judging.judge import above_ideal, judge_consumer
+from kvproof.inputs.layout import Layout
 from kvproof import facts
 from kvproof.revisions import revision_for
 from kvproof.verdicts import Tier, Verdict
@@ -160,7 +160,7 @@ PATCHED = textwrap.dedent("""
     from vllm.v1.core import kv_cache_utils
     from kvproof.consumer.worker import run_one
     from kvproof.consumer.stream import Stream
-    from kvproof.layout import Layout
+    from kvproof.inputs.layout import Layout
     mode, layout, stream = sys.argv[1], Layout.from_dict(json.loads(sys.argv[2])), Stream.from_dict(json.loads(sys.argv[3]))
     if mode == "resolver":   # a resolver whose hash does not divide a group
         real = kv_cache_utils.resolve_kv_cache_block_sizes

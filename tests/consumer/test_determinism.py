@@ -14,7 +14,7 @@ import pytest
 
 from kvproof.tiers.client import consumed
 from kvproof.consumer.stream import Stream
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 
 from conftest import consumer_worker, require_env
 

@@ -24,7 +24,7 @@ from vllm.config import ParallelConfig
 from kvproof import facts
 from kvproof.consumer import drafters
 from kvproof.consumer.harness import Harness
-from kvproof.drafts import Drafts
+from kvproof.inputs.drafts import Drafts
 from kvproof.errors import NotExpressible
 
 def plain(x, seen, depth=0):

@@ -14,8 +14,8 @@ import pytest
 
 from kvproof.consumer.stream import default_stream
 from kvproof.tiers.client import consumed
-from kvproof.judge import judge_consumer
-from kvproof.layout import Layout
+from kvproof.judging.judge import judge_consumer
+from kvproof.inputs.layout import Layout
 from kvproof.verdicts import Verdict
 
 from conftest import consumer_worker, require_env

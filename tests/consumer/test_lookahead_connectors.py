@@ -11,10 +11,10 @@ import pytest
 from conftest import RELEASES, consumer_worker, require_env
 from kvproof import facts
 from kvproof.tiers.client import consumed
-from kvproof.layout import Speculative
+from kvproof.inputs.layout import Speculative
 from kvproof.consumer.stream import Req, Stream
-from kvproof.judge import above_ideal, judge_consumer
-from kvproof.layout import Layout
+from kvproof.judging.judge import above_ideal, judge_consumer
+from kvproof.inputs.layout import Layout
 from kvproof.revisions import revision_for
 from kvproof.verdicts import Verdict
 

@@ -11,8 +11,8 @@ import pytest
 from conftest import RELEASES, consumer_worker, require_env
 from kvproof.tiers.client import consumed
 from kvproof.consumer.stream import Stream, default_stream
-from kvproof.judge import above_ideal, judge_consumer
-from kvproof.layout import Layout
+from kvproof.judging.judge import above_ideal, judge_consumer
+from kvproof.inputs.layout import Layout
 from kvproof.verdicts import Verdict
 
 pytestmark = [pytest.mark.integration, pytest.mark.consumer]

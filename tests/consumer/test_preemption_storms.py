@@ -15,11 +15,11 @@ import dataclasses
 import pytest
 
 from conftest import RELEASES, consumer_worker, require_env
-from kvproof.classkey import class_key
+from kvproof.judging.classkey import class_key
 from kvproof.tiers.client import consumed
 from kvproof.consumer.stream import Req, Stream
-from kvproof.judge import above_ideal, judge_consumer
-from kvproof.layout import Layout
+from kvproof.judging.judge import above_ideal, judge_consumer
+from kvproof.inputs.layout import Layout
 from kvproof.verdicts import Verdict
 from kvproof.findings import ledger
 

@@ -28,8 +28,8 @@ import pytest
 from kvproof.bridge.client import worker_env
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Req, Stream
-from kvproof.judge import judge_consumer
-from kvproof.layout import Layout
+from kvproof.judging.judge import judge_consumer
+from kvproof.inputs.layout import Layout
 from kvproof.verdicts import Verdict
 
 from conftest import require_env
@@ -52,7 +52,7 @@ SCRIPT = textwrap.dedent("""
     from vllm.v1.core import kv_cache_utils
     from kvproof.consumer.worker import run_one
     from kvproof.consumer.stream import Stream
-    from kvproof.layout import Layout
+    from kvproof.inputs.layout import Layout
     layout, stream = Layout.from_dict(json.loads(sys.argv[1])), Stream.from_dict(json.loads(sys.argv[2]))
     print("RESULT control " + json.dumps(run_one(layout, stream).to_dict()), flush=True)
     real = kv_cache_utils.hash_block_tokens

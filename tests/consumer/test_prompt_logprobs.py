@@ -13,8 +13,8 @@ from conftest import RELEASES, consumer_worker, require_env
 from kvproof import facts
 from kvproof.tiers.client import consumed
 from kvproof.consumer.stream import Req, Stream
-from kvproof.judge import above_ideal, ideal_hit, judge_consumer
-from kvproof.layout import Layout
+from kvproof.judging.judge import above_ideal, ideal_hit, judge_consumer
+from kvproof.inputs.layout import Layout
 from kvproof.verdicts import Verdict
 
 pytestmark = [pytest.mark.integration, pytest.mark.consumer]

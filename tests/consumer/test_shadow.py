@@ -18,13 +18,13 @@ import pytest
 from kvproof.bridge.client import worker_env
 from kvproof.consumer.result import ConsumerResult
 
-from conftest import RELEASES, require_env  # the ci releases (src/kvproof/facts.py)
+from conftest import RELEASES, require_env  # the ci releases (src/kvproof/facts/__init__.py)
 
 PROBE = textwrap.dedent("""
     import json, sys
     from kvproof.consumer import harness
     from kvproof.consumer.stream import Req, Stream
-    from kvproof.layout import Layout
+    from kvproof.inputs.layout import Layout
     if sys.argv[1] == "swap":
         from vllm.v1.core import single_type_kv_cache_manager as stm
         real = stm.FullAttentionManager.find_longest_cache_hit

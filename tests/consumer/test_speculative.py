@@ -8,8 +8,8 @@ import pytest
 from kvproof.tiers.client import consumed
 from kvproof.consumer.drafts import Drafts
 from kvproof.consumer.stream import Req, Stream, speculating
-from kvproof.judge import above_ideal, ideal_hit, judge_consumer
-from kvproof.layout import Layout
+from kvproof.judging.judge import above_ideal, ideal_hit, judge_consumer
+from kvproof.inputs.layout import Layout
 from kvproof.verdicts import Verdict
 
 from conftest import RELEASES, consumer_worker, require_env

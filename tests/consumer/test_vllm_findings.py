@@ -14,8 +14,8 @@ import pytest
 
 from kvproof.bridge.client import Worker
 from kvproof.consumer.stream import Req, Stream, default_stream
-from kvproof.judge import judge_consumer
-from kvproof.layout import Layout
+from kvproof.judging.judge import judge_consumer
+from kvproof.inputs.layout import Layout
 from kvproof.tiers import client
 from kvproof.verdicts import Tier, Verdict
 

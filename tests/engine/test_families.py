@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import require_env
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.tiers import boots as engine, classify, synth
 from kvproof.tiers.families import SEED_HIDDEN_STATES, Recipe
 from kvproof import facts

@@ -9,7 +9,7 @@ import pytest
 from kvproof import envs
 
 pytestmark = pytest.mark.integration
-from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, src/kvproof/facts.py)
+from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, src/kvproof/facts/__init__.py)
 SEED_LINE = ("AssertionError: Each KV cache group's real block_size must be divisible by hash_block_size. "
              "block_sizes=[544, 544, 544, 544, 181], hash_block_size=98464")
 

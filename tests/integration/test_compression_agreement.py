@@ -25,11 +25,11 @@ import random
 import pytest
 
 from conftest import RELEASES, worker_for
-from kvproof import contracts
+from kvproof.judging import contracts
 from kvproof.fuzz.decode import Caps, decode
 from kvproof.fuzz.provider import PyFDP
-from kvproof.judge import judge
-from kvproof.layout import Layout
+from kvproof.judging.judge import judge
+from kvproof.inputs.layout import Layout
 from kvproof.spec import evaluate
 from kvproof.tiers.client import outcomes
 from kvproof.verdicts import Tier, Verdict

@@ -25,7 +25,7 @@ from conftest import require_env
 
 pytestmark = pytest.mark.integration
 
-from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, src/kvproof/facts.py)
+from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, src/kvproof/facts/__init__.py)
 
 
 @pytest.fixture(scope="module", params=RELEASES)
@@ -119,7 +119,7 @@ def test_model_agrees_with_vllm(worker, corpus_of_layouts):
 
 
 def test_seed_layout_agrees(worker):
-    from kvproof.layout import Layout
+    from kvproof.inputs.layout import Layout
     release, w = worker
     seed = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 544, "count": 4},
                                         {"kind": "hidden_state", "block_size": 181}]})
@@ -137,7 +137,7 @@ def odd_dcp_layouts(n: int = 300) -> list:
     """Hand-picked and generated layouts with dcp 6 or 16."""
     from hypothesis import Phase
 
-    from kvproof.layout import Layout
+    from kvproof.inputs.layout import Layout
     from kvproof.spec import model as M
     assert not set(ODD_DCP) & set(M.DCP_VALUES)
     out = [Layout.from_dict(d) for d in (
@@ -179,7 +179,7 @@ def test_unitary_block_size_agrees_with_vllm(worker):
     """One group with prefix caching on: the model's extra["unitary_block_size"] is the real
     UnitaryKVCacheCoordinator.block_size, and the coordinator's assertion fires exactly when
     the model's hash differs from it."""
-    from kvproof.layout import Layout
+    from kvproof.inputs.layout import Layout
     release, w = worker
     rev = revision_for(release)
     batch = [Layout.from_dict({"groups": [{"kind": kind, "block_size": 16}], "dcp": dcp,
@@ -230,7 +230,7 @@ def test_wrong_model_edit_is_caught(worker, corpus_of_layouts, monkeypatch):
 
 def test_z3_counterexample_replays_as_real_assertion(worker):
     """The 0.27 counterexample Z3 finds is a real startup AssertionError in 0.27 only."""
-    from kvproof.layout import Layout
+    from kvproof.inputs.layout import Layout
     from kvproof.spec.properties import BY_KEY
     from kvproof.spec.query import COUNTEREXAMPLE, Query
     release, w = worker

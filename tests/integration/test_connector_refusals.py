@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kvproof import contracts, envs
+from kvproof.judging import contracts
+from kvproof import envs
 from kvproof.outcome import StageError
 
 from conftest import RELEASES, require_env

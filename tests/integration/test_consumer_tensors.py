@@ -26,7 +26,7 @@ import importlib, json
 from kvproof.bridge.build import Builder
 from kvproof.consumer.configs import EngineConfigs, kv_cache_bytes
 from kvproof.consumer.stream import default_stream
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 
 from importlib.util import find_spec
 # its home: kv_cache_utils up to 0.32, kv_cache_planning from 0.33

@@ -17,16 +17,16 @@ import subprocess
 
 import pytest
 
-from kvproof import contracts
+from kvproof.judging import contracts
 from kvproof.bridge.client import worker_env
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome
-from kvproof.overlay import site_packages
+from kvproof.envs.overlay import site_packages
 from kvproof.verdicts import Tier
 from conftest import require_env
 
 pytestmark = pytest.mark.integration
-from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, src/kvproof/facts.py)
+from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, src/kvproof/facts/__init__.py)
 N = 3000
 
 PROBE = r"""

@@ -3,13 +3,13 @@
 The tables (the tiny families' spec/derived/R.json and the reference
 architectures' spec/derived/models/R.json) are what `verify` searches for
 witness Configs, real architectures first, and what the engine premise
-(spec/premise.py, the per-kind facts of src/kvproof/facts.py) was read from; they
+(spec/premise.py, the per-kind facts of src/kvproof/facts/__init__.py) was read from; they
 must stay true:
 - every derived layout, toy or real architecture, is inside the engine
   premise (the premise over-approximates what users reach, so a fact that a
   real derivation breaks is a wrong fact);
 - per-state compression (tokens_per_state) appears only on the kinds and at
-  the ratios facts.py names, on blocks of whole states, and the real group
+  the ratios kvproof.facts names, on blocks of whole states, and the real group
   counts stay within what the layout generator draws;
 - re-deriving entries live gives the same layout and resolver result, for a
   seeded sample and for every Config the proof run cites as a reachable
@@ -26,7 +26,7 @@ import random
 import pytest
 
 from kvproof import derivation
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof import facts
 from kvproof.spec import premise
 from kvproof.spec.properties import BY_KEY

@@ -11,14 +11,14 @@ import pytest
 from conftest import require_env, worker_for
 from kvproof.revisions import revision_for
 
-from kvproof.config import Config
-from kvproof.checking import derive_all
+from kvproof.inputs.config import Config
+from kvproof.running.checking import derive_all
 from kvproof.derivation import DeriveError, layout_from_boot
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.tiers.boots import boot_many
 from kvproof.tiers.families import Recipe
 
-from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, src/kvproof/facts.py)
+from conftest import CPU_RELEASES as RELEASES  # noqa: E402  (the one release list, src/kvproof/facts/__init__.py)
 
 # Two recipes per release: hidden-state extraction in align mode (the seed's shape,
 # page-size unification makes the hidden-state group small), and a model left at

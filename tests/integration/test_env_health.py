@@ -1,5 +1,5 @@
 """``kvproof env create`` says which tiers work, and an environment that cannot run one is never
-reported as ready: it names the tier and the cause and exits 3 (src/kvproof/health.py)."""
+reported as ready: it names the tier and the cause and exits 3 (src/kvproof/running/health.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import RELEASES, require_env
 from kvproof import facts
-from kvproof.stand_in_triton import VARIABLE
+from kvproof.envs.stand_in_triton import VARIABLE
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -113,7 +113,7 @@ print(json.dumps({
 '''
 
 
-# The releases under test (conftest.RELEASES: the ci subset of src/kvproof/facts.py's list by default;
+# The releases under test (conftest.RELEASES: the ci subset of src/kvproof/facts/__init__.py's list by default;
 # `make test RELEASES=all` reads back 0.27.1, 0.29, 0.30 and 0.31 too).
 @pytest.fixture(scope="module", params=RELEASES)
 def real(request):
@@ -194,7 +194,7 @@ def _string_texts(path) -> set[str]:
 def test_refusal_release_ranges(release):
     """Each refusal by design (contracts.UNSUPPORTED_BY_DESIGN) is in the release's source exactly
     within its release range (Refusal.since/.until), read statically from the installed package."""
-    from kvproof.contracts import UNSUPPORTED_BY_DESIGN
+    from kvproof.judging.contracts import UNSUPPORTED_BY_DESIGN
     env = require_env(release)
     sp = envs.site_packages(env.root)
     for r in UNSUPPORTED_BY_DESIGN:
@@ -219,7 +219,7 @@ from kvproof.consumer import drafters
 from kvproof.consumer.configs import EngineConfigs
 from kvproof.consumer.drafts import Drafts
 from kvproof.consumer.stream import default_stream
-from kvproof.layout import Layout, Speculative
+from kvproof.inputs.layout import Layout, Speculative
 
 layout = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
                            "cache": {"block_size": 16, "enable_prefix_caching": True}})

@@ -15,7 +15,7 @@ import pytest
 import z3  # noqa: F401 -- the dev extra installs z3: a missing one fails, not skips
 
 from kvproof import envs, facts
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.spec import fold as FD
 from kvproof.spec import revision_for
 from kvproof.tiers.client import outcomes

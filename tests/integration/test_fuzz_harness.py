@@ -12,7 +12,7 @@ import pytest
 
 from kvproof.bridge.client import worker_env
 from kvproof.tiers import client
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from conftest import require_env
 
 pytestmark = pytest.mark.integration
@@ -166,10 +166,10 @@ def test_contracts_campaign_stores_a_class_the_ledger_lacks_and_keeps_going(tmp_
     assert layout.meta["vllm"] == "0.27.0" and layout.meta["class_id"] == c["id"]
     assert not list((tmp_path / "work" / "artifacts").glob("crash-*"))  # libFuzzer never saw a crash
     # Replayable as is: the real 0.27 manager fails it, 0.28 (the fix) builds it.
-    from kvproof.classkey import ClassKey
+    from kvproof.judging.classkey import ClassKey
     from kvproof.findings.ledger import Entry, Ledger, Status
     from kvproof.fuzz.run import report
-    from kvproof.judge import judge
+    from kvproof.judging.judge import judge
     from kvproof.verdicts import Verdict
 
     bad = client.outcomes(workers("0.27.0"), [layout])[0]

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from kvproof import envs, overlay
+from kvproof import envs
+from kvproof.envs import overlay
 from kvproof.settings import settings
 
 pytestmark = pytest.mark.integration

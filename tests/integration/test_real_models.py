@@ -16,8 +16,8 @@ from conftest import RELEASES as ALL_RELEASES
 from conftest import require_env, worker_for
 
 from kvproof.bridge.client import package_root
-from kvproof.checking import check_configs, derive_all
-from kvproof.config import Config, load_model_config
+from kvproof.running.checking import check_configs, derive_all
+from kvproof.inputs.config import Config, load_model_config
 from kvproof.verdicts import Tier, Verdict
 
 RELEASES = ("0.27.0", "0.28.0", "0.32.0")

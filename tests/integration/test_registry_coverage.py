@@ -3,7 +3,7 @@
 (issue 27 item 1, issue 42 item 1).
 
 The lists come from each release's own source, read without importing vLLM: the architecture ->
-(module, class) tables of ``vllm/model_executor/models/registry.py`` (kvproof.registry; the drafters
+(module, class) tables of ``vllm/model_executor/models/registry.py`` (kvproof.facts.models; the drafters
 are its ``_SPECULATIVE_DECODING_MODELS`` table) and the classes under ``vllm/model_executor/models/``
 and ``vllm/models/``. The rule, per architecture: read the files of its module (a whole package for
 ``vllm.models.<family>``) and the files that define its class and every base class reached by name.
@@ -44,8 +44,8 @@ import pytest
 from conftest import require_env
 
 from kvproof import envs, facts
-from kvproof.config import models_dir
-from kvproof.registry import drafters, registered
+from kvproof.inputs.config import models_dir
+from kvproof.facts.models import drafters, registered
 
 RELEASES = facts.MANAGED_RELEASES[-2:]
 NEWEST = facts.MANAGED_RELEASES[-1]
@@ -363,9 +363,9 @@ def test_mtp_heads_name_reference_mtp_models():
 
 
 def test_the_newest_release_families_are_read_from_its_own_package():
-    """kvproof.registry.families (bench/results/derive_0.33.0.md's second table): 0.33's vllm/models/
+    """kvproof.facts.models.families (bench/results/derive_0.33.0.md's second table): 0.33's vllm/models/
     packages and what each registers; the families the issue lists are there, common/ is not."""
-    from kvproof.registry import families
+    from kvproof.facts.models import families
 
     fams = families(_vllm(NEWEST))
     assert {"deepseek_v4", "glm5next", "kimi_k3", "qwen4_exp"} <= set(fams) and "common" not in fams, sorted(fams)

@@ -15,7 +15,8 @@ import shutil
 import pytest
 from conftest import RELEASES, require_env
 
-from kvproof import envs, overlay
+from kvproof import envs
+from kvproof.envs import overlay
 from kvproof.findings import fixenv
 from kvproof.findings.fix import diff_path, files_of, patched
 from kvproof.findings.ledger import Ledger

@@ -2,8 +2,8 @@
 
 import pytest
 
-from kvproof.judge import judge
-from kvproof.layout import Layout
+from kvproof.judging.judge import judge
+from kvproof.inputs.layout import Layout
 from kvproof.verdicts import Tier, Verdict
 from kvproof.tiers import client
 

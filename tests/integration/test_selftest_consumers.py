@@ -15,7 +15,7 @@ import os
 import pytest
 from conftest import require_env
 
-from kvproof import overlay
+from kvproof.envs import overlay
 from kvproof.selftest import known
 from kvproof.selftest import behaviour as B
 from kvproof.selftest.mutants import BY_NAME, RELEASE

@@ -1,4 +1,4 @@
-"""The Triton stand-in of a release that refuses x86 CPUs without Triton (0.34+, kvproof.stand_in_triton).
+"""The Triton stand-in of a release that refuses x86 CPUs without Triton (0.34+, kvproof.envs.stand_in_triton).
 
 Three claims, on real vLLM:
 - no tier's result depends on the stand-in's choice: the function, manager and consumer tiers
@@ -20,13 +20,13 @@ import pytest
 from conftest import RELEASES, require_env
 from kvproof import facts
 from kvproof.bridge.client import Worker
-from kvproof.checking import derive_all
-from kvproof.compare import generated
-from kvproof.config import Config
+from kvproof.running.checking import derive_all
+from kvproof.commands.compare import generated
+from kvproof.inputs.config import Config
 from kvproof.tiers.batch import batch, layout_key
-from kvproof.judge import judge, judge_consumer
-from kvproof.layout import Layout
-from kvproof.stand_in_triton import VARIABLE
+from kvproof.judging.judge import judge, judge_consumer
+from kvproof.inputs.layout import Layout
+from kvproof.envs.stand_in_triton import VARIABLE
 from kvproof.verdicts import Verdict
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from kvproof import checking
+from kvproof.running import checking
 from kvproof.findings import cli as findings_cli
 from kvproof.findings.ledger import HERE, Ledger
 from kvproof.findings.witness_search import search_many

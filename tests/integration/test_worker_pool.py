@@ -8,7 +8,7 @@ import pytest
 
 from kvproof.bridge import client
 from kvproof.consumer.stream import default_stream
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.tiers.client import consumed
 
 from conftest import require_env

@@ -12,9 +12,9 @@ from conftest import RELEASES, require_env
 
 from kvproof.bridge import zygotes
 from kvproof.bridge.client import Worker
-from kvproof.config import Config
+from kvproof.inputs.config import Config
 from kvproof.consumer.stream import default_stream
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.tiers import client
 
 pytestmark = [pytest.mark.integration, pytest.mark.consumer]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvproof.consumer.stream import stream_for
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.replay import cli
 from kvproof.tiers import boots as engine, classify
 from kvproof.tiers.families import Recipe

@@ -2,7 +2,7 @@
 
 A file's expectations live in its meta: ``kvproof.expect = {release: {tier: verdict}}``
 (written by ``kvproof replay --record``). Releases: KVPROOF_RELEASES (conftest's
-RELEASES, default the ci subset). A managed release (src/kvproof/facts.py) without an
+RELEASES, default the ci subset). A managed release (src/kvproof/facts/__init__.py) without an
 expectation for a tier it must record (``kvproof.corpus.required_tiers``; checked
 without vLLM by tests/unit/test_corpus_expectations.py) fails; only a release
 outside the release list (an overlay) or a tier a release cannot run (the engine
@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from kvproof import corpus
-from kvproof.judge import judge
-from kvproof.layout import Layout
+from kvproof.judging.judge import judge
+from kvproof.inputs.layout import Layout
 from kvproof.tiers import boots as engine, classify
 from kvproof.tiers.families import Recipe
 from kvproof.settings import settings

@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 
 from kvproof import envs, facts
-from kvproof.classkey import ClassKey
+from kvproof.judging.classkey import ClassKey
 from kvproof.consumer.stream import Stream, default_stream
 from kvproof.differential import diff, first_bad_release
 from kvproof.findings.ledger import Ledger
-from kvproof.judge import judge_consumer
-from kvproof.layout import Layout
+from kvproof.judging.judge import judge_consumer
+from kvproof.inputs.layout import Layout
 from kvproof.tiers.client import consumed_on
 
 from conftest import RELEASES, require_env

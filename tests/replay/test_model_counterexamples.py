@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kvproof import contracts, envs
-from kvproof.layout import Layout
+from kvproof.judging import contracts
+from kvproof import envs
+from kvproof.inputs.layout import Layout
 from kvproof.errors import EnvError
 from kvproof.spec import revision_for
 from kvproof.tiers import client
@@ -29,7 +30,7 @@ def test_the_proof_run_left_counterexamples_to_replay():
     assert Z3_FILES, "corpus/ holds no Z3 counterexample; run `make verify`"
 
 
-# Known disagreements of src/kvproof/contracts.py with real vLLM (strict: the fix turns them into XPASS -> fail).
+# Known disagreements of src/kvproof/judging/contracts.py with real vLLM (strict: the fix turns them into XPASS -> fail).
 KNOWN_CONTRACT_GAPS: dict[str, str] = {}
 
 

@@ -13,7 +13,7 @@ from kvproof.fuzz.harness import Stats
 from kvproof.fuzz.oracle import judge
 from kvproof.fuzz.store import FindingStore
 
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome, StageError
 from kvproof.verdicts import Verdict
 

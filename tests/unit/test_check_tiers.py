@@ -2,7 +2,7 @@
 
 A Layout (--groups, a file, a folder) and a Config (--config) go through the same tiers:
 function, manager and consumer unless --tier / --no-manager / --no-consumer drop some.
-What the CLI hands kvproof.checking is captured (kvproof's own runner replaced, no vLLM
+What the CLI hands kvproof.running.checking is captured (kvproof's own runner replaced, no vLLM
 class stood in for); the rows are built from results as the workers return them.
 """
 
@@ -12,10 +12,11 @@ import json
 
 import pytest
 
-from kvproof import checking, cli
+from kvproof.running import checking
+from kvproof.commands import cli
 from kvproof.bridge.client import Worker
 from kvproof.consumer.result import ConsumerResult
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome
 from kvproof.tiers import registry
 from kvproof.tiers.batch import Answers
@@ -55,7 +56,7 @@ def test_bad_tier_choices_are_one_line_exit_2(capsys, extra, needle):
 
 @pytest.fixture
 def captured(monkeypatch):
-    """What cmd_check asks of kvproof.checking: (runner, inputs, tiers); it returns no rows."""
+    """What cmd_check asks of kvproof.running.checking: (runner, inputs, tiers); it returns no rows."""
     calls: list[tuple[str, list, tuple]] = []
 
     def run(named, envs, tiers=checking.CHECK_TIERS, **_):
@@ -225,7 +226,7 @@ def test_a_worker_exits_when_its_client_is_killed(tmp_path):
     import time
 
     pid_file = tmp_path / "worker.pid"
-    child = ("import os, sys, time; from kvproof.worker import exit_with_parent; exit_with_parent(0.05); "
+    child = ("import os, sys, time; from kvproof.running.worker import exit_with_parent; exit_with_parent(0.05); "
              f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)")
     client = subprocess.Popen([sys.executable, "-c",
                                f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); "
@@ -258,7 +259,7 @@ def test_a_worker_exits_when_its_client_is_killed(tmp_path):
 
 class _ReversingWorker(Worker):
     """The real client (kvproof.bridge.client.Worker) over a transport that answers a batch as
-    kvproof.worker files it (each answer under its input's key), but lists the answers in the
+    kvproof.running.worker files it (each answer under its input's key), but lists the answers in the
     reverse of the order the inputs were sent: a client that matched replies to inputs by
     position would hand each layout another's outcome."""
 
@@ -285,7 +286,7 @@ def test_a_reordered_batch_reply_still_matches_each_input():
     its answers in reverse; every layout still gets its own outcome and consumer result, every
     Config its own derivation (one derived nothing) and its derived layout's answers; equal
     inputs go once; an answer missing from the reply is an error, not a neighbour's answer."""
-    from kvproof.config import Config
+    from kvproof.inputs.config import Config
     from kvproof.errors import BridgeError
     from kvproof.tiers.batch import batch, config_key, layout_key
 
@@ -328,8 +329,8 @@ def test_every_worker_call_goes_through_the_keyed_door():
     """issue 43 item 3: the one client (kvproof.tiers.client: the function/manager Outcome, the
     consumer result, derive) is the batch op, each answer matched to its input by key: the
     reversing worker still gives each its own, in order; a call reads one reply part."""
-    from kvproof.config import Config
-    from kvproof.stream import Stream
+    from kvproof.inputs.config import Config
+    from kvproof.inputs.stream import Stream
     from kvproof.tiers import client
 
     kimi, fa = Layout.from_dict(KIMI_STYLE), Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],

@@ -6,12 +6,12 @@ from __future__ import annotations
 import importlib.util
 
 from kvproof import differential
-from kvproof.classkey import ClassKey, class_key
+from kvproof.judging.classkey import ClassKey, class_key
 from kvproof.consumer.observations import Observation
 from kvproof.consumer.result import ConsumerResult, RunState
 from kvproof.consumer.stream import Req, Stream
-from kvproof.judge import judge_consumer
-from kvproof.layout import Layout
+from kvproof.judging.judge import judge_consumer
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import StageError, bare_assert, source_condition
 from kvproof.verdicts import Verdict
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from kvproof import cli, explain
+from kvproof.commands import cli, explain
 from kvproof.errors import UsageError
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from test_vllm_side import _modules
 
-from kvproof import cli, cliutil
+from kvproof.commands import cli
+from kvproof import cliutil
 from kvproof.cliutil import SHARED, Parser, add_tier, add_vllm
 from kvproof.errors import UsageError
 from kvproof.verdicts import Tier
@@ -68,9 +69,9 @@ def _walk(parser: argparse.ArgumentParser, path: str = ""):
 
 def test_every_command_module_is_walked():
     found = _command_modules()
-    for must in ("kvproof.cli", "kvproof.replay.cli", "kvproof.replay.bisect", "kvproof.findings.cli",
-                 "kvproof.compare", "kvproof.fuzz.run", "kvproof.selftest.run", "kvproof.verify.drift",
-                 "kvproof.consume"):
+    for must in ("kvproof.commands.cli", "kvproof.replay.cli", "kvproof.replay.bisect", "kvproof.findings.cli",
+                 "kvproof.commands.compare", "kvproof.fuzz.run", "kvproof.selftest.run", "kvproof.verify.drift",
+                 "kvproof.commands.consume"):
         assert must in found, found
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from kvproof.compare import generated, load_inputs
+from kvproof.commands.compare import generated, load_inputs
 from kvproof.consumer.stream import Req, Stream, default_stream
-from kvproof.drafts import Acceptance
-from kvproof.layout import Layout
+from kvproof.inputs.drafts import Acceptance
+from kvproof.inputs.layout import Layout
 
 LAY = {"groups": [{"kind": "full_attention", "block_size": 16}], "cache": {"block_size": 16}}
 OWN = Stream((64,), (Req(0, 64, 0, 0, 2), Req(0, 64, 0, 3, 2)), accept=Acceptance("none"))

@@ -7,10 +7,10 @@ import json
 import pytest
 from kvproof import facts
 
-from kvproof.config import Config
+from kvproof.inputs.config import Config
 from kvproof.derivation import all_configs, enumerate_configs, layout_dict
 from kvproof.errors import KvproofError, LayoutError
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.tiers.families import SEED_HIDDEN_STATES, Recipe
 
 
@@ -145,7 +145,7 @@ def test_enumeration_is_bounded_and_release_specific():
     (["derive", "{}", "--vllm", "0.99.0"], ["0.99.0 is not modelled"]),
 ])
 def test_cli_derive_bad_input_is_one_line_exit_2(argv, words, capsys):
-    from kvproof.cli import main
+    from kvproof.commands.cli import main
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err

@@ -1,7 +1,7 @@
 """The contract logic over hand-made Outcomes (no vLLM needed)."""
 
-from kvproof import contracts
-from kvproof.layout import Layout
+from kvproof.judging import contracts
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome, StageError
 from kvproof.verdicts import Tier
 

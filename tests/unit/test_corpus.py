@@ -4,7 +4,7 @@ import pytest
 
 from kvproof import corpus
 from kvproof.errors import CorpusError
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 
 A = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 128, "count": 2},
                                  {"kind": "sliding_window", "block_size": 64}]})

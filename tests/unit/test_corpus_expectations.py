@@ -2,7 +2,7 @@
 
 tests/replay checks each corpus file's ``kvproof.expect`` against real vLLM; a
 (file, release, tier) with no expectation there used to skip, so a release added
-to the release list (src/kvproof/facts.py) was silently never replayed. This test fails
+to the release list (src/kvproof/facts/__init__.py) was silently never replayed. This test fails
 for every (file, managed release, required tier) without one
 (``kvproof.corpus.required_tiers``); record them with
 ``kvproof replay corpus/ --tier TIER --vllm RELEASE --record``.
@@ -14,7 +14,7 @@ import dataclasses
 from pathlib import Path
 
 from kvproof import corpus
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof import facts
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"

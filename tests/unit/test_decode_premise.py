@@ -8,8 +8,8 @@ import random
 
 from kvproof.fuzz.decode import FULL, Caps, decode, engine_groups
 from kvproof.fuzz.provider import PyFDP
-from kvproof.judge import judge, resolver_rejects_user_error
-from kvproof.layout import Group, Layout
+from kvproof.judging.judge import judge, resolver_rejects_user_error
+from kvproof.inputs.layout import Group, Layout
 from kvproof.outcome import Outcome, StageError
 from kvproof import facts
 from kvproof.spec import premise

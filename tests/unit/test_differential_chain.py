@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvproof import compare, differential
-from kvproof.classkey import ClassKey
+from kvproof.commands import compare
+from kvproof import differential
+from kvproof.judging.classkey import ClassKey
 from kvproof.consumer.oracles import Observation
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Req, Stream
 from kvproof.differential import Found, Input
 from kvproof.findings.ledger import Entry, Ledger, Status
-from kvproof.layout import Layout, Speculative
+from kvproof.inputs.layout import Layout, Speculative
 
 LAY = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}]})
 LAY2 = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 32}]})

@@ -7,16 +7,16 @@ from dataclasses import replace
 import pytest
 from kvproof import facts
 
-from kvproof import compare
+from kvproof.commands import compare
 from kvproof import differential
 from kvproof.consumer.drafts import Acceptance, Drafts, effective_drafts, output_token, wrong_token
 from kvproof.consumer.oracles import Observation
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Req, Stream, random_input, shrink
 from kvproof.errors import LayoutError
-from kvproof.judge import above_ideal, ideal_hit, judge_consumer, spec_ideal_hit
+from kvproof.judging.judge import above_ideal, ideal_hit, judge_consumer, spec_ideal_hit
 from kvproof.verdicts import Verdict
-from kvproof.layout import Layout, Speculative
+from kvproof.inputs.layout import Layout, Speculative
 
 FA = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}]})
 
@@ -193,13 +193,13 @@ def test_diff_names_the_first_bad_release_once_per_family():
     assert not differential.diff([(lay, st)], {"0.27.0": [wrong], "0.32.0": [wrong]}, margin=0).newly_failing
     # a newly failing input is named by its FAIL's class: unknown to the ledger, it turns compare red
     assert rep.newly_failing_classes == ["consumer|oracle:kv_event||"]
-    from kvproof.classkey import ClassKey
+    from kvproof.judging.classkey import ClassKey
     assert compare.new_classes(rep, set()) == ["consumer|oracle:kv_event||"]
     assert compare.new_classes(rep, {ClassKey.parse("consumer|oracle:kv_event||")}) == []
 
 
 def test_a_release_that_built_another_scheduler_block_is_one_class_whatever_the_drafts(tmp_path):
-    from kvproof.classkey import ClassKey
+    from kvproof.judging.classkey import ClassKey
     from kvproof.findings.ledger import Entry, Ledger, Status
     lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}]})
     items, runs = [], {"0.28.0": [], "0.29.0": []}
@@ -299,7 +299,7 @@ def test_oracles_learn_tokens_appended_within_the_step_before_judging_a_hash():
 
 
 def test_eagle_with_chunked_local_attention_alone_is_a_refusal_by_design():
-    from kvproof.contracts import refused_by_design
+    from kvproof.judging.contracts import refused_by_design
     from kvproof.outcome import StageError
     lay = Layout.from_dict({"groups": [{"kind": "chunked_local", "block_size": 8, "attention_chunk_size": 64}]})
     err = StageError("AssertionError", "Hybrid KV cache is not supported for eagle + chunked local attention.",
@@ -312,10 +312,10 @@ def test_a_new_consumer_class_is_stored_with_the_shortest_stream_that_keeps_its_
     """fuzz.consumers.Target.minimal: kvproof's greedy stream shrinker driven by the class key (the
     harness's run stands in here: a kv_event FAIL whenever a request of 40+ prompt tokens runs,
     an exception otherwise on three requests or more -- another class, which must not be kept)."""
-    from kvproof.classkey import class_key
+    from kvproof.judging.classkey import class_key
 
     from kvproof.fuzz.consumers import Target
-    from kvproof.judge import judge_consumer
+    from kvproof.judging.judge import judge_consumer
 
     lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}]})
 
@@ -405,7 +405,7 @@ def test_a_claim_after_a_block_aligned_local_hit_is_measured_as_the_scheduler_us
     from kvproof.consumer.oracle import RunContext
     from kvproof.consumer.oracles import Oracles, Recorder
     from kvproof.consumer.truth import HashIndex
-    from kvproof.judge import above_ideal
+    from kvproof.judging.judge import above_ideal
 
     def hb(parent, toks, ahead=()):
         return hashlib.sha256(repr((parent, tuple(toks), tuple(ahead))).encode()).digest()
@@ -431,7 +431,7 @@ def test_multi_module_mtp_below_its_lookahead_is_a_refusal_by_design():
     """0.28+ KVCacheCoordinator.__init__ refuses, with a ValueError naming both numbers, a
     scheduler block smaller than multi-module MTP's prefill lookahead; the same words as an
     AssertionError, or another ValueError, stay failures."""
-    from kvproof.contracts import refused_by_design
+    from kvproof.judging.contracts import refused_by_design
     from kvproof.outcome import StageError
     lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 1}]})
     msg = ("Multi-module MTP with prefix caching requires scheduler_block_size (=1) >= "

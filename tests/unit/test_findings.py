@@ -1,4 +1,4 @@
-"""Finding identity (kvproof.classkey) and the ledger (no vLLM)."""
+"""Finding identity (kvproof.judging.classkey) and the ledger (no vLLM)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from kvproof.errors import UsageError
 from kvproof.findings import cli as findings_cli
 from kvproof import frames
-from kvproof.classkey import ClassKey, class_key, stem
+from kvproof.judging.classkey import ClassKey, class_key, stem
 from kvproof.findings.ledger import Entry, Ledger, Status, known, known_dict
-from kvproof.judge import judge, judge_consumer
-from kvproof.layout import Layout
+from kvproof.judging.judge import judge, judge_consumer
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome, StageError
 from kvproof.result import Result
 from kvproof.verdicts import Tier, Verdict
@@ -114,7 +114,7 @@ def test_the_checked_in_ledger_loads_and_every_file_is_named_by_its_key():
         assert e.status != Status.UNREACHABLE or e.premise_fact, e.title
         assert Layout.from_dict(e.layout)
         if e.witness_config is not None:
-            from kvproof.config import Config
+            from kvproof.inputs.config import Config
             assert Config.from_dict(e.witness_config), e.title
         # a report that names the real model a user serves names the witness the ledger records
         if e.status == Status.BUG and (e.report or {}).get("model"):
@@ -152,7 +152,7 @@ def test_the_witness_search_asks_for_the_found_layouts_settings_and_scales_its_s
 def test_a_fixed_class_met_on_its_fix_release_is_a_regression(tmp_path):
     """The seed class (fixed in 0.28.0) met by a 0.27.0 campaign is a known bug; met by a
     0.28.0 campaign (an overlay with the fix reverted) it is a NEW regression: exit 1."""
-    from kvproof.classkey import ClassKey
+    from kvproof.judging.classkey import ClassKey
     from kvproof.findings.ledger import Entry, Ledger, Status
     from kvproof.fuzz.run import report
 
@@ -176,7 +176,7 @@ def test_a_fixed_class_met_on_its_fix_release_is_a_regression(tmp_path):
 
 def test_check_names_the_known_class_of_a_result():
     """issue 25 item 0: a check row whose class is in the ledger says which it is."""
-    from kvproof.checking import Row
+    from kvproof.running.checking import Row
     from kvproof.consumer.oracles import Observation
     from kvproof.consumer.result import ConsumerResult
     from kvproof.outcome import Outcome

@@ -54,7 +54,7 @@ def test_the_key_drops_the_line_and_keeps_the_path_from_vllm_on():
     assert frames.key("/a/site-packages/vllm/v1/x.py:12 in f") == "vllm/v1/x.py:f"
     assert frames.key("vllm/v1/x.py:12 in f") == "vllm/v1/x.py:f"
     # a checkout under a folder named vllm keeps its whole path; a line-less string stays as it is
-    assert frames.key("/home/vllm/kvproof/src/kvproof/judge.py:3 in f") == "/home/vllm/kvproof/src/kvproof/judge.py:f"
+    assert frames.key("/home/vllm/kvproof/src/kvproof/judging/judge.py:3 in f") == "/home/vllm/kvproof/src/kvproof/judging/judge.py:f"
     assert frames.key(" vllm/v1/x.py:f ") == "vllm/v1/x.py:f"
     assert frames.CALLED_FROM == " <- "
 

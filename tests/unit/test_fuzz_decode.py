@@ -10,7 +10,7 @@ from kvproof.fuzz import seeds
 from kvproof.fuzz.decode import CONNECTOR, DCP_SIZES, FULL, MAX_GROUPS, Caps, NotEncodable, decode, encode
 from kvproof.facts import engine_cache_block_size_of as engine_cache_block_size
 from kvproof.fuzz.provider import Encoder, PyFDP, int_chunk
-from kvproof.layout import KINDS, Layout
+from kvproof.inputs.layout import KINDS, Layout
 
 
 def _random_inputs(n: int, seed: int = 0, max_len: int = 120) -> list[bytes]:

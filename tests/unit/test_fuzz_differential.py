@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from kvproof.classkey import ClassKey
+from kvproof.judging.classkey import ClassKey
 from kvproof.findings.ledger import Entry, Ledger, Status
 from kvproof.fuzz import differential, run
 from kvproof.fuzz.decode import FULL, NotEncodable, decode, encode
@@ -23,9 +23,9 @@ from kvproof import facts
 from kvproof.fuzz.consumers import fit_input
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream
-from kvproof.drafts import Acceptance
+from kvproof.inputs.drafts import Acceptance
 from kvproof.errors import UsageError
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 
 
 def consumer_bytes(layout: Layout, seed: int, conn: int = len(facts.CONSUMER_CONNECTORS)) -> bytes:

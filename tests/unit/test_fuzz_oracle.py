@@ -15,7 +15,7 @@ from kvproof.corpus import publish
 from kvproof.fuzz.harness import Stats
 from kvproof.fuzz.oracle import judge
 from kvproof.fuzz.store import FindingStore
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome, StageError
 from kvproof.verdicts import Verdict
 
@@ -227,7 +227,7 @@ def test_read_stats_and_classes_sum_the_processes(tmp_path):
 
 
 def test_report_lists_new_classes_first_then_known_bugs_then_counts(tmp_path):
-    from kvproof.classkey import ClassKey
+    from kvproof.judging.classkey import ClassKey
 
     new = _seed_fail().key
     bug = ClassKey("consumer", "oracle:kv_event", "", "vllm/x.py:f")

@@ -15,7 +15,7 @@ import pytest
 import z3  # the dev extra installs z3 and hypothesis: a missing one fails, not skips
 from hypothesis import HealthCheck, Phase, given, settings
 
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.spec import equivalence as EQ
 from kvproof.spec import fold as FD
 from kvproof.spec import induction as I

@@ -1,7 +1,7 @@
 """The one judge over hand-made Outcomes (no vLLM needed): one test per rule."""
 
-from kvproof.judge import judge
-from kvproof.layout import Layout
+from kvproof.judging.judge import judge
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome, StageError
 from kvproof.verdicts import Tier, Verdict
 
@@ -103,7 +103,7 @@ def test_judgement_round_trips_to_json():
 
 from kvproof.consumer.oracles import Efficiency, Observation  # noqa: E402
 from kvproof.consumer.result import ConsumerResult  # noqa: E402
-from kvproof.judge import judge_consumer  # noqa: E402
+from kvproof.judging.judge import judge_consumer  # noqa: E402
 
 FIXED = Layout.from_dict({"groups": [{"kind": "mamba", "block_size": 544, "count": 4},
                                      {"kind": "hidden_state", "block_size": 181}],
@@ -177,8 +177,8 @@ def test_consumer_stalled_is_error_and_efficiency_warns_with_numbers():
 
 
 def test_refusing_a_dividing_prefix_match_unit_is_an_availability_fail():
-    from kvproof.judge import judge
-    from kvproof.layout import Layout
+    from kvproof.judging.judge import judge
+    from kvproof.inputs.layout import Layout
     from kvproof.outcome import Outcome, StageError
     from kvproof.verdicts import Tier, Verdict
 
@@ -213,8 +213,8 @@ def test_consumer_dcp_sliding_window_refusal_is_unsupported():
 def test_consumer_resolver_refusal_is_the_function_tier_class():
     """A resolver exception met in a consumer run is judged and keyed as the function tier
     judges it (one class for both campaigns)."""
-    from kvproof.classkey import class_key
-    from kvproof.layout import Layout
+    from kvproof.judging.classkey import class_key
+    from kvproof.inputs.layout import Layout
     lay = Layout.from_dict({"groups": [{"kind": "mla", "block_size": 1504, "tokens_per_state": 4},
                                        {"kind": "full_attention", "block_size": 1},
                                        {"kind": "mamba", "block_size": 1504}],
@@ -233,8 +233,8 @@ def test_offloading_connector_refusal_is_by_design_only_with_prefix_caching_off(
     With prefix caching off that is a refusal by design (UNSUPPORTED, a class of its own); with
     prefix caching on the remedy does not apply (the 0.27 seed layout reaches it with
     tokens_per_hash=98464): the connector contract's violation, FAIL."""
-    from kvproof.classkey import class_key
-    from kvproof.layout import Layout
+    from kvproof.judging.classkey import class_key
+    from kvproof.inputs.layout import Layout
     off = ("AssertionError: tokens_per_block=544 not divisible by tokens_per_hash=98464. Hybrid models (e.g. "
            "Mamba+Attention) need --enable-prefix-caching to align block sizes. @ vllm/distributed/kv_transfer/"
            "kv_connector/v1/offloading/config.py:91 in build_offloading_config")
@@ -259,7 +259,7 @@ def test_the_ideal_respects_a_requests_own_read_limit():
     scored row, and no connector); the ideal never asks more of the cache than the request allows."""
     from types import SimpleNamespace
     from kvproof.consumer.efficiency import read_limit
-    from kvproof.judge import ideal_hit
+    from kvproof.judging.judge import ideal_hit
     r = SimpleNamespace(hash_block_size=16, hash_lookahead=0, eagle_drop=False)
     row = {"truth": 204, "lcp": 200, "tokens": 205, "hit": 96, "external": 0}
     assert ideal_hit(r, row) == 192 and ideal_hit(r, {**row, "limit": 100}) == 96

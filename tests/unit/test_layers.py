@@ -7,23 +7,25 @@ still a dependency, only a hidden one (the inputs <-> layout circle was one).
 
 (a) Circles.
     * File level, every module its own node: no circle at all.
-    * Folder level, each subpackage (kvproof.bridge, kvproof.consumer,
-      kvproof.spec, kvproof.fuzz, kvproof.findings, ...) one node and each
-      top-level module (kvproof.layout, kvproof.checking, ...) one node: no
+    * Folder level, each subpackage (the concept folders kvproof.inputs, kvproof.facts,
+      kvproof.judging, kvproof.tiers, kvproof.running, kvproof.envs, kvproof.commands, ...,
+      and kvproof.spec, kvproof.fuzz, kvproof.findings) one node and each top-level module
+      (kvproof.verdicts, kvproof.outcome, kvproof.derivation, ...) one node: no
       circle either (the facts in spec/ made layout -> spec -> layout one). (The tangle was 12 edges: spec/strategies imported fuzz,
       consumer.fuzz sat below fuzz, bridge imported consumer.compat, the tier
       runner read the ledger that findings' reports run it for.)
 (b) The input types' modules (``INPUT_TYPES``: Layout, Config, Stream with
-    its Drafts, and ``kvproof.reading`` they parse through) import only the
+    its Drafts, and ``kvproof.inputs.reading`` they parse through) import only the
     standard library, ``kvproof.errors``, ``kvproof.facts`` and each
-    other. ``kvproof.inputs`` (the loaders that name a type) sits above them:
+    other. ``kvproof.inputs.files`` (the loaders that name a type) sits above them:
     it may import them and nothing else of kvproof, and none of them may
     import it. Importing layout, config, reading or inputs loads no z3 and no
     kvproof module beyond those (plus the package's ``__init__``: no
     ``spec/__init__`` any more, since the facts and the revision table left
     spec/ for ``kvproof.facts`` and ``kvproof.revisions``); checked in a
-    fresh interpreter. Stream and Drafts are top-level modules (``kvproof.stream``,
-    ``kvproof.drafts``: a Layout holds its Stream, issue 43 item 2); the consumer tier's
+    fresh interpreter (the ``kvproof.inputs`` package's ``__init__`` is a docstring). Stream and
+    the drafts' acceptance are input types (``kvproof.inputs.stream``, ``kvproof.inputs.drafts``:
+    a Layout holds its Stream and records its speculation, issue 43 item 2); the consumer tier's
     ``kvproof.consumer.stream`` (which draws, shrinks and defaults streams) is only checked for
     z3: importing it runs ``consumer/__init__``, which loads the consumer result type.
 """
@@ -39,11 +41,11 @@ from pathlib import Path
 
 from test_vllm_side import _modules
 
-INPUT_TYPES = ("kvproof.layout", "kvproof.config", "kvproof.stream", "kvproof.drafts", "kvproof.reading")
+INPUT_TYPES = ("kvproof.inputs.layout", "kvproof.inputs.config", "kvproof.inputs.stream", "kvproof.inputs.drafts", "kvproof.inputs.reading")
 INPUT_FLOOR = ("kvproof.errors", "kvproof.facts")
-EDGE = "kvproof.inputs"
+EDGE = "kvproof.inputs.files"
 # Loaded by the package __init__ files on the way to an input type (see the docstring).
-PACKAGE_INITS = ("kvproof",)
+PACKAGE_INITS = ("kvproof", "kvproof.inputs")
 
 def _all() -> dict[str, Path]:
     return dict(_modules())
@@ -164,7 +166,7 @@ def _loaded_by(module: str) -> dict:
 
 def test_importing_an_input_type_loads_no_z3_and_nothing_above():
     allowed = set(INPUT_TYPES) | set(INPUT_FLOOR) | set(PACKAGE_INITS) | {EDGE}
-    for module in ("kvproof.layout", "kvproof.config", "kvproof.stream", "kvproof.reading", EDGE):
+    for module in ("kvproof.inputs.layout", "kvproof.inputs.config", "kvproof.inputs.stream", "kvproof.inputs.reading", EDGE):
         got = _loaded_by(module)
         assert got["z3"] is False, f"import {module} loads z3"
         assert set(got["kvproof"]) <= allowed, f"import {module} loads {sorted(set(got['kvproof']) - allowed)}"
@@ -190,5 +192,5 @@ def test_the_result_record_is_on_the_ground_floor():
 
 def test_the_scan_sees_a_lazy_import_and_a_circle():
     known = _all()
-    assert "kvproof.reading" in _imports("kvproof.config", known["kvproof.config"], known)  # lazy, inside a function
+    assert "kvproof.inputs.reading" in _imports("kvproof.inputs.config", known["kvproof.inputs.config"], known)  # lazy, inside a function
     assert _on_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {("a", "b"), ("b", "c"), ("c", "a")}

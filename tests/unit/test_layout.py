@@ -3,7 +3,7 @@ import json
 import pytest
 
 from kvproof.errors import LayoutError
-from kvproof.layout import Layout, parse_groups_spec
+from kvproof.inputs.layout import Layout, parse_groups_spec
 
 SEED = {"groups": [{"kind": "mamba", "block_size": 544, "mamba_cache_mode": "align"},
                    {"kind": "full_attention", "block_size": 544},

@@ -1,7 +1,7 @@
 """One input unit: a Layout with an optional typed Stream (issue 43 item 2b).
 
 The stream used to ride as an untyped dict in ``Layout.meta["stream"]``, read by each caller with
-its own ``Stream.from_dict`` (or none). Now the Layout holds a :class:`kvproof.stream.Stream`
+its own ``Stream.from_dict`` (or none). Now the Layout holds a :class:`kvproof.inputs.stream.Stream`
 (``Layout.stream``); the file form stays what it was (``"kvproof": {"stream": {...}}``) and is read
 once, at the edge, through ``Stream.from_dict``. The stream stays outside the content hash.
 """
@@ -16,8 +16,8 @@ import pytest
 
 from kvproof.consumer.stream import default_stream, stream_for
 from kvproof.errors import LayoutError
-from kvproof.layout import Layout
-from kvproof.stream import Req, Stream
+from kvproof.inputs.layout import Layout
+from kvproof.inputs.stream import Req, Stream
 
 ROOT = Path(__file__).resolve().parents[2]
 BARE = {"groups": [{"kind": "full_attention", "block_size": 16}, {"kind": "mamba", "block_size": 32}],
@@ -85,7 +85,7 @@ def test_prompt_len_is_the_prompt_s_length_and_prefix_tokens_slice_one_formula()
     import random
 
     from kvproof.consumer.stream import random_stream
-    from kvproof.stream import VOCAB, prefix_tokens
+    from kvproof.inputs.stream import VOCAB, prefix_tokens
 
     rng = random.Random(3)
     for _ in range(200):

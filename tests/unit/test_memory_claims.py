@@ -28,10 +28,10 @@ CLAIM = ("`kvproof verify` reads its baseline (`verify/baseline.json`) and never
 
 # command -> the files whose calls the claim is about
 LEDGER_READERS = {
-    "check": ["src/kvproof/cli.py"],
+    "check": ["src/kvproof/commands/cli.py"],
     "fuzz": ["fuzz/run.py", "fuzz/harness.py"],
     "selftest": ["fuzz/run.py"],  # selftest.layers.fuzz_classes runs `kvproof fuzz` and reads its classes
-    "compare": ["src/kvproof/compare.py"],
+    "compare": ["src/kvproof/commands/compare.py"],
     "bisect --matrix": ["src/kvproof/replay/bisect.py"],
 }
 NOT_READERS = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 from kvproof.fuzz.minimize import layout_moves, minimal, size
 from kvproof.consumer.stream import Req, Stream
 from kvproof.fuzz.decode import engine_groups
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof import facts
 
 RULE = "prefix_cacheable"

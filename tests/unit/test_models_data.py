@@ -9,11 +9,11 @@ import sys
 import pytest
 
 from kvproof import facts
-from kvproof.config import SOURCE_KEY, Config, load_model_config, models_dir, reference_models
+from kvproof.inputs.config import SOURCE_KEY, Config, load_model_config, models_dir, reference_models
 from kvproof.consumer.oracles import Efficiency, Observation
 from kvproof.consumer.result import ConsumerResult
 from kvproof.errors import KvproofError, LayoutError
-from kvproof.judge import CONSUMER_WARN_FRACTION, CONSUMER_WARN_TOKENS, judge_consumer
+from kvproof.judging.judge import CONSUMER_WARN_FRACTION, CONSUMER_WARN_TOKENS, judge_consumer
 from kvproof.verdicts import Verdict
 
 REQUIRED = ("nemotron_h_8b", "nemotron_h_nano_9b_v2", "granitemoehybrid", "jamba", "falcon_h1", "zamba2",
@@ -67,7 +67,7 @@ def test_speculative_sets_sweep_mtp_depths_and_reference_drafts_only():
     """The derive tables' speculative rows (bench_derive): every model's MTP k=1 row, MTP at each
     depth for the models with MTP layers, EAGLE-3 where a reference draft exists; never the
     hidden-state extraction head (a connector set, not a drafter)."""
-    from kvproof.config import reference_drafts
+    from kvproof.inputs.config import reference_drafts
     from kvproof.derivation import MTP_DEPTHS, speculative_flag_sets
     for model in reference_models():
         specs = [json.loads(s[s.index("--speculative-config") + 1]) for s in speculative_flag_sets(model)]
@@ -110,13 +110,13 @@ def test_real_model_config_round_trip_and_one_line_errors(tmp_path):
 
 
 @pytest.mark.parametrize("module, forbidden", [
-    ("kvproof.config", ("kvproof.replay", "kvproof.bridge", "kvproof.derivation", "kvproof.checking")),
-    ("kvproof.derivation", ("kvproof.replay", "kvproof.bridge", "kvproof.checking")),
+    ("kvproof.inputs.config", ("kvproof.replay", "kvproof.bridge", "kvproof.derivation", "kvproof.running.checking")),
+    ("kvproof.derivation", ("kvproof.replay", "kvproof.bridge", "kvproof.running.checking")),
 ])
 def test_layers_point_down(module, forbidden):
     """Config and derivation import nothing above them (not even lazily, on use)."""
     code = (f"import sys, {module} as m\n"
-            "from kvproof.config import Config\n"
+            "from kvproof.inputs.config import Config\n"
             "c = Config.from_dict({'model': 'jamba'}); Config().hf_config(); Config().llm_kwargs('/m', '/s')\n"
             "if m.__name__ == 'kvproof.derivation':\n"
             "    m.all_configs('0.32.0'); m.load_table('0.32.0'); m.load_model_table('0.32.0')\n"
@@ -170,7 +170,7 @@ def test_c6_without_per_admission_hits_keeps_the_unmeasured_rule():
 
 
 def test_cli_reads_reference_names_config_files_folders_and_serve_flags(tmp_path):
-    from kvproof.cli import load_configs
+    from kvproof.commands.cli import load_configs
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "config.json").write_text(json.dumps({"architectures": ["JambaForCausalLM"]}))
     (tmp_path / "mine.json").write_text(json.dumps({"architectures": ["GptOssForCausalLM"]}))
@@ -193,7 +193,7 @@ def test_cli_reads_reference_names_config_files_folders_and_serve_flags(tmp_path
     (["derive", '{"model": "jamba", "block_size": 16}'], ["block_size is a tiny-family knob"]),
 ])
 def test_cli_config_input_errors_are_one_line_exit_2(argv, words, capsys):
-    from kvproof.cli import main
+    from kvproof.commands.cli import main
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
@@ -203,7 +203,7 @@ def test_cli_config_input_errors_are_one_line_exit_2(argv, words, capsys):
 
 def test_c6_prefix_caching_off_expects_no_hits():
     """0 of 2,000 reusable tokens hit: WARN with prefix caching on, OK when the user turned it off."""
-    from kvproof.layout import Layout
+    from kvproof.inputs.layout import Layout
     hits = [{"truth": 1000}] * 2
     r = ConsumerResult("x", "t", [], {}, Efficiency(prompt_tokens=2100, reusable_tokens=2000, hit_tokens=0,
                                                     admissions=2),
@@ -219,7 +219,7 @@ def test_c6_prefix_caching_off_expects_no_hits():
 def test_reference_drafts_name_their_source_and_are_eagle3_heads():
     """spec/models/drafts/: what a --speculative-config "model" may name (no hub here); the derive
     bridge swaps the name for a folder holding the config (bridge/derive.py _reference_draft)."""
-    from kvproof.config import load_draft_config, reference_drafts
+    from kvproof.inputs.config import load_draft_config, reference_drafts
     assert {"gpt_oss_eagle3", "qwen3_next_eagle3"} <= set(reference_drafts())
     for name in reference_drafts():
         raw = json.loads((models_dir() / "drafts" / f"{name}.json").read_text())
@@ -235,7 +235,7 @@ def test_reference_flag_sets_sweep_mtp_depth_and_eagle3_where_the_model_has_them
     """MTP k=1 for every model (the release refuses models without MTP layers), k=2,3 only for
     the MTP architectures, EAGLE-3 only where a reference draft exists; every draft it names
     is one the derivation bridge can find (spec/models/drafts/)."""
-    from kvproof.config import reference_drafts
+    from kvproof.inputs.config import reference_drafts
     from kvproof.derivation import model_configs, model_flag_sets
 
     def specs(model):
@@ -255,13 +255,13 @@ def test_reference_flag_sets_sweep_mtp_depth_and_eagle3_where_the_model_has_them
 
 
 def test_derive_keep_needs_enumerate_models(capsys):
-    from kvproof.cli import main
+    from kvproof.commands.cli import main
     assert main(["derive", "--keep", "--enumerate"]) == 2
     assert "--keep goes with --enumerate --models" in capsys.readouterr().err
 
 
 def test_hit_matrix_rows_are_each_speculative_models_drafts_in_table_order():
-    from kvproof.hitmatrix import _label, speculative_configs
+    from kvproof.differential.hitmatrix import _label, speculative_configs
     labels = [_label(c) for c in speculative_configs()]
     assert labels[labels.index("qwen3_next mtp k=1"):][:4] == [
         "qwen3_next mtp k=1", "qwen3_next mtp k=2", "qwen3_next mtp k=3", "qwen3_next eagle3 k=3"]
@@ -274,7 +274,9 @@ def test_hit_matrix_rows_are_each_speculative_models_drafts_in_table_order():
 def test_the_hit_matrix_reads_layouts_from_a_table_derived_on_this_cpu_kind(monkeypatch):
     """make matrix reuses the checked-in derivations (the table tests re-derive samples of them);
     a table derived on another CPU kind, or --derive, sends every Config to the release."""
-    from kvproof import checking, derivation, hitmatrix
+    from kvproof.running import checking
+    from kvproof import derivation
+    from kvproof.differential import hitmatrix
     rel = "0.32.0"
     table = derivation.load_model_table(rel)
     configs = [c for c in hitmatrix.speculative_configs()
@@ -300,7 +302,7 @@ def test_the_hit_matrix_reads_layouts_from_a_table_derived_on_this_cpu_kind(monk
 
 
 def test_derive_retry_refused_needs_keep(capsys):
-    from kvproof.cli import main
+    from kvproof.commands.cli import main
     assert main(["derive", "--enumerate", "--models", "--retry-refused"]) == 2
     assert "--retry-refused goes with --keep" in capsys.readouterr().err
 
@@ -308,7 +310,7 @@ def test_derive_retry_refused_needs_keep(capsys):
 def test_keep_with_retry_refused_derives_refused_rows_again_but_not_memory_caps(tmp_path, monkeypatch):
     """--keep derives only what the table lacks; --retry-refused also sends vLLM's refusals back,
     except the ones this machine's memory caused (they would cost minutes and answer the same)."""
-    from kvproof import checking
+    from kvproof.running import checking
     from kvproof.derivation import config_key, host_cpu, model_configs
     configs = model_configs()[:3]
     derived, refused, memory = configs

@@ -9,8 +9,8 @@ from kvproof.consumer.oracle import RunContext
 from kvproof.consumer.oracles import Oracles, Recorder
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.truth import HashIndex
-from kvproof.classkey import class_key
-from kvproof.judge import judge_consumer
+from kvproof.judging.classkey import class_key
+from kvproof.judging.judge import judge_consumer
 
 
 class BlockStored(SimpleNamespace):

@@ -14,7 +14,7 @@ from kvproof.consumer.oracle import Oracle, RunContext
 from kvproof.consumer.oracles import Oracles, standard
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.truth import HashIndex
-from kvproof.oracle_ids import OracleId, UnknownOracle
+from kvproof.judging.oracle_ids import OracleId, UnknownOracle
 
 
 def hb(parent, toks, ahead=()):

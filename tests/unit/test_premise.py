@@ -8,7 +8,7 @@ import z3  # the dev extra installs it: missing fails, not skips
 
 from hypothesis import given, settings  # noqa: E402
 
-from kvproof.layout import Layout  # noqa: E402
+from kvproof.inputs.layout import Layout  # noqa: E402
 from kvproof.spec import model as M  # noqa: E402
 from kvproof.spec import premise  # noqa: E402
 from kvproof import revisions as R  # noqa: E402

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from kvproof import contracts, facts, judge, revisions
-from kvproof.oracle_ids import OracleId, UnknownOracle
+from kvproof.judging import contracts, judge
+from kvproof import facts, revisions
+from kvproof.judging.oracle_ids import OracleId, UnknownOracle
 from kvproof.outcome import StageError
 from kvproof.verdicts import Verdict
 
@@ -52,7 +53,7 @@ def release_problems() -> list[str]:
 def record_problems(baseline: dict) -> list[str]:
     """Every record is the model's (revisions.REVISIONS, a known branch set, an evaluable Outcome),
     has a resolver fingerprint, and has a proof baseline (verify/baseline.json)."""
-    from kvproof.layout import Layout
+    from kvproof.inputs.layout import Layout
     from kvproof.spec import evaluate
     lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}],
                             "cache": {"block_size": 16, "enable_prefix_caching": True}})
@@ -288,7 +289,7 @@ def _plugin_package(tmp_path, monkeypatch, name: str, files: dict[str, str]) -> 
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     for f, text in files.items():
-        (pkg / f).write_text("from kvproof.consumer.oracle import Oracle\nfrom kvproof.oracle_ids import OracleId\n"
+        (pkg / f).write_text("from kvproof.consumer.oracle import Oracle\nfrom kvproof.judging.oracle_ids import OracleId\n"
                              + text)
     monkeypatch.syspath_prepend(str(tmp_path))
     return name

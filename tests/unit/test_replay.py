@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from kvproof.judge import Judgement
-from kvproof.layout import Layout
+from kvproof.judging.judge import Judgement
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome, StageError
 from kvproof.result import Result
 from kvproof.replay import bisect, cli, core

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from kvproof import facts
-from kvproof.layout import Cache, Group, Layout
+from kvproof.inputs.layout import Cache, Group, Layout
 from kvproof.selftest import behaviour as B
 from kvproof.selftest import layers as L
 from kvproof.selftest import run as R

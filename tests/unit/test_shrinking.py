@@ -1,12 +1,12 @@
-"""The one greedy shrinker (kvproof.shrinking): first vs smallest move, lazy verdicts, deadline, rounds."""
+"""The one greedy shrinker (kvproof.judging.shrinking): first vs smallest move, lazy verdicts, deadline, rounds."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
 
-from kvproof.layout import Layout
-from kvproof.shrinking import shrink
+from kvproof.inputs.layout import Layout
+from kvproof.judging.shrinking import shrink
 
 START = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 96}], "cache": {"block_size": 96}})
 

@@ -6,8 +6,8 @@ import pytest
 
 import z3
 
-from kvproof import contracts as C
-from kvproof.layout import Layout
+from kvproof.judging import contracts as C
+from kvproof.inputs.layout import Layout
 from kvproof.spec import REVISIONS, evaluate, lemmas, revision_for
 from kvproof.spec import fingerprint as fp
 from kvproof.spec import model as M

@@ -4,7 +4,7 @@ written once (issue 43, "Done when"), found in the source (ast), not listed by h
 (a) A reference to a tier member (``Tier.FUNCTION``, ``Tier.MANAGER``, ``Tier.CONSUMER``,
     ``Tier.ENGINE``) in a module of the kvproof packages sits in the Tier family
     (``kvproof.tiers``), the shared CLI parser (``kvproof.cliutil``) or the rules
-    (``kvproof.contracts``: each contract's tier; ``kvproof.judge``: the tier a judgement is
+    (``kvproof.judging.contracts``: each contract's tier; ``kvproof.judging.judge``: the tier a judgement is
     made at), or in a file of ``STILL_NAMING`` (each with its reason). A new branch or table on
     a tier elsewhere fails: ask the registry (a member's attribute or a query such as
     ``registry.through``, ``default``, ``streamed``, ``top``, ``skips``, ``refused``).
@@ -21,7 +21,7 @@ from test_vllm_side import _modules
 
 MEMBERS = {"FUNCTION", "MANAGER", "CONSUMER", "ENGINE"}
 FAMILY = ("kvproof.tiers",)
-ALLOWED = {"kvproof.cliutil", "kvproof.contracts", "kvproof.judge"}
+ALLOWED = {"kvproof.cliutil", "kvproof.judging.contracts", "kvproof.judging.judge"}
 # Files that still name a tier, and why; shrink it, never grow it.
 STILL_NAMING = {
     # the contracts fuzz target escalates to the real manager when a manager-tier contract
@@ -86,9 +86,11 @@ def test_a_fix_check_measures_each_entry_at_its_parts_top_tier(monkeypatch, tmp_
     import contextlib
     from types import SimpleNamespace
 
-    from kvproof import checking, envs, inputs, settings
+    from kvproof.running import checking
+    from kvproof import envs, settings
+    from kvproof.inputs import files as inputs
     from kvproof.findings import fix, measure
-    from kvproof.layout import Layout
+    from kvproof.inputs.layout import Layout
 
     lay = Layout.from_dict({"groups": [{"kind": "full_attention", "block_size": 16}], "cache": {"block_size": 16}})
     (tmp_path / "c.json").write_text("{}")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from kvproof import checking
+from kvproof.running import checking
 from kvproof.consumer.result import ConsumerResult
 from kvproof.envs import Env
-from kvproof.judge import Judgement
-from kvproof.layout import Layout
+from kvproof.judging.judge import Judgement
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome
 from kvproof.replay import core
 from kvproof.result import Result
@@ -163,7 +163,7 @@ def test_the_registry_answers_what_callers_used_to_branch_on():
 @pytest.mark.parametrize("tier", [Tier.MANAGER, Tier.CONSUMER])
 def test_checks_skip_flags_are_the_members(monkeypatch, tier):
     """``check --no-<tier>`` exists because the member says it may be skipped, and drops that tier."""
-    from kvproof import cli
+    from kvproof.commands import cli
 
     def flags():
         sub = cli._parser()._subparsers._group_actions[0].choices
@@ -180,7 +180,7 @@ def test_the_health_probe_asks_each_member(monkeypatch):
     (the member's probe_ok), the others a verdict about vLLM."""
     from types import SimpleNamespace
 
-    from kvproof import health
+    from kvproof.running import health
     from kvproof.bridge import client
     from kvproof.tiers import batch as batch_mod
 
@@ -219,7 +219,7 @@ def test_the_worker_answers_what_the_registry_asks_and_names_no_tier(monkeypatch
     import types
     from pathlib import Path
 
-    from kvproof import worker
+    from kvproof.running import worker
 
     F, M, C = Tier.FUNCTION, Tier.MANAGER, Tier.CONSUMER
     assert registry.asks([F]) == {"outcomes": {"serve": "kvproof.bridge.runtime:outcomes", "with": {"manager": False}}}

@@ -17,7 +17,7 @@ from kvproof.verify.report import status
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.verdicts import ProofStatus, Reachability
 
 HYBRID_ALIGN = "hybrid.group_multiple_of_hash[align]"

@@ -20,7 +20,7 @@ from kvproof.verify.drift import check_fingerprint
 from kvproof.verify.runner import run_one
 
 from kvproof import corpus as corpus_io
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 
 HYBRID_ALIGN = "hybrid.group_multiple_of_hash[align]"
 

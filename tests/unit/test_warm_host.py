@@ -1,4 +1,4 @@
-"""A report's warm python (kvproof/warm.py via kvproof.bridge.warm): a run forked from it is the
+"""A report's warm python (kvproof/running/warm.py via kvproof.bridge.warm): a run forked from it is the
 run a fresh ``python FILE`` (or ``python -m pytest``) makes, and the script's imports run once
 per host. No vLLM: the "environment" is this interpreter, the scripts are small files."""
 

@@ -51,7 +51,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     probe = ("import importlib; [importlib.import_module(p) for p in " + repr(packages) + "];"
              "import kvproof, kvproof.facts, kvproof.fuzz.run, kvproof.fuzz.libfuzzer as r, kvproof.verify, kvproof.bridge.client as c;"
              "from pathlib import Path; root = c.package_root();"
-             "assert (root / 'kvproof' / 'spec' / 'model.py').exists() and (root / 'kvproof' / 'facts.py').exists(), root;"
+             "assert (root / 'kvproof' / 'spec' / 'model.py').exists() and (root / 'kvproof' / 'facts' / '__init__.py').exists(), root;"
              "import kvproof.spec as sp; assert not {'strategies.py', 'model_ch_test.py'} & {p.name for p in Path(sp.__file__).parent.iterdir()}, 'dev-only modules in the wheel';"
              "assert r.SEEDS.is_dir() and r.DICT.exists(), r.SEEDS;"
              "import kvproof.findings.fix as f, kvproof.findings.reproducers as rp, kvproof.findings.ledger as lg;"

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from kvproof.classkey import ClassKey
-from kvproof.config import Config
+from kvproof.judging.classkey import ClassKey
+from kvproof.inputs.config import Config
 from kvproof.findings import cli as findings_cli, witness
 from kvproof.findings.ledger import Entry, Ledger, Status
 from kvproof.findings.witness_search import Search
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 
 FOUND = {"groups": [{"kind": "full_attention", "block_size": 2}, {"kind": "sliding_window", "block_size": 44,
                                                                   "sliding_window": 1}],

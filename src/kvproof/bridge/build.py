@@ -24,7 +24,7 @@ use_release_cache_root()  # every in-environment process builds its configs here
 
 from kvproof import facts
 from kvproof.errors import EnvironmentFailure, NotExpressible
-from kvproof.layout import Group, Layout
+from kvproof.inputs.layout import Group, Layout
 from kvproof.spec import fingerprint
 
 _HEADS, _HEAD_SIZE = 2, 64

@@ -156,7 +156,7 @@ class Worker:
     """A live worker process of one release: spawn, handshake, ``batch`` (its one door), close.
     What a reply means per tier, and which answer is whose, is ``kvproof.tiers``' (``tiers.client``)."""
 
-    MODULE = "kvproof.worker"  # the JSON-lines server run inside the environment
+    MODULE = "kvproof.running.worker"  # the JSON-lines server run inside the environment
 
     def __init__(self, env: Env, timeout: float = 600) -> None:
         self.env = env
@@ -210,7 +210,7 @@ class Worker:
         return self.info
 
     def call(self, request: dict) -> dict:
-        """One request, one reply (``kvproof.worker``'s protocol); a worker error raises BridgeError."""
+        """One request, one reply (``kvproof.running.worker``'s protocol); a worker error raises BridgeError."""
         return self._call(request)
 
     def _call(self, request: dict) -> dict:
@@ -247,7 +247,7 @@ class Worker:
 
     def batch(self, configs: Sequence[dict] = (), layouts: Sequence[dict] = (),
               asks: Mapping[str, Mapping[str, Any]] | None = None) -> dict:
-        """The worker's one door (``kvproof.worker.batch``): config and layout dicts, each sent once
+        """The worker's one door (``kvproof.running.worker.batch``): config and layout dicts, each sent once
         under :func:`input_key` of exactly what is sent, and ``asks`` (reply part -> serving
         function and options: ``kvproof.tiers.registry.asks``); the reply files every answer under
         its input's key. Returns the reply and ``"keys"``: the key of each config, then each layout,

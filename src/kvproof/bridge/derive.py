@@ -80,7 +80,7 @@ from vllm.v1.engine import core as _engine_core_mod
 from vllm.v1.engine.core import EngineCore
 from vllm.v1.executor import Executor
 
-from kvproof.config import Config, load_model_config
+from kvproof.inputs.config import Config, load_model_config
 from kvproof.derivation import layout_dict
 from kvproof import facts, frames
 from kvproof.revisions import revision_for
@@ -352,7 +352,7 @@ def serve_engine_args(config: Config) -> Any:
 def _reference_draft(args: Any) -> None:
     """A ``--speculative-config`` whose ``"model"`` names a reference draft (spec/models/drafts/)
     gets a folder with that ``config.json`` in its place, as a hub download would."""
-    from kvproof.config import load_draft_config, reference_drafts
+    from kvproof.inputs.config import load_draft_config, reference_drafts
     sc = getattr(args, "speculative_config", None)
     if not isinstance(sc, dict) or sc.get("model") not in reference_drafts():
         return

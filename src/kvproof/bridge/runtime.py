@@ -33,7 +33,7 @@ from vllm.v1.core.kv_cache_manager import KVCacheManager
 from kvproof import frames
 from kvproof.bridge.build import Builder, resolver_fingerprint
 from kvproof.errors import EnvironmentFailure, NotExpressible
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome, StageError, bare_assert
 
 MEMO_SIZE = 1 << 16

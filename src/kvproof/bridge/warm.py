@@ -3,7 +3,7 @@
 A report runs its reproducer on every release, then, on the releases it checks a fix on, the
 pytest reproducer and the script again on the fix overlay. Every run is a fresh python whose
 vLLM import (8-20 s of CPU) is nearly all its time. :class:`Hosts` keeps one
-``kvproof/warm.py`` per environment, which ran the script's prologue (its imports) once and
+``kvproof/running/warm.py`` per environment, which ran the script's prologue (its imports) once and
 forks a child per run: the child is that release's python running the file, as
 ``python repro.py`` or ``python -m pytest ...`` would, with the real exit status. A host that
 cannot start or dies is no verdict: the run falls back to a fresh python (:func:`run`).
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from kvproof.bridge.client import Worker
     from kvproof.envs import Env
 
-_HOST = Path(__file__).resolve().parents[1] / "warm.py"
+_HOST = Path(__file__).resolve().parents[1] / "running" / "warm.py"
 _GRACE_S = 30.0  # beyond a run's own timeout, which the host enforces
 _WORKER_START_S = 600.0  # a worker's first request: the host's import, if it has not run yet
 
@@ -120,7 +120,7 @@ class Host:
         return int(reply["rc"]), out.read_text(errors="replace"), err.read_text(errors="replace")
 
     def worker(self, env: dict[str, str], path: list[str]) -> ForkedProc:
-        """A ``kvproof.worker`` forked from the host: its pipes, as ``subprocess.Popen`` gives them."""
+        """A ``kvproof.running.worker`` forked from the host: its pipes, as ``subprocess.Popen`` gives them."""
         theirs, ours = ForkedProc.pipes()
         try:
             reply = self._ask({"worker": True, "cwd": os.getcwd(), "env": env, "path": path}, theirs, _WORKER_START_S)

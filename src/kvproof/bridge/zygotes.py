@@ -2,7 +2,7 @@
 
 Every kvproof process that needs a release starts a worker, and the worker's vLLM import
 (8-30 s of CPU) is most of a short command. With the zygote on, the first worker of a
-release starts ``kvproof.zygote`` (one import) as a detached process, and every
+release starts ``kvproof.running.zygote`` (one import) as a detached process, and every
 worker after it, in this process or any other, is a fork of it: the same interpreter,
 the same imports, the client's own variables. A zygote is keyed by everything its import
 read: the interpreter, the variables (but the pytest and kvproof ones no worker reads at
@@ -27,7 +27,7 @@ IDLE = 240.0  # seconds a zygote waits for its next client
 MAX_LIVE = 6  # live zygotes per user (each holds one vLLM import, ~0.5-1 GB); the least recently used goes
 START_TIMEOUT = 600.0
 # What a worker's import reads of kvproof's variables: the Triton stand-in's choice (read at
-# interpreter start, src/kvproof/stand_in_triton.py) and the cache home (the release's
+# interpreter start, src/kvproof/envs/stand_in_triton.py) and the cache home (the release's
 # VLLM_CACHE_ROOT, kvproof.settings.use_release_cache_root); the rest are read by the client
 # side only, and pytest's vary from test to test. The child still gets the client's
 # exact values: only the zygote's key leaves them out.
@@ -195,7 +195,7 @@ def _ready(python: Path, env: dict[str, str], k: str, module: str) -> socket.soc
         return None
 
 
-def fork_worker(python: Path, env: dict[str, str], module: str = "kvproof.zygote") -> ForkedProc | None:
+def fork_worker(python: Path, env: dict[str, str], module: str = "kvproof.running.zygote") -> ForkedProc | None:
     """A worker forked from ``python``'s zygote for ``env``, or None (the caller starts a plain one)."""
     try:
         conn = _ready(python, env, key(python, env), module)

@@ -10,13 +10,13 @@ loop), ``runner`` and ``spec_runner`` (the fake model runner, and its
 speculative-decoding extension), ``fake_worker`` (the connector's worker
 side), ``failures`` (an exception: vLLM's or kvproof's own). The checks:
 ``oracle`` (the ``Oracle`` plug-in base and the ``RunContext`` its oracles
-share; their ids, hard or soft, are ``kvproof.oracle_ids``), ``oracles``
+share; their ids, hard or soft, are ``kvproof.judging.oracle_ids``), ``oracles``
 (the run's oracles as one listener each report goes through),
 ``hit_oracle``, ``shadow``, ``coord_oracle``, ``chain_oracle``,
 ``connector_oracle``, ``event_oracle``, ``removal_oracle``,
 ``efficiency_oracle`` (a measurement, into ``efficiency``), ``observations``
 (what they record), ``truth`` (the ground truth: computed tokens, the hash index).
-``result`` (ConsumerResult; ``kvproof.judge.judge_consumer`` gives its
+``result`` (ConsumerResult; ``kvproof.judging.judge.judge_consumer`` gives its
 verdict), ``worker`` (the in-env process). It is driven from any Python through the
 one client of a release's worker, ``kvproof.tiers.client``. Its atheris target and the shrinker of what a campaign stores sit
 above it, in ``kvproof.fuzz.consumers`` and ``kvproof.fuzz.minimize``.

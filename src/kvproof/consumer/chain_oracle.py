@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvproof.consumer.oracle import Oracle
-from kvproof.oracle_ids import OracleId
+from kvproof.judging.oracle_ids import OracleId
 
 
 class ChainOracle(Oracle):

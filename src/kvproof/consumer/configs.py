@@ -25,7 +25,7 @@ from kvproof.consumer.drafts import Drafts, effective_drafts
 from kvproof.bridge.compat import kwargs_for
 from kvproof.consumer.stream import Stream
 from kvproof.errors import NotExpressible
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof import facts
 
 MAX_MODEL_LEN_CEILING = 1 << 20

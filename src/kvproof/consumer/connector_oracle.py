@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from kvproof.consumer.oracle import Oracle
 from kvproof.consumer.truth import KeyMemo, iter_hashes
-from kvproof.oracle_ids import OracleId
+from kvproof.judging.oracle_ids import OracleId
 
 
 def mamba_checkpoint_position(num_prompt_tokens: int, h: int, eagle_drop: bool, lookahead: int = 0) -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from kvproof.consumer.oracle import Oracle
-from kvproof.oracle_ids import OracleId
+from kvproof.judging.oracle_ids import OracleId
 
 
 class Group:

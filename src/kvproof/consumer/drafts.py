@@ -1,12 +1,12 @@
 """Speculative decoding in the consumer tier: the drafts a run makes (:func:`effective_drafts`),
-from the Layout's speculation and the stream's acceptance (:mod:`kvproof.drafts`, an input type
+from the Layout's speculation and the stream's acceptance (:mod:`kvproof.inputs.drafts`, an input type
 below the Layout, re-exported here)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kvproof.drafts import ALL, VOCAB, Acceptance, Drafts, output_token, wrong_token  # noqa: F401
+from kvproof.inputs.drafts import ALL, VOCAB, Acceptance, Drafts, output_token, wrong_token  # noqa: F401
 from kvproof.errors import Unchecked
 from kvproof import facts
 

@@ -21,7 +21,7 @@ from kvproof.consumer.observations import Recorder
 from kvproof.consumer.oracles import Oracles
 from kvproof.consumer.runner import FakeModelRunner
 from kvproof.consumer.stream import Stream
-from kvproof.oracle_ids import OracleId
+from kvproof.judging.oracle_ids import OracleId
 
 
 def finished(req: Any) -> bool:

@@ -1,7 +1,7 @@
 """The efficiency oracle (e): each request's hit at its first admission against what was reusable. No vLLM import.
 
 A measurement, never a verdict (``OracleId.EFFICIENCY`` is soft): it fills the
-result's ``efficiency`` tally and ``hits`` rows, which ``kvproof.judge`` holds
+result's ``efficiency`` tally and ``hits`` rows, which ``kvproof.judging.judge`` holds
 against its ideal. Its own state: per request, the hit its latest lookup
 returned (with the truth as that lookup saw it), what each group kind's
 manager answered, and what a connector claimed, until the request is scheduled.
@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from kvproof.consumer.efficiency import read_limit
 from kvproof.consumer.oracle import Oracle
-from kvproof.oracle_ids import OracleId
+from kvproof.judging.oracle_ids import OracleId
 
 
 class EfficiencyOracle(Oracle):

@@ -12,7 +12,7 @@ import os
 import kvproof
 from kvproof import frames
 from kvproof.consumer.result import RunState
-from kvproof.oracle_ids import OracleId
+from kvproof.judging.oracle_ids import OracleId
 from kvproof.outcome import bare_assert
 
 _KVPROOF_DIR = os.path.dirname(os.path.abspath(kvproof.__file__)) + os.sep
@@ -41,7 +41,7 @@ def raised(st: RunState, err: BaseException, where: str = "") -> None:
     else:
         # a bare assert's condition and caller ride in the observation's cause (``assert
         # <condition> <- <caller frame>``), read here, in the release's worker, from the
-        # installed file: the class key reads them (kvproof.judge._stage_error)
+        # installed file: the class key reads them (kvproof.judging.judge._stage_error)
         cond, caller = bare_assert(err)
         st.rec.add(OracleId.EXCEPTION, where + exc_line(err),
                    cause=(f"assert {cond}" + (frames.CALLED_FROM + caller if caller else "")) if cond else "")

@@ -20,7 +20,7 @@ from vllm.v1.core import kv_cache_utils
 from kvproof.bridge.compat import kwargs_for
 from kvproof.consumer.result import FrontendTally
 from kvproof.consumer.observations import Recorder
-from kvproof.oracle_ids import OracleId
+from kvproof.judging.oracle_ids import OracleId
 from kvproof import facts
 
 

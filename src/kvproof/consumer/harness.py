@@ -42,7 +42,7 @@ from kvproof.consumer.result import ConsumerResult, RunState  # noqa: E402
 from kvproof.consumer.runner import FakeModelRunner  # noqa: E402
 from kvproof.consumer.spec_runner import SpeculativeRunner  # noqa: E402
 from kvproof.consumer.stream import Req, Stream  # noqa: E402
-from kvproof.layout import Layout  # noqa: E402
+from kvproof.inputs.layout import Layout  # noqa: E402
 from kvproof import facts  # noqa: E402
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from kvproof.consumer.efficiency import read_limit
 from kvproof.consumer.oracle import Oracle
-from kvproof.oracle_ids import OracleId
+from kvproof.judging.oracle_ids import OracleId
 
 
 class HitOracle(Oracle):

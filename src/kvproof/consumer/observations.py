@@ -1,6 +1,6 @@
 """What an oracle records: an ``Observation``, and the ``Recorder`` that caps them per oracle. No vLLM import.
 
-Only a registered id (``kvproof.oracle_ids``) is recorded: another raises
+Only a registered id (``kvproof.judging.oracle_ids``) is recorded: another raises
 ``UnknownOracle`` at once, not a run whose observation the judge ignores.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvproof.oracle_ids import oracle_id
+from kvproof.judging.oracle_ids import oracle_id
 
 MAX_OBS_PER_ORACLE = 20
 
@@ -21,7 +21,7 @@ class Observation:
     detail: str
     # "rule|producer", number-free: the rule that broke and who produced the wrong thing (the
     # block pool or connector that published an event and its medium, the connector and its
-    # method, the coordinator). A finding's class carries the producer (src/kvproof/classkey.py), so a
+    # method, the coordinator). A finding's class carries the producer (src/kvproof/judging/classkey.py), so a
     # second fault of one oracle is not counted under a known first one. For an ``exception``
     # from a bare assert: ``assert <condition> <- <caller frame>``, read from the raising
     # source line (kvproof.consumer.failures.raised).

@@ -1,7 +1,7 @@
 """The consumer oracle plug-in: the ``Oracle`` base class, and ``RunContext``, what a run's oracles share. No vLLM import.
 
 An oracle subclasses ``Oracle``, names the ids it reports under (``ids``, from
-``kvproof.oracle_ids``: the registry says hard or soft), keeps its own state,
+``kvproof.judging.oracle_ids``: the registry says hard or soft), keeps its own state,
 and overrides the hooks it judges. Declared in a module ``<name>_oracle`` of
 this package with an ``order``, it is a standard oracle: every run builds it
 (``oracles.standard`` finds it; nothing lists it). The run's ``Oracles`` (``oracles``) hands
@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Sequence
 
 from kvproof.consumer.observations import Recorder
 from kvproof.consumer.truth import HashIndex, Truth
-from kvproof.oracle_ids import OracleId
+from kvproof.judging.oracle_ids import OracleId
 
 # The reports an oracle may override (``Oracle``'s no-op methods of the same names).
 HOOKS = ("lookup", "answered", "reconciled", "claim", "connector_call", "scheduled", "stepped", "event",

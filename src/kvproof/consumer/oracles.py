@@ -1,6 +1,6 @@
 """The run's oracles as one listener: each report goes to the oracles that judge it. No vLLM import.
 
-The ids, hard or soft, are ``kvproof.oracle_ids``; each oracle is a plug-in
+The ids, hard or soft, are ``kvproof.judging.oracle_ids``; each oracle is a plug-in
 (``kvproof.consumer.oracle.Oracle``) in its own module: ``hit_oracle``
 (prefix_hit, spec_hit), ``shadow`` and ``coord_oracle`` (prefix_hit),
 ``chain_oracle`` (hash_chain), ``connector_oracle`` (connector),
@@ -31,7 +31,7 @@ from kvproof import VLLM_SIDE
 from kvproof.consumer.efficiency import Efficiency  # noqa: F401  (re-exported: result, judge, tests)
 from kvproof.consumer.observations import MAX_OBS_PER_ORACLE, Observation, Recorder  # noqa: F401  (re-exported)
 from kvproof.consumer.oracle import HOOKS, Oracle, RunContext
-from kvproof.oracle_ids import OracleId
+from kvproof.judging.oracle_ids import OracleId
 
 T = TypeVar("T", bound=Oracle)
 
@@ -67,7 +67,7 @@ def checked(classes: Iterable[type[Oracle]]) -> tuple[type[Oracle], ...]:
         ids = cls.ids
         if not isinstance(ids, tuple) or not ids or any(not isinstance(i, OracleId) for i in ids):
             raise OracleDiscoveryError(f"{where}: ids {ids!r} must be a non-empty tuple of OracleId members "
-                                       "(kvproof.oracle_ids)")
+                                       "(kvproof.judging.oracle_ids)")
         other = by_order.setdefault(order, cls)
         if other is not cls:
             raise OracleDiscoveryError(f"{where}: order {order} is also {other.__module__}.{other.__qualname__}'s")

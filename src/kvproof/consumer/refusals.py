@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kvproof.consumer.drafts import Drafts, effective_drafts
 from kvproof.consumer.stream import Stream
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof import facts
 
 

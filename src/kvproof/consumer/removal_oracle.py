@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from kvproof.consumer.oracle import Oracle
-from kvproof.oracle_ids import OracleId
+from kvproof.judging.oracle_ids import OracleId
 
 Key = tuple[Any, Any]  # (group_idx, external block hash)
 

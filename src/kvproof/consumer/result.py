@@ -12,7 +12,7 @@ from kvproof.consumer.observations import Observation, Recorder
 @dataclass
 class FrontendTally:
     """What the engine did with the frontend's hashes, over a run's requests (kvproof.consumer.frontend;
-    ``kvproof.judge.frontend_line`` reads it)."""
+    ``kvproof.judging.judge.frontend_line`` reads it)."""
 
     hasher: str = "engine"
     requests: int = 0

@@ -23,7 +23,7 @@ from kvproof.consumer.failures import exc_line, own_error, raised
 from kvproof.consumer.result import RunState
 from kvproof.consumer.stream import Stream
 from kvproof.errors import NotExpressible, Unchecked
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof import facts
 
 

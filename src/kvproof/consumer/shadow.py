@@ -21,7 +21,7 @@ token range). With a KV connector, blocks a load filled carry no record
 judged; without a connector it is a fault.
 
 A fault is a ``prefix_hit`` observation whose cause is ``shadow-<rule>|<coordinator>
-(shadow)``: a class of its own (src/kvproof/classkey.py keys on the producer), apart from
+(shadow)``: a class of its own (src/kvproof/judging/classkey.py keys on the producer), apart from
 the length-based oracle's.
 """
 
@@ -32,7 +32,7 @@ from typing import Any
 from kvproof.consumer.oracle import Oracle, RunContext
 from kvproof.consumer.observations import Recorder
 from kvproof.consumer.truth import lcp
-from kvproof.oracle_ids import OracleId
+from kvproof.judging.oracle_ids import OracleId
 
 
 class Held:
@@ -180,7 +180,7 @@ class Shadow(Oracle):
 
     def _bad(self, req: Any, n: int, g: int, j: int, blk: Any, what: str, rule: str) -> None:
         o = self.ctx
-        # a prefix_hit of its own class: the producer names the shadow (src/kvproof/classkey.py keys on it)
+        # a prefix_hit of its own class: the producer names the shadow (src/kvproof/judging/classkey.py keys on it)
         self.report(OracleId.PREFIX_HIT, f"{req.request_id}: a hit of {n} tokens hands block #{j} of group {g} "
                     f"({o.spec(g)}, block id {blk.block_id}), which {what}",
                     cause=f"shadow-{rule}|{o.coordinator} (shadow)")

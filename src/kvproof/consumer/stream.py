@@ -1,4 +1,4 @@
-"""Request streams in the consumer tier: the Stream type (:mod:`kvproof.stream`, an input type
+"""Request streams in the consumer tier: the Stream type (:mod:`kvproof.inputs.stream`, an input type
 below the Layout, re-exported here), and what draws (:func:`random_stream`, :func:`random_input`),
 shrinks (:func:`shrink`) and defaults (:func:`default_stream`, :func:`stream_for`) streams."""
 
@@ -9,10 +9,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Iterator
 
 if TYPE_CHECKING:
-    from kvproof.layout import Layout
-from kvproof.drafts import ALL, Drafts
-from kvproof.layout import Speculative
-from kvproof.stream import (MAX_REQUESTS, MAX_STEP, MAX_TOKENS_PER_PROMPT, OFFLOAD_MODES, Req,  # noqa: F401
+    from kvproof.inputs.layout import Layout
+from kvproof.inputs.drafts import ALL, Drafts
+from kvproof.inputs.layout import Speculative
+from kvproof.inputs.stream import (MAX_REQUESTS, MAX_STEP, MAX_TOKENS_PER_PROMPT, OFFLOAD_MODES, Req,  # noqa: F401
                             Stream, prefix_tokens)
 from kvproof import facts
 

@@ -22,7 +22,7 @@ from kvproof.consumer.removal_oracle import RemovalOracle
 from kvproof.consumer.result import RunState
 from kvproof.consumer.shadow import Shadow, group_rule
 from kvproof.consumer.truth import HashIndex
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof import facts
 
 

@@ -1,4 +1,4 @@
-"""The consumer tier inside a vLLM env, served by the release's one worker (``kvproof.worker``).
+"""The consumer tier inside a vLLM env, served by the release's one worker (``kvproof.running.worker``).
 
 ``run_one(layout, stream)`` -> one ConsumerResult (the worker's batch op calls it for each
 layout at the consumer tier, under the layout's own stream; tests call it in-process). The

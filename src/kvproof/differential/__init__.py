@@ -4,7 +4,8 @@
 their first bad release, newly failing inputs, jumps, gains). ``chain``: that measure pair by
 pair with each finding's input, summed by class with the ledger's word (``kvproof compare``
 and bench/bench_differential.py print and table it), the runs per release, the regressions
-rerun. No vLLM import here.
+rerun. ``hitmatrix``: the reference models' hits release by release under their speculative flag sets
+(``kvproof compare --models``, ``make matrix``; imported by name, not here). No vLLM import here.
 """
 
 from kvproof.differential.measure import (JUMP_FACTOR, JUMP_MIN, REGRESSION_CHECK, Regression, Report,

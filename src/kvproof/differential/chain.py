@@ -14,12 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from kvproof.classkey import ClassKey
+from kvproof.judging.classkey import ClassKey
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream
 from kvproof.differential.measure import Regression, Report, diff, why_not_compared
-from kvproof.judge import above_ideal
-from kvproof.layout import Layout
+from kvproof.judging.judge import above_ideal
+from kvproof.inputs.layout import Layout
 
 
 class Input(NamedTuple):

@@ -17,14 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from kvproof.classkey import class_key
+from kvproof.judging.classkey import class_key
 from kvproof.consumer.drafts import effective_drafts
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream
 from kvproof.errors import Unchecked
-from kvproof.judge import judge_consumer
-from kvproof.layout import Layout
-from kvproof.oracle_ids import CHECK_PREFIX
+from kvproof.judging.judge import judge_consumer
+from kvproof.inputs.layout import Layout
+from kvproof.judging.oracle_ids import CHECK_PREFIX
 from kvproof.verdicts import Verdict
 
 

@@ -18,7 +18,7 @@ import json
 import sys
 from typing import Sequence
 
-from kvproof import inputs
+from kvproof.inputs import files as inputs
 from kvproof.cliutil import Parser, add_tier, add_vllm, guarded
 from kvproof.errors import UsageError
 from kvproof.replay import core
@@ -66,7 +66,7 @@ MATRIX_TIERS = registry.through(registry.default())
 
 
 def managed_installed() -> list[str]:
-    """Every managed release (src/kvproof/facts.py) whose environment is built, oldest first."""
+    """Every managed release (src/kvproof/facts/__init__.py) whose environment is built, oldest first."""
     from kvproof import envs
     return core.installed_releases(envs.MANAGED)
 
@@ -75,7 +75,7 @@ def known_findings() -> list[tuple[str, "object", str]]:
     """(name, Layout, deciding tier) per known finding: the ledger's classes with a layout
     (kvproof.findings.ledger), each Mamba align-mode one also with ``mamba_cache_mode="all"``
     (the same shape where a user picks "all": a class of its own from 0.28)."""
-    from kvproof.layout import Layout
+    from kvproof.inputs.layout import Layout
     try:
         from kvproof.findings.ledger import Ledger
         entries = Ledger.load().entries()

@@ -12,7 +12,7 @@ import sys
 from dataclasses import replace
 from typing import Sequence
 
-from kvproof import inputs
+from kvproof.inputs import files as inputs
 from kvproof.cliutil import Parser, add_tier, add_vllm, guarded
 from kvproof.errors import UsageError
 from kvproof.replay import core

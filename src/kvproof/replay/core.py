@@ -19,10 +19,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from kvproof import checking, corpus, envs
+from kvproof.running import checking
+from kvproof import corpus, envs
 from kvproof.envs import Env
 from kvproof.errors import EnvError
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.tiers import registry
 from kvproof.tiers.classify import as_tier, as_verdict
 from kvproof.tiers.row import ReplayRow

@@ -2,6 +2,6 @@
 
 ``mutants`` is the catalogue (edits written by this project, applied at run
 time to the installed release's source, never stored vLLM code); ``run``
-builds one overlay per mutant (``kvproof.overlay.make``), runs the layers in
+builds one overlay per mutant (``kvproof.envs.overlay.make``), runs the layers in
 ``layers`` and prints the kill matrix.
 """

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from kvproof.envs import Env
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.selftest.layers import Catch, stored_classes
 
 
@@ -36,7 +36,7 @@ class ConsumerJudged:
 
 
 def judge_consumer_results(layouts: Sequence[Layout], results) -> list[ConsumerJudged]:
-    from kvproof.classkey import class_key
+    from kvproof.judging.classkey import class_key
     from kvproof.fuzz.oracle import CLASSED
     from kvproof.tiers import registry
 

@@ -25,7 +25,7 @@ same layouts, a few seeds each, so the replay is not only hand-written shapes.
 from __future__ import annotations
 
 from kvproof.consumer.stream import Req, Stream
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 
 FA = {"groups": [{"kind": "full_attention", "block_size": 16}],
       "cache": {"block_size": 16, "enable_prefix_caching": True}}

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Sequence
 
 from kvproof.envs import Env
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 
 BUG_LAYERS = ("replay", "probe", "contracts", "consumer", "known", "campaign")
 SIGNAL_LAYERS = ("drift", "conformance", "differential")
@@ -99,8 +99,8 @@ def judge_outcomes(layouts: Sequence[Layout], outcomes) -> list[Judged]:
 
 def run_batch(env_list: Sequence[Env], layouts: Sequence[Layout]) -> tuple[list[list[Judged]], float]:
     """Every layout through every environment at the function and manager tiers: the one tier
-    runner (``kvproof.checking.run``: one worker each, started in parallel, one call each)."""
-    from kvproof import checking
+    runner (``kvproof.running.checking.run``: one worker each, started in parallel, one call each)."""
+    from kvproof.running import checking
     from kvproof.tiers import registry
 
     t = time.monotonic()
@@ -209,9 +209,9 @@ def conformance_fuzz(env: Env, seconds: int, workdir: Path) -> Catch:
 # --- consumer tier ------------------------------------------------------------------------
 
 def consumer_verdicts(layouts: Sequence[Layout], env: Env) -> list[tuple[str, str]]:
-    """(verdict, line) per layout at the consumer tier (``kvproof.checking.run``: the layout's
+    """(verdict, line) per layout at the consumer tier (``kvproof.running.checking.run``: the layout's
     own stream, else the default one; ``judge_consumer``)."""
-    from kvproof import checking
+    from kvproof.running import checking
     from kvproof.tiers import registry
 
     rows, _ = checking.run([(str(i), lay) for i, lay in enumerate(layouts)], [env], tiers=(registry.streamed(),))

@@ -35,7 +35,7 @@ RESOLVER_CLASSES = ("operator", "dropped-condition", "fallback", "dcp", "validat
                     "validation-over-eager", "consumer")
 BEHAVIOURAL_CLASSES = ("hit-search", "coordinator", "block-pool", "kv-event", "connector", "speculative")
 CLASSES = RESOLVER_CLASSES + BEHAVIOURAL_CLASSES
-# The release the anchors are written against: the default of the one release list (src/kvproof/facts.py);
+# The release the anchors are written against: the default of the one release list (src/kvproof/facts/__init__.py);
 # when the default moves, the anchor check (every anchor present once) says which need rewriting.
 RELEASE = facts.DEFAULT_RELEASE
 

@@ -1,6 +1,6 @@
 """``kvproof selftest [--vllm 0.32.0] [--consumers] [--seconds S] [--campaign-seconds S] [--mutants a,b] [--full] [--batch N] [--json PATH]``.
 
-One overlay per seeded mutant (``kvproof.overlay.make``: hard-link copy of
+One overlay per seeded mutant (``kvproof.envs.overlay.make``: hard-link copy of
 the release environment with the mutated file laid over it, in a scratch
 home ``<cache>/selftest-envs`` so ``kvproof verify``'s drift check of the
 managed environments never sees them). A mutant whose anchor is not in the
@@ -43,7 +43,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
-from kvproof import envs, inputs, overlay
+from kvproof import envs
+from kvproof.inputs import files as inputs
+from kvproof.envs import overlay
 from kvproof.cliutil import Parser, add_vllm, guarded
 from kvproof.fsio import atomic_write
 from kvproof.locks import file_lock

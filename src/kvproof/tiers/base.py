@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kvproof.judge import Judgement
-from kvproof.layout import Layout
+from kvproof.judging.judge import Judgement
+from kvproof.inputs.layout import Layout
 from kvproof.result import Result
 from kvproof.tiers.row import ReplayRow, Row
 from kvproof.verdicts import Tier

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvproof.bridge.client import Worker, answer, input_key
-from kvproof.config import Config
+from kvproof.inputs.config import Config
 from kvproof.derivation import Derived
 from kvproof.errors import BridgeError
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.tiers import registry
 from kvproof.tiers.base import TierRunner
 from kvproof.tiers.classify import as_tier

@@ -1,7 +1,7 @@
 """The function and manager tiers: the worker's run op (``kvproof.bridge.runtime``).
 
 One call answers both: the real resolver, then the real ``KVCacheManager`` built from its output.
-They share the reply's Outcome and one runner row, judged by ``kvproof.judge`` (its tier: the
+They share the reply's Outcome and one runner row, judged by ``kvproof.judging.judge`` (its tier: the
 highest stage that ran); replay splits that row into a function row (the Outcome without the
 manager stage, judged so) and the manager row (the runner's own).
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvproof.judge import Judgement, judge
-from kvproof.layout import Layout
+from kvproof.judging.judge import Judgement, judge
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome
 from kvproof.result import Result
 from kvproof.tiers import classify

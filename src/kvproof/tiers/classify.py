@@ -21,7 +21,7 @@ tier observed is ``engine_verdict`` (a ``Verdict`` at ``Tier.ENGINE``):
 assertion as ``manager_error``, an unrelated failure as ``run_error``, a
 served output that differs from prefix caching off as the observation
 ``oracle:prefix_caching_output`` in ``manager_error``) and asks the one judge,
-``kvproof.judge.judge(..., Tier.ENGINE)``; a boot that died before a KV layout
+``kvproof.judging.judge.judge(..., Tier.ENGINE)``; a boot that died before a KV layout
 was captured is an Outcome with only ``run_error`` (ERROR). ``failure_class``
 is the judge's contract rows of the resolution, relabelled: every verdict
 here comes from the judge, this module only words the detail.
@@ -32,11 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvproof import contracts
-from kvproof.judge import Judgement, judge
-from kvproof.layout import DEFAULT_MAX_MODEL_LEN, Cache, Group, Layout
+from kvproof.judging import contracts
+from kvproof.judging.judge import Judgement, judge
+from kvproof.inputs.layout import DEFAULT_MAX_MODEL_LEN, Cache, Group, Layout
 from kvproof.outcome import Outcome, StageError
-from kvproof.oracle_ids import OracleId
+from kvproof.judging.oracle_ids import OracleId
 from kvproof.tiers.families import BootResult
 from kvproof import facts
 from kvproof.verdicts import Tier, Verdict

@@ -12,11 +12,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kvproof.bridge.client import Worker, start_all
-from kvproof.config import Config
+from kvproof.inputs.config import Config
 from kvproof.consumer.result import ConsumerResult
 from kvproof.derivation import Derived
 from kvproof.envs import Env
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome
 from kvproof.result import Result
 from kvproof.tiers import registry

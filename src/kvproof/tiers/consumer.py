@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from kvproof.consumer.result import ConsumerResult
-from kvproof.judge import Judgement, judge_consumer
-from kvproof.layout import Layout
+from kvproof.judging.judge import Judgement, judge_consumer
+from kvproof.inputs.layout import Layout
 from kvproof.result import Result
 from kvproof.tiers.base import TierRunner
 from kvproof.tiers.row import ReplayRow, Row

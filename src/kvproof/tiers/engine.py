@@ -20,8 +20,8 @@ from kvproof.envs import Env
 from kvproof.errors import EnvError
 from kvproof.facts import release_key
 from kvproof.fsio import atomic_write
-from kvproof.judge import Judgement
-from kvproof.layout import Layout
+from kvproof.judging.judge import Judgement
+from kvproof.inputs.layout import Layout
 from kvproof.result import Result
 from kvproof.tiers import boots, classify, synth
 from kvproof.tiers.base import TierRunner

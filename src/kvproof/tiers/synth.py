@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from kvproof.envs import Env
 from kvproof.fsio import atomic_write
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.tiers import classify
 from kvproof.tiers.boots import boot_many, env_release
 from kvproof.tiers.families import FAMILIES, BootResult, Recipe

@@ -1,6 +1,6 @@
 """Speculative decoding in a run: how the target accepts drafts, and the drafts a run makes. Stdlib only.
 
-An input type, below :mod:`kvproof.stream` and :mod:`kvproof.layout` (the consumer tier's
+An input type, below :mod:`kvproof.inputs.stream` and :mod:`kvproof.inputs.layout` (the consumer tier's
 ``kvproof.consumer.drafts`` re-exports it and adds ``effective_drafts``). Speculation is recorded
 once: the Layout's ``speculative`` says which method drafts how many tokens (``SpeculativeConfig
 .method``, ``num_speculative_tokens``; for MTP the target's modules), the stream's ``accept`` says

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from kvproof.config import Config
-from kvproof.layout import Layout
+from kvproof.inputs.config import Config
+from kvproof.inputs.layout import Layout
 from kvproof.tiers import registry
 from kvproof.verdicts import Verdict
 
@@ -52,7 +52,7 @@ def probe_key(manifest: dict) -> str:
     (their source included), so a changed stand-in is probed again."""
     import hashlib
     from pathlib import Path
-    from kvproof import stand_in_triton
+    from kvproof.envs import stand_in_triton
     stand_ins = manifest.get("stand_ins") or []
     # the stand-in's mode (KVPROOF_TRITON_STAND_IN) changes what the environment can run
     text = (f"{PROBE_VERSION}|{stand_ins}|" + (stand_in_triton.mode() + Path(stand_in_triton.__file__).read_text()

@@ -7,7 +7,7 @@ decode-context-parallel size and max_model_len. Everything downstream
 (bridge, Z3 model, fuzzer, corpus) takes a Layout and nothing looser.
 
 One input unit: a Layout with an optional request stream (``Layout.stream``, a typed
-:class:`kvproof.stream.Stream`, what the consumer tier runs). It stays outside the content
+:class:`kvproof.inputs.stream.Stream`, what the consumer tier runs). It stays outside the content
 hash and equality, as meta does; on disk it rides in the meta object (``"kvproof":
 {"stream": ...}``), read once here through ``Stream.from_dict``. Speculation is the Layout's
 (``speculative``: method, draft length, MTP modules); the stream says only how drafts are accepted.
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from kvproof.errors import LayoutError
-from kvproof.reading import parse_json_as
+from kvproof.inputs.reading import parse_json_as
 from kvproof.facts import ALL_MAMBA_MODES as MAMBA_MODES
 from kvproof.facts import KINDS, connectors, default_dcp_sharded, engine_cache_block_size, is_attention
-from kvproof.stream import Stream
+from kvproof.inputs.stream import Stream
 MAX_BLOCK_SIZE = 1 << 24  # far above any real block size; keeps JSON sane
 META_KEY = "kvproof"  # corpus annotations ride along under this key, outside the hash
 STREAM_KEY = "stream"  # the Layout's request stream, under META_KEY on disk (Layout.stream in memory)
@@ -91,7 +91,7 @@ class Speculative:
 
 # A Layout that does not say how long its requests may be: a long-context deployment (the
 # one default every reader of max_model_len takes: the parser, the CLI, the prover, replay).
-# The tiny synthetic models of kvproof.config keep their own short length (Config.max_model_len).
+# The tiny synthetic models of kvproof.inputs.config keep their own short length (Config.max_model_len).
 DEFAULT_MAX_MODEL_LEN = 131072
 
 

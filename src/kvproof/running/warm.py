@@ -1,6 +1,6 @@
 """A release's python with a reproducer's imports done: it forks one child per run.
 
-Runs INSIDE a vLLM environment as a plain file, ``python .../kvproof/warm.py PROLOGUE_FILE FOLDER FD``,
+Runs INSIDE a vLLM environment as a plain file, ``python .../kvproof/running/warm.py PROLOGUE_FILE FOLDER FD``,
 started by ``kvproof.bridge.warm``. Stdlib only, and nothing of kvproof is importable from it
 (no PYTHONPATH; FOLDER, the script's, replaces this file's folder on the path). So a child is a
 ``python repro.py`` whose import statements ran a little earlier: the host executes the
@@ -14,8 +14,8 @@ Protocol: one JSON message per request on the SOCK_SEQPACKET socket FD, one repl
          by signal N; "timed_out": killed after S seconds). ``argv[0]`` is the file run as
          ``__main__``, or ``-m pytest`` runs pytest as ``python -m pytest`` does.
   {"worker": true, "cwd": ..., "env": {...}, "path": [...]} with three fds (SCM_RIGHTS: the
-      worker's stdin, stdout, stderr) -> {"pid": N}: the child serves ``kvproof.worker``'s protocol
-      (``path`` holds kvproof's package root), as kvproof.zygote's children do.
+      worker's stdin, stdout, stderr) -> {"pid": N}: the child serves ``kvproof.running.worker``'s protocol
+      (``path`` holds kvproof's package root), as kvproof.running.zygote's children do.
 ``path`` goes ahead of the host's own ``sys.path`` entries (the script's folder; for ``-m``, the
 working directory and PYTHONPATH's entries). The host is the child's parent, so the exit
 status is the real one. The host ends at the socket's EOF.
@@ -82,7 +82,7 @@ def _script(argv: list[str]) -> int:
 
 
 def _worker() -> int:
-    from kvproof.worker import exit_with_parent, serve, start  # from the request's path
+    from kvproof.running.worker import exit_with_parent, serve, start  # from the request's path
     exit_with_parent()  # the host is the parent: its client gone, it goes, and so does this
     protocol, bridge, import_seconds = start()
     serve(bridge, sys.stdin, protocol, import_seconds)
@@ -135,7 +135,7 @@ def exec_environ() -> dict[str, str]:
 
 def changes_since(before: dict[str, str]) -> dict[str, str | None]:
     """The variables start-up and imports set (name -> value) or removed (name -> None) since ``before``:
-    what a fresh interpreter's own start would do again, so a forked child must carry (also kvproof.zygote)."""
+    what a fresh interpreter's own start would do again, so a forked child must carry (also kvproof.running.zygote)."""
     return {k: os.environ.get(k) for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}
 
 

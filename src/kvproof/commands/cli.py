@@ -3,7 +3,7 @@
 Exit codes of ``check``: 0 nothing FAIL (OK, UNCHECKED, WARN, REJECTED, NOT_EXPRESSIBLE
 and LATENT rows), 1 any FAIL (real vLLM raised or misbehaved, at the tier the
 table names), 3 any ERROR and no FAIL (a run failed for a reason unrelated to
-block sizes), 2 usage or input error. Verdicts come from ``kvproof.judge``.
+block sizes), 2 usage or input error. Verdicts come from ``kvproof.judging.judge``.
 
 Subcommands that belong to other layers (verify, fuzz, replay, bisect) are
 dispatched to their own ``main(argv)`` so each stays importable alone.
@@ -18,13 +18,17 @@ import shlex
 import sys
 from typing import Sequence
 
-from kvproof import checking, contracts, envs, explain, inputs
+from kvproof.running import checking
+from kvproof.judging import contracts
+from kvproof import envs
+from kvproof.commands import explain
+from kvproof.inputs import files as inputs
 from kvproof.cliutil import Parser, add_skips, add_tier, add_vllm, guarded, skipped
-from kvproof.config import Config, reference_models
+from kvproof.inputs.config import Config, reference_models
 from kvproof.derivation import harness_note
 from kvproof.errors import KvproofError, UsageError
 from kvproof.findings.ledger import known, known_dict
-from kvproof.layout import Layout, parse_groups_spec
+from kvproof.inputs.layout import Layout, parse_groups_spec
 from kvproof import facts
 from kvproof.tiers import registry
 from kvproof.verdicts import Tier
@@ -37,8 +41,8 @@ DELEGATED = {
     "bisect": ("kvproof.replay.bisect", "first managed release where a counterexample stops failing"),
     "selftest": ("kvproof.selftest.run", "seeded vLLM mutants: which layer catches each (kill matrix)"),
     "findings": ("kvproof.findings.cli", "the ledger of known finding classes (list, show, add, report)"),
-    "consumer": ("kvproof.consume", "one layout through the real scheduler, prefix cache, KV events and connector"),
-    "compare": ("kvproof.compare", "release differential: the same layouts and streams on two releases, hit by hit"),
+    "consumer": ("kvproof.commands.consume", "one layout through the real scheduler, prefix cache, KV events and connector"),
+    "compare": ("kvproof.commands.compare", "release differential: the same layouts and streams on two releases, hit by hit"),
     "drift-consumers": ("kvproof.verify.consumer_drift", "which vLLM consumer functions a release changed (drift alarm)"),
 }
 
@@ -141,11 +145,11 @@ def _parser() -> argparse.ArgumentParser:
     envsub = env.add_subparsers(dest="env_cmd", parser_class=Parser)
     create = envsub.add_parser("create", help="build (or reuse) environments")
     create.add_argument("releases", nargs="*", default=["ci"],
-                        help="releases, a subset of src/kvproof/facts.py (all, ci, cpu, python-only, default) or latest")
+                        help="releases, a subset of src/kvproof/facts/__init__.py (all, ci, cpu, python-only, default) or latest")
     create.add_argument("--force", action="store_true")
     create.add_argument("--probe", action="store_true", help="probe derivation and every tier again")
     envsub.add_parser("list", help="show installed environments and their disk use")
-    rel = envsub.add_parser("releases", help="print a subset of the release list (src/kvproof/facts.py)")
+    rel = envsub.add_parser("releases", help="print a subset of the release list (src/kvproof/facts/__init__.py)")
     rel.add_argument("subset", nargs="*", default=["all"])
     ov = envsub.add_parser("overlay", help="a vLLM checkout's Python files over a release environment (seconds)")
     ov.add_argument("name")
@@ -375,7 +379,7 @@ def _installed(release: str) -> bool:
 
 def cmd_env(args: argparse.Namespace) -> int:
     if args.env_cmd == "create":
-        from kvproof import health
+        from kvproof.running import health
         broken = 0
         for r in envs.resolve(args.releases):
             env = envs.create(r, force=args.force, echo=lambda m: print(m, file=sys.stderr))
@@ -402,7 +406,7 @@ def cmd_env(args: argparse.Namespace) -> int:
         print(" ".join(envs.resolve(args.subset)))
         return 0
     if args.env_cmd in ("overlay", "remove"):
-        from kvproof import overlay
+        from kvproof.envs import overlay
         if args.env_cmd == "remove":
             print(f"removed {overlay.remove(args.name, force=args.force)}")
             return 0
@@ -424,7 +428,7 @@ def cmd_contracts(args: argparse.Namespace) -> int:
 
 def cmd_derive(args: argparse.Namespace) -> int:
     """Config -> real vLLM derivation, per release: the Layout and resolver result, or vLLM's error."""
-    from kvproof.checking import derive_all, write_model_table, write_table
+    from kvproof.running.checking import derive_all, write_model_table, write_table
     from kvproof.revisions import revision_for
     if args.enumerate:
         if args.config:

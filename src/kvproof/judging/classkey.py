@@ -37,9 +37,9 @@ import re
 from dataclasses import dataclass
 
 from kvproof import frames
-from kvproof.judge import Judgement
-from kvproof.layout import Layout
-from kvproof.oracle_ids import CHECK_PREFIX
+from kvproof.judging.judge import Judgement
+from kvproof.inputs.layout import Layout
+from kvproof.judging.oracle_ids import CHECK_PREFIX
 from kvproof.verdicts import Verdict
 
 STEM_WORDS = 6

@@ -8,7 +8,7 @@ call per release, or reads them from its checked-in model table when that was de
 kind (``--derive`` derives anew); every Config that derives runs at the consumer tier under ONE stream on every
 release (``default_stream`` of the largest layout any release derived for it), so a column is
 the same configuration and traffic on another release. The differential of
-:mod:`kvproof.compare` then judges consecutive releases admission by admission: a release
+:mod:`kvproof.commands.compare` then judges consecutive releases admission by admission: a release
 that hits less than the one before is a regression class named by its first bad release.
 No vLLM import here.
 """
@@ -21,13 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
 
-from kvproof.config import Config, reference_models
+from kvproof.inputs.config import Config, reference_models
 from kvproof.bridge.client import Worker
 from kvproof.consumer.stream import default_stream
 from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream
 from kvproof.derivation import MODEL_FLAG_SETS, Derived, config_key, model_flag_sets, model_rows_here
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.tiers import client
 
 
@@ -63,7 +63,7 @@ def derived_on(release: str, configs: Sequence[Config], fresh: bool = False, wor
     derived on this CPU kind (``derivation.model_rows_here``; the table tests re-derive samples of
     it on the real release), the release's worker for the rest (all of them with ``fresh``);
     ``worker``: a live one of the release's (else one is started for the call)."""
-    from kvproof.checking import derive_all
+    from kvproof.running.checking import derive_all
     rows = {} if fresh else model_rows_here(release)
     todo = [c for c in configs if config_key(c) not in rows]
     new = iter(derive_all(release, todo, worker) if todo else [])

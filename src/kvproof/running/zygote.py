@@ -1,14 +1,14 @@
 """A release's warm worker parent: it imports vLLM once and forks a worker per client.
 
-Beside kvproof.worker (whose serve it runs), above the bridge and consumer folders; started by name.
+Beside kvproof.running.worker (whose serve it runs), above the bridge and consumer folders; started by name.
 
 Runs INSIDE a vLLM environment, started by ``kvproof.bridge.zygotes`` (the client side)
-as ``python -m kvproof.zygote SOCKET IDLE_SECONDS`` with exactly the variables a
-worker gets. It does what ``kvproof.worker.main`` does before serving (stdout parked on
+as ``python -m kvproof.running.zygote SOCKET IDLE_SECONDS`` with exactly the variables a
+worker gets. It does what ``kvproof.running.worker.main`` does before serving (stdout parked on
 stderr, ``Bridge()`` built after vLLM's import), then listens on a Unix socket. A client
 sends one JSON header (its pid and its variables) with three pipe ends (SCM_RIGHTS): the
 worker's stdin, stdout and stderr. The zygote forks; the child takes the pipes as fds
-0-2 and the client's variables as its environment, and serves ``kvproof.worker``'s
+0-2 and the client's variables as its environment, and serves ``kvproof.running.worker``'s
 protocol until EOF, exactly as a freshly started worker would after its import; the
 zygote answers the child's pid and waits for the next client. It exits after
 IDLE_SECONDS without a client, removing its socket. The client's key (zygotes.key) holds
@@ -24,7 +24,7 @@ import signal
 import socket
 import sys
 
-from kvproof.warm import changes_since, exec_environ, with_changes
+from kvproof.running.warm import changes_since, exec_environ, with_changes
 
 
 def _client_gone(pid: int) -> bool:
@@ -39,7 +39,7 @@ def _client_gone(pid: int) -> bool:
 def _child(bridge, header: dict, fds: list[int], import_seconds: float, imported: dict) -> None:
     """Become the worker: the client's pipes as fds 0-2, its variables with what the import set
     in them (``imported``: name -> value, None where it removed one), the protocol until EOF."""
-    from kvproof.worker import exit_when, serve
+    from kvproof.running.worker import exit_when, serve
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -56,9 +56,9 @@ def _child(bridge, header: dict, fds: list[int], import_seconds: float, imported
 
 
 def main(path: str, idle: float) -> None:
-    from kvproof.worker import start
+    from kvproof.running.worker import start
     before = exec_environ()  # what this interpreter started with (its .pth files may set more)
-    _, bridge, import_seconds = start()  # exactly the worker's start-up (kvproof.worker.start)
+    _, bridge, import_seconds = start()  # exactly the worker's start-up (kvproof.running.worker.start)
     # what start-up, vLLM's import and Bridge set or removed: a fresh worker's would do the same
     imported = changes_since(before)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel

@@ -19,8 +19,8 @@ PROG = "kvproof consumer"
 def _body(argv: Sequence[str] | None) -> int:
     from kvproof import envs
     from kvproof.consumer.stream import Stream, stream_for
-    from kvproof.inputs import read_text
-    from kvproof.layout import Layout
+    from kvproof.inputs.files import read_text
+    from kvproof.inputs.layout import Layout
     from kvproof.tiers import client, registry
     from kvproof.verdicts import Verdict
 

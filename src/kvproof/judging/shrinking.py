@@ -6,7 +6,7 @@ first smaller candidate that still violates wins) and
 ``kvproof.verify.drift.shrink`` (a model-versus-real disagreement, judged a
 batch at a time through one bridge round trip, the smallest wins).
 
-Stdlib and ``kvproof.layout`` only: drift must stay import-light.
+Stdlib and ``kvproof.inputs.layout`` only: drift must stay import-light.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable, Iterator, Sequence
 
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 
 
 def shrink(start: Layout, candidates: Callable[[Layout], Iterable[Layout]], size: Callable[[Layout], object],

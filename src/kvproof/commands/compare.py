@@ -36,10 +36,10 @@ from kvproof.consumer.result import ConsumerResult
 from kvproof.consumer.stream import Stream, random_input
 from kvproof.errors import LayoutError, UsageError
 from kvproof.fsio import atomic_write
-from kvproof.inputs import load_files, parse_json
+from kvproof.inputs.files import load_files, parse_json
 from kvproof.tiers.client import consumed_on
 from kvproof.differential import Found, Report, diff, ledgered, regression_classes
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof import facts
 
 # Layouts the generated differential corpus covers: each consumer path the speculative work
@@ -115,7 +115,7 @@ def _parse(argv: Sequence[str] | None) -> Any:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", metavar="FILE", help="also write the JSON report there")
     args = ap.parse_args(argv)
-    from kvproof import overlay
+    from kvproof.envs import overlay
     # a release, a subset name, or an overlay's NAME (a PR laid over a release: it sorts last)
     rels = [r for x in ([args.old] if args.old else []) + args.vllm + ([args.new] if args.new else [])
             for r in ([x] if overlay.find(x) is not None else envs.resolve([x]))]
@@ -141,7 +141,7 @@ def _parse(argv: Sequence[str] | None) -> Any:
 
 def new_classes(rep: Report, ledger: Any) -> list[str]:
     """The report's regression classes, and the classes of its newly failing inputs, the ledger does not know."""
-    from kvproof.classkey import ClassKey
+    from kvproof.judging.classkey import ClassKey
     keys = list(rep.classes()) + [k for k in dict.fromkeys(rep.newly_failing_classes) if k not in rep.classes()]
     return [k for k in keys if ClassKey.parse(k) not in ledger]
 
@@ -150,7 +150,7 @@ def print_report(rep: Report, ledger: Any = None) -> None:
     print(f"release differential {' -> '.join(rep.releases)}: {rep.inputs} inputs, "
           f"{rep.requests_compared} request admissions compared"
           + (f"; not compared: {', '.join(f'{v} {k}' for k, v in rep.not_compared.items())}" if rep.not_compared else ""))
-    from kvproof.classkey import ClassKey
+    from kvproof.judging.classkey import ClassKey
     keys = rep.newly_failing_classes or [""] * len(rep.newly_failing)
     for (rel, prev, h, what), key in zip(rep.newly_failing, keys):
         entry = ledger.get(ClassKey.parse(key)) if ledger is not None and key else None
@@ -175,9 +175,9 @@ def print_report(rep: Report, ledger: Any = None) -> None:
 
 
 def _models(args: Any) -> tuple[list[tuple[Layout, Stream]], dict[str, list[ConsumerResult]]]:
-    """The reference-model matrix (:mod:`kvproof.hitmatrix`), printed, as differential inputs:
+    """The reference-model matrix (:mod:`kvproof.differential.hitmatrix`), printed, as differential inputs:
     a configuration a release refused is a run that is not compared."""
-    from kvproof import hitmatrix
+    from kvproof.differential import hitmatrix
     configs, cells, streams = hitmatrix.build(args.releases, fresh=args.derive)
     if not args.json:
         hitmatrix.print_matrix(configs, cells)

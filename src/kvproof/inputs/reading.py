@@ -1,7 +1,7 @@
 """Reading what a user hands kvproof, safely: JSON text, files, folders of files.
 
 The bottom of the input layers (stdlib and kvproof.errors only): the input
-types (Layout, Config, Stream) parse through it, and :mod:`kvproof.inputs`
+types (Layout, Config, Stream) parse through it, and :mod:`kvproof.inputs.files`
 adds the loaders that name those types. Whatever arrives (not UTF-8,
 integers of thousands of digits, JSON nested 100,000 deep, a folder with no
 layouts, a file that vanished) becomes one ``KvproofError`` line, never a

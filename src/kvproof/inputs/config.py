@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kvproof.errors import LayoutError
-from kvproof.reading import parse_json_as
+from kvproof.inputs.reading import parse_json_as
 from kvproof import facts
 
 FAMILIES = ("nemotron_h", "granite_moe_hybrid", "qwen3_next")
@@ -89,7 +89,7 @@ def model_config_path(model: str) -> Path:
 
 def load_model_config(model: str) -> dict[str, Any]:
     """The HF config dict of ``model`` (its ``_kvproof_source`` note removed)."""
-    from kvproof.reading import parse_json, read_text
+    from kvproof.inputs.reading import parse_json, read_text
     path = model_config_path(model)
     data = parse_json(read_text(path), str(path), LayoutError)
     if not isinstance(data, Mapping):
@@ -108,7 +108,7 @@ _K = TypeVar("_K", bound="Knobs")
 class Knobs:
     """What a user sets: one tiny model's shape knobs and the engine settings.
 
-    Declared once: ``Recipe`` (a boot) and ``kvproof.config.Config`` (a user's
+    Declared once: ``Recipe`` (a boot) and ``kvproof.inputs.config.Config`` (a user's
     configuration) are both these knobs plus their own fields.
     """
 

@@ -3,7 +3,7 @@
 Derive (``kvproof.bridge.derive``) and every part a tier asks for, answered by the serving function
 its member names (``kvproof.bridge.runtime.outcomes``, ``kvproof.consumer.worker.answers``), in one process. It sits above both
 folders: the bridge and the consumer tier import nothing of it (it is started by name,
-``python -m kvproof.worker``, by ``kvproof.bridge.client.Worker``).
+``python -m kvproof.running.worker``, by ``kvproof.bridge.client.Worker``).
 
 Protocol: one JSON object per line on stdin, one reply per line on stdout.
   {"op": "info"}                                   -> {"vllm": ..., "fingerprint": ...}
@@ -49,7 +49,7 @@ def batch(bridge: Any, request: dict) -> dict:
     "layout": ...}``; every answer is filed under its input's key (a derived layout's under its
     config's), so the client never matches by position. The worker names no tier: which code
     answers a part is the registry's to say."""
-    from kvproof.layout import Layout
+    from kvproof.inputs.layout import Layout
     derived: dict[str, dict] = {}
     if request.get("configs"):
         from kvproof.bridge.derive import derive
@@ -104,7 +104,7 @@ def exit_with_parent(interval: float = 1.0) -> threading.Thread:
 
 
 def start() -> tuple[TextIO, Any, float]:
-    """What a worker does before serving (kvproof.zygote does the same, once): stdout parked on
+    """What a worker does before serving (kvproof.running.zygote does the same, once): stdout parked on
     stderr so vLLM's prints never reach the protocol channel, then vLLM's import and the Bridge.
     Returns the protocol channel, the Bridge and the import's seconds."""
     protocol = sys.stdout

@@ -39,7 +39,7 @@ MODES = ("gate", "everywhere", "off")
 GATES = {"vllm.platforms.cpu": ("CpuPlatform", "check_and_update_config", "vllm.triton_utils"),
          "vllm.v1.worker.gpu_worker": ("Worker", "__init__", "vllm.v1.worker.gpu_worker")}
 MODULE_GATES = ("vllm.v1.worker.cpu.shm",)
-# What vLLM raises without it (read from 0.34.0's vllm/platforms/cpu.py); envs.py looks for it.
+# What vLLM raises without it (read from 0.34.0's vllm/platforms/cpu.py); kvproof.envs looks for it.
 REFUSAL = "requires Triton (triton-cpu)"
 
 

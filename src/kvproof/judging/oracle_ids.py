@@ -2,7 +2,7 @@
 
 An observation carries the id's value (``Observation.oracle``), a judged one
 the check ``oracle:<id>`` (``OracleId.check``: the StageError type and the
-ledger's class key, so the values never change). ``kvproof.judge`` reads
+ledger's class key, so the values never change). ``kvproof.judging.judge`` reads
 hard and soft here, and an id not registered is an error
 (``UnknownOracle``), never an observation that silently fails nothing.
 Adding an oracle: one member here, and its module ``kvproof.consumer.<name>_oracle``
@@ -63,7 +63,7 @@ class OracleId(str, Enum):
     STALLED = ("stalled", SOFT, "the stream did not finish in the step budget (a harness limit, ERROR): "
                "consumer.driver")
     IDEAL = ("ideal", SOFT, "a hit no oracle faults above kvproof's own ideal (a bug in judge.ideal_hit, "
-             "ERROR): kvproof.judge")
+             "ERROR): kvproof.judging.judge")
     PREFIX_CACHING_OUTPUT = ("prefix_caching_output", HARD, "engine tier: served output with prefix caching "
                              "differs from without: tiers.classify")
 
@@ -73,7 +73,7 @@ def oracle_id(value: str) -> OracleId:
     try:
         return OracleId(value)
     except ValueError:
-        raise UnknownOracle(f"oracle id {value!r} is not registered in kvproof.oracle_ids") from None
+        raise UnknownOracle(f"oracle id {value!r} is not registered in kvproof.judging.oracle_ids") from None
 
 
 def is_hard(value: str) -> bool:

@@ -5,7 +5,7 @@ Each contract has an id, a one-line statement, the exact vLLM
 source by tests/integration/test_contract_agreement.py), a premise (when the
 consumer runs at all) and the evidence tier whose real code enforces it.
 ``check`` evaluates them over a (Layout, Outcome) pair in pure Python: a
-*prediction*. Verdicts are not made here: ``kvproof.judge`` turns predictions
+*prediction*. Verdicts are not made here: ``kvproof.judging.judge`` turns predictions
 and what real vLLM did into one ``Judgement``. The Z3 model (spec/) encodes
 the same ids.
 """
@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.outcome import Outcome, StageError
 from kvproof import facts, frames
 from kvproof.revisions import revision_or_newest
@@ -371,7 +371,7 @@ def check(layout: Layout, out: Outcome) -> list[Violation]:
     """The contracts' predictions for a resolved Outcome: every SAFETY/SUPPORT
     contract ``out`` violates (empty: the contracts hold). Pure: it never looks
     at what the manager did; an Outcome the resolver rejected or that is not
-    expressible predicts nothing (``kvproof.judge`` handles those)."""
+    expressible predicts nothing (``kvproof.judging.judge`` handles those)."""
     if not out.expressible or not out.resolved:
         return []
     return _check_resolved(layout, out)

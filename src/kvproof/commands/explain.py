@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from kvproof.errors import UsageError
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof import facts
 from kvproof.spec import premise
 from kvproof.revisions import not_expressible, revision_for

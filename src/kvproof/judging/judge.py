@@ -2,11 +2,11 @@
 
 Used by ``kvproof check``, ``verify`` (replaying a counterexample), the
 fuzzer's oracle, ``replay`` and ``explain``. A finding's identity (its class)
-is ``kvproof.classkey.class_key`` of a Judgement.
+is ``kvproof.judging.classkey.class_key`` of a Judgement.
 
 API (small on purpose)::
 
-    from kvproof.judge import judge, Judgement
+    from kvproof.judging.judge import judge, Judgement
     j = judge(layout, outcome)               # tier inferred from the Outcome
     j = judge(layout, outcome, Tier.ENGINE)  # an Outcome recorded by an engine boot
     j.verdict      # Verdict (IntEnum; max() over rows is a run's verdict)
@@ -53,7 +53,7 @@ C1b. a frontend that breaks the engine's PrefixHashConfig hashed the prompts
     with its hashes (trusted, ignored, differing) and what that caused first.
 C2. ``setup_error`` (building the configuration failed before vLLM ran): ERROR.
 C3. the resolver raised: rule 3 (REJECTED only for the user's prefix_match_unit).
-C4. any other ``exception``, or any observation of an id ``kvproof.oracle_ids`` registers
+C4. any other ``exception``, or any observation of an id ``kvproof.judging.oracle_ids`` registers
     as hard (``prefix_hit``, ``hash_chain``, ``connector``, ``kv_event``, ``spec_hit``; an
     unregistered id raises ``UnknownOracle``): FAIL at the consumer tier. ``observed`` is what real
     vLLM raised when it raised, else the first observation (an exception keeps its
@@ -87,10 +87,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvproof import contracts, facts, frames
-from kvproof.contracts import Violation
-from kvproof.layout import Layout
-from kvproof.oracle_ids import HARD_IDS, OracleId, is_hard
+from kvproof.judging import contracts
+from kvproof import facts, frames
+from kvproof.judging.contracts import Violation
+from kvproof.inputs.layout import Layout
+from kvproof.judging.oracle_ids import HARD_IDS, OracleId, is_hard
 from kvproof.outcome import Outcome, StageError
 from kvproof.verdicts import Tier, Verdict
 
@@ -216,7 +217,7 @@ def judge(layout: Layout, out: Outcome, tier: Tier | None = None) -> Judgement:
 
 # --- consumer tier ---------------------------------------------------------------
 
-# Which oracle ids fail a run is the registry's word (kvproof.oracle_ids: hard or soft, one enum);
+# Which oracle ids fail a run is the registry's word (kvproof.judging.oracle_ids: hard or soft, one enum);
 # an observation of an id it does not register is an error (UnknownOracle), never silently soft.
 EXCEPTION = OracleId.EXCEPTION
 

@@ -1,7 +1,7 @@
 """Run Layouts through real vLLM releases and judge them: the engine of `check`.
 
 Layouts in, live workers per release, every tier asked for run by one tier runner
-(:func:`run_tiers`), results judged by ``kvproof.judge`` (the one judge), rows out.
+(:func:`run_tiers`), results judged by ``kvproof.judging.judge`` (the one judge), rows out.
 Used by the CLI, the tests and the benches alike.
 
 The one derive step on the client side lives here too (:func:`derive_all`:
@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from kvproof.bridge.client import Worker, start_all
-from kvproof.config import Config
+from kvproof.inputs.config import Config
 from kvproof.derivation import (Derived, DeriveError, _revision, config_key, enumerate_configs, host_cpu,
                                 model_configs, table_dir, table_entry)
 from kvproof.envs import Env
-from kvproof.layout import Layout
+from kvproof.inputs.layout import Layout
 from kvproof.tiers import client, registry
 from kvproof.tiers.batch import batch, config_key as input_config_key, layout_key
 from kvproof.tiers.row import Row  # the runner's row type, named checking.Row by its callers
@@ -55,7 +55,7 @@ def exit_code(rows: Sequence[Row]) -> int:
 
 @dataclass
 class Workers:
-    """The live workers of one run, one per env name (``kvproof.worker``: derivation and every
+    """The live workers of one run, one per env name (``kvproof.running.worker``: derivation and every
     tier in one process). Workers passed in (``live``) are used, not closed; the rest are started
     together (their vLLM imports overlap) and closed by :meth:`close`."""
 

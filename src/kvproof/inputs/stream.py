@@ -1,8 +1,8 @@
 """A request stream: what the consumer tier feeds the real scheduler. Stdlib only.
 
 An input type: a Layout carries its own (``Layout.stream``; on disk under the Layout's
-``kvproof.stream``, read by :meth:`Stream.from_dict`, the one parse function). It sits below
-:mod:`kvproof.layout`; what draws, shrinks and defaults streams is ``kvproof.consumer.stream``.
+``kvproof.inputs.stream``, read by :meth:`Stream.from_dict`, the one parse function). It sits below
+:mod:`kvproof.inputs.layout`; what draws, shrinks and defaults streams is ``kvproof.consumer.stream``.
 
 A ``Stream`` is a list of requests whose prompts are built from shared
 prefixes of assorted lengths (so prefix-cache hits are possible and their
@@ -24,7 +24,7 @@ request is aborted at that step if still unfinished. ``extends``: an earlier
 request's index; this prompt is that request's prompt and its outputs (the
 fake model runner's tokens, ``drafts.output_token``), then the suffix: a next
 turn of a conversation. ``num_blocks`` null: enough for every request at once
-(no pressure). ``accept``: how the target judges drafts (``kvproof.drafts.Acceptance``; absent:
+(no pressure). ``accept``: how the target judges drafts (``kvproof.inputs.drafts.Acceptance``; absent:
 all accepted) where the Layout speculates: which method drafts how many tokens is the Layout's
 ``speculative``, recorded there only.
 ``offload``: SimpleCPUOffloadConnector's mode. ``hasher``: who hashes the
@@ -37,9 +37,9 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kvproof.drafts import ALL, VOCAB, Acceptance, output_token, parse_acceptance
+from kvproof.inputs.drafts import ALL, VOCAB, Acceptance, output_token, parse_acceptance
 from kvproof.errors import LayoutError
-from kvproof.reading import parse_json_as
+from kvproof.inputs.reading import parse_json_as
 from kvproof import facts
 
 MAX_TOKENS_PER_PROMPT = 1 << 17
