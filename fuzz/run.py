@@ -218,6 +218,18 @@ def report(workdir: Path, ledger, release: str | None = None) -> tuple[str, int]
     return "\n".join(lines), len(new)
 
 
+def recover_merge(corpus: Path) -> None:
+    """Undo what a merge killed midway left: its ``.new`` folder, and its ``.old`` one (put back
+    when the corpus is missing or empty: killed between the two renames of a swap)."""
+    old, new = corpus.with_name(corpus.name + ".old"), corpus.with_name(corpus.name + ".new")
+    if old.exists() and (not corpus.exists() or not any(corpus.iterdir())):
+        if corpus.exists():
+            corpus.rmdir()
+        old.rename(corpus)
+    shutil.rmtree(new, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 class Campaign(LibFuzzerProcess):
     """A campaign: its folders, counters and report around libFuzzer processes (time-boxed: one;
     continuous: epochs with a merge after each)."""
@@ -262,22 +274,13 @@ class Campaign(LibFuzzerProcess):
 
     # --- plumbing ------------------------------------------------------------
     def prepare(self) -> None:
-        self._recover_merge()
+        recover_merge(self.corpus)
         if not self.args.continuous:  # each time-boxed run is its own campaign: its own counters and classes
             for d in ("seen", "stats"):
                 shutil.rmtree(self.workdir / d, ignore_errors=True)
         for d in (self.workdir, self.corpus, self.artifacts, self.log_dir, self.workdir / "stats"):
             d.mkdir(parents=True, exist_ok=True)
         self.base_execs = read_stats(self.workdir)["execs"]
-
-    def _recover_merge(self) -> None:
-        old, new = self.corpus.with_name(self.corpus.name + ".old"), self.corpus.with_name(self.corpus.name + ".new")
-        if old.exists() and (not self.corpus.exists() or not any(self.corpus.iterdir())):
-            if self.corpus.exists():
-                self.corpus.rmdir()
-            old.rename(self.corpus)  # killed between the two renames of a swap
-        shutil.rmtree(new, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
 
     def status(self, final: bool = False) -> str:
         s = read_stats(self.workdir)

@@ -194,3 +194,22 @@ def test_the_scan_sees_a_lazy_import_and_a_circle():
     known = _all()
     assert "kvproof.inputs.reading" in _imports("kvproof.inputs.config", known["kvproof.inputs.config"], known)  # lazy, inside a function
     assert _on_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {("a", "b"), ("b", "c"), ("c", "a")}
+
+
+MAX_CLASS_LINES = 200  # issue 43: small modules, one concept each; no class over about 200 lines
+
+
+def _long_classes(modules) -> list[tuple[str, str, int]]:
+    out = []
+    for name, path in modules:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
+                out.append((name, node.name, node.end_lineno - node.lineno + 1))
+    return out
+
+
+def test_no_class_is_over_200_lines(tmp_path):
+    assert _long_classes(_all().items()) == []
+    big = tmp_path / "big.py"  # the scan sees one
+    big.write_text("class Big:\n" + "    x = 1\n" * MAX_CLASS_LINES)
+    assert _long_classes([("big", big)]) == [("big", "Big", MAX_CLASS_LINES + 1)]
