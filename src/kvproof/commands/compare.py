@@ -100,8 +100,8 @@ def _parse(argv: Sequence[str] | None) -> Any:
     ap.add_argument("--to", dest="new", metavar="RELEASE")
     add_vllm(ap, default=[], help="releases to chain (oldest first; a subset name like 'ci' works)")
     ap.add_argument("--generated", type=int, default=0, metavar="N", help="N generated inputs (reference layouts)")
-    ap.add_argument("--spec-share", type=float, default=0.5, help="share of generated streams with drafts")
-    ap.add_argument("--spec-method", choices=facts.SPEC_METHODS, help="generated streams draft with this method only")
+    ap.add_argument("--spec-share", type=float, default=0.5, help="share of generated inputs that speculate (the Layout drafts)")
+    ap.add_argument("--spec-method", choices=facts.SPEC_METHODS, help="generated inputs that speculate draft with this method only")
     ap.add_argument("--connector", action="append", default=[], metavar="NAME",
                     help="generated inputs turn through these connectors and none (repeatable; 'each': "
                          "every connector the consumer tier drives)")
