@@ -29,7 +29,7 @@ from kvproof.judging.classkey import class_key
 from kvproof import facts
 from kvproof.inputs.config import Config, reference_models
 from kvproof.derivation import model_flag_sets, reference_flags
-from kvproof.consumer.drafts import Drafts
+from kvproof.consumer.drafts import Drafts, drafts_of
 from kvproof.inputs.drafts import parse_acceptance
 from kvproof.consumer.stream import Req, Stream
 from kvproof.differential import REGRESSION_CHECK
@@ -76,11 +76,9 @@ def serve_flags(layout: Layout) -> tuple[str, ...]:
 
 def class_drafts(entry, found: Layout) -> Drafts | None:
     """The drafts the class was found with: its Layout's speculation under its stream's acceptance."""
-    sp = found.speculative
-    if sp is None:
+    if found.speculative is None:
         return None
-    return Drafts.of(sp.method, sp.num_speculative_tokens, sp.mtp_modules if sp.method == "mtp" else 1,
-                     parse_acceptance((entry.stream or {}).get("accept")))
+    return drafts_of(found.speculative, parse_acceptance((entry.stream or {}).get("accept")))
 
 
 def own_drafters(model: str, method: str) -> list[dict]:

@@ -24,8 +24,14 @@ def effective_drafts(layout: Any, stream: Any) -> Drafts | None:
         raise Unchecked(f"speculative method {spec.method}: kvproof's consumer tier drafts for "
                         f"{', '.join(facts.SPEC_METHODS)} only (lifted by a drafter for it in "
                         f"kvproof.consumer.drafters)")
+    return drafts_of(spec, ALL if stream is None else stream.accept)
+
+
+def drafts_of(spec: Any, accept: Acceptance) -> Drafts:
+    """The drafts a Layout's ``speculative`` makes under ``accept``: its length and (MTP only) its
+    modules capped at ``facts.MAX_SPEC_TOKENS``, whatever the method (``effective_drafts`` adds the
+    check that the consumer tier drafts for it)."""
     modules = int(spec.mtp_modules or 1) if spec.method == "mtp" else 1
-    accept = ALL if stream is None else stream.accept
     return Drafts.of(spec.method, min(spec.num_speculative_tokens, facts.MAX_SPEC_TOKENS),
                      min(modules, facts.MAX_SPEC_TOKENS), accept)
 
@@ -34,4 +40,4 @@ def draft_slots(layout: Any) -> int:
     """KV slots a request may hold past its tokens for drafts: the Layout's draft length, as
     :func:`effective_drafts` caps it (0 without speculation)."""
     spec = getattr(layout, "speculative", None)
-    return 0 if spec is None else min(spec.num_speculative_tokens, facts.MAX_SPEC_TOKENS)
+    return 0 if spec is None else drafts_of(spec, ALL).k
